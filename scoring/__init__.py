@@ -1,0 +1,16 @@
+"""gpufrac's placement core: cluster state as numpy arrays, feasibility, scores, GPU choice.
+
+Pure numpy + stdlib: no HTTP, no Kubernetes, no NVML.
+"""
+
+from scoring.fit import FitContext, Reason, fit
+from scoring.presets import PRESETS
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.strategies import STRATEGIES, Evaluation, Scorer, ScoringConfig, build_scorer
+
+__all__ = [
+    "MILLI_PER_GPU", "PRESETS", "STRATEGIES", "Allocation", "ClusterState", "Evaluation",
+    "FitContext", "GpuSpec", "NodeSpec", "PodRequest", "QoSClass", "Reason", "Scorer",
+    "ScoringConfig", "build_scorer", "fit",
+]

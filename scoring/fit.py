@@ -1,0 +1,177 @@
+"""Feasibility of one pod on candidate nodes: per GPU, per node, with a reason per node.
+
+A GPU fits when it exists, is of an allowed model, is healthy, has the share, the memory and
+a free time-slicing replica slot. A node fits when it is ready, has the pod's CPU and host
+memory free, and at least ``gpu_count`` GPUs fit. The first failing check names the reason.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring.request import MILLI_PER_GPU, PodRequest
+from scoring.state import ClusterState
+
+
+class Reason(enum.IntEnum):
+    """Why a node is infeasible; checks run in this order and the first failure wins."""
+
+    FITS = 0
+    NODE_NOT_READY = 1
+    INSUFFICIENT_CPU = 2
+    INSUFFICIENT_MEMORY = 3
+    TOO_FEW_GPUS = 4
+    GPU_MODEL_MISMATCH = 5
+    GPU_UNHEALTHY = 6
+    INSUFFICIENT_GPU_SHARE = 7
+    INSUFFICIENT_GPU_MEMORY = 8
+    NO_REPLICA_SLOT = 9
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FitContext:
+    """Everything the strategies need about one pod on ``m`` candidate nodes, computed once.
+
+    Attributes
+    ----------
+    request : PodRequest
+    rows : ndarray of shape (m,), int64
+        Candidate rows in the ``ClusterState``.
+    gpu_fits : ndarray of shape (m, max_gpus), bool
+        GPU can take the pod (all GPU checks pass).
+    node_fits : ndarray of shape (m,), bool
+    reason : ndarray of shape (m,), int8
+        ``Reason`` per node, ``FITS`` where ``node_fits``.
+    free_milli : ndarray of shape (m, max_gpus), int64
+        Free share before placement, 0 on padding.
+    mem_req_mib : ndarray of shape (m, max_gpus), int64
+        GPU memory the pod would take on each GPU.
+    mem_free_mib, mem_total_mib : ndarray of shape (m, max_gpus), int64
+    gpu_exists : ndarray of shape (m, max_gpus), bool
+    qos_pods : ndarray of shape (m, max_gpus, 3), int64
+    node_used_milli, node_total_milli : ndarray of shape (m,), int64
+        Allocated and total GPU share of the node's existing GPUs.
+    cpu_free_milli, mem_host_free_mib : ndarray of shape (m,), int64
+    cpu_alloc_milli, mem_host_alloc_mib : ndarray of shape (m,), int64
+    """
+
+    request: PodRequest
+    rows: NDArray[np.int64]
+    gpu_fits: NDArray[np.bool_]
+    node_fits: NDArray[np.bool_]
+    reason: NDArray[np.int8]
+    free_milli: NDArray[np.int64]
+    mem_req_mib: NDArray[np.int64]
+    mem_free_mib: NDArray[np.int64]
+    mem_total_mib: NDArray[np.int64]
+    gpu_exists: NDArray[np.bool_]
+    qos_pods: NDArray[np.int64]
+    node_used_milli: NDArray[np.int64]
+    node_total_milli: NDArray[np.int64]
+    cpu_free_milli: NDArray[np.int64]
+    mem_host_free_mib: NDArray[np.int64]
+    cpu_alloc_milli: NDArray[np.int64]
+    mem_host_alloc_mib: NDArray[np.int64]
+
+
+def gpu_memory_request_mib(
+    request: PodRequest, mem_total_mib: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """GPU memory the pod takes on each GPU.
+
+    Parameters
+    ----------
+    request : PodRequest
+    mem_total_mib : ndarray of shape (m, max_gpus), int64
+
+    Returns
+    -------
+    ndarray of shape (m, max_gpus), int64
+        ``request.gpu_memory_mib`` everywhere when set, else
+        ``ceil(gpu_milli * mem_total_mib / 1000)`` (the pod's share of that GPU's memory).
+    """
+    if request.gpu_memory_mib is not None:
+        return np.full(mem_total_mib.shape, request.gpu_memory_mib, dtype=np.int64)
+    return -((-request.gpu_milli * mem_total_mib) // MILLI_PER_GPU)
+
+
+def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> FitContext:
+    """Decide feasibility of ``request`` on the nodes ``rows``.
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only.
+    request : PodRequest
+    rows : ndarray of shape (m,), int64
+        Candidate node rows; may be empty.
+
+    Returns
+    -------
+    FitContext
+        Per-GPU and per-node feasibility, reasons, and the sliced arrays the strategies use.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    exists = state.gpu_exists[rows]
+    mem_total = state.gpu_mem_total_mib[rows]
+    mem_free = mem_total - state.gpu_mem_used_mib[rows]
+    free_milli = np.where(exists, MILLI_PER_GPU - state.gpu_used_milli[rows], 0)
+    mem_req = gpu_memory_request_mib(request, mem_total)
+    cpu_free = state.cpu_alloc_milli[rows] - state.cpu_used_milli[rows]
+    mem_host_free = state.mem_alloc_mib[rows] - state.mem_used_mib[rows]
+
+    k = request.gpu_count
+    # Cumulative GPU checks, in Reason order; each stage keeps what passed the previous one.
+    if request.allowed_models is None:
+        model_ok = exists
+    else:
+        allowed = np.fromiter(request.allowed_models, dtype=np.int64)
+        model_ok = exists & np.isin(state.gpu_model[rows], allowed)
+    healthy = model_ok & state.gpu_healthy[rows]
+    share_ok = healthy & (free_milli >= request.gpu_milli)
+    mem_ok = share_ok & (mem_free >= mem_req)
+    slot_ok = mem_ok & (state.gpu_pods[rows] < state.gpu_replicas[rows])
+
+    reason = np.zeros(rows.shape[0], dtype=np.int8)
+    if k > 0:
+        # Later stages are written first so that the earliest failing check wins.
+        stages = (
+            (slot_ok, Reason.NO_REPLICA_SLOT),
+            (mem_ok, Reason.INSUFFICIENT_GPU_MEMORY),
+            (share_ok, Reason.INSUFFICIENT_GPU_SHARE),
+            (healthy, Reason.GPU_UNHEALTHY),
+            (model_ok, Reason.GPU_MODEL_MISMATCH),
+            (exists, Reason.TOO_FEW_GPUS),
+        )
+        for mask, code in stages:
+            reason[mask.sum(axis=1) < k] = code
+    # Host checks come before GPU checks in the reason order (as kube-scheduler's own fit).
+    reason[mem_host_free < request.memory_mib] = Reason.INSUFFICIENT_MEMORY
+    reason[cpu_free < request.cpu_milli] = Reason.INSUFFICIENT_CPU
+    if k > 0:
+        reason[~state.node_ready[rows]] = Reason.NODE_NOT_READY
+
+    node_total = exists.sum(axis=1).astype(np.int64) * MILLI_PER_GPU
+    return FitContext(
+        request=request,
+        rows=rows,
+        gpu_fits=slot_ok if k > 0 else np.zeros_like(slot_ok),
+        node_fits=reason == Reason.FITS,
+        reason=reason,
+        free_milli=free_milli,
+        mem_req_mib=mem_req,
+        mem_free_mib=mem_free,
+        mem_total_mib=mem_total,
+        gpu_exists=exists,
+        qos_pods=state.gpu_qos_pods[rows],
+        node_used_milli=node_total - free_milli.sum(axis=1),
+        node_total_milli=node_total,
+        cpu_free_milli=cpu_free,
+        mem_host_free_mib=mem_host_free,
+        cpu_alloc_milli=state.cpu_alloc_milli[rows],
+        mem_host_alloc_mib=state.mem_alloc_mib[rows],
+    )

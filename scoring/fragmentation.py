@@ -1,0 +1,134 @@
+"""GPU fragmentation of nodes against a workload distribution (the FGD measure).
+
+Notes
+-----
+Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
+Gradient Descent", USENIX ATC '23, section 4. For node ``n`` with free share ``f_g`` per GPU
+and a task type ``m`` (``k_m`` GPUs of ``r_m`` milli, CPU ``c_m``, memory ``q_m``) of
+popularity ``p_m``::
+
+    F_n(m) = sum_g f_g                       if m cannot run on n (CPU, memory, or fewer
+                                             than k_m GPUs with f_g >= r_m)
+           = sum_g f_g * [f_g < r_m]         otherwise (GPUs too small for m)
+    F_n    = sum_m p_m * F_n(m)
+
+The fragmentation rate of a cluster is ``sum_n F_n / sum_n sum_g f_g``: the share of the
+unallocated GPU capacity that the workload cannot use. Task types that request no GPU are
+left out of the distribution (they cannot use any GPU share).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring.request import MILLI_PER_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTypes:
+    """A workload distribution over task types; all arrays of shape (t,).
+
+    Attributes
+    ----------
+    gpu_count : ndarray of int64
+    gpu_milli : ndarray of int64
+        Share per GPU, milli-GPU.
+    cpu_milli : ndarray of int64
+    memory_mib : ndarray of int64
+    popularity : ndarray of float64
+        Sums to 1.
+    """
+
+    gpu_count: NDArray[np.int64]
+    gpu_milli: NDArray[np.int64]
+    cpu_milli: NDArray[np.int64]
+    memory_mib: NDArray[np.int64]
+    popularity: NDArray[np.float64]
+
+    @classmethod
+    def from_counts(cls, rows: NDArray[np.int64]) -> TaskTypes:
+        """Distribution of the distinct rows of ``rows``.
+
+        Parameters
+        ----------
+        rows : ndarray of shape (n_pods, 4), int64
+            ``(gpu_count, gpu_milli, cpu_milli, memory_mib)`` per pod; rows with
+            ``gpu_count == 0`` are dropped.
+
+        Raises
+        ------
+        ValueError
+            If no row requests a GPU.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[rows[:, 0] > 0]
+        if rows.shape[0] == 0:
+            raise ValueError("no GPU task in the workload")
+        uniq, counts = np.unique(rows, axis=0, return_counts=True)
+        return cls(uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3], counts / counts.sum())
+
+
+def node_fragmentation_milli(
+    free_milli: NDArray[np.int64],
+    cpu_free_milli: NDArray[np.int64],
+    mem_free_mib: NDArray[np.int64],
+    tasks: TaskTypes,
+) -> NDArray[np.float64]:
+    """Expected fragmented GPU share per node, ``F_n`` (see module notes).
+
+    Parameters
+    ----------
+    free_milli : ndarray of shape (n_nodes, max_gpus), int64
+        Free share per GPU; 0 on padding and on GPUs that cannot be used (unhealthy).
+    cpu_free_milli, mem_free_mib : ndarray of shape (n_nodes,), int64
+    tasks : TaskTypes
+
+    Returns
+    -------
+    ndarray of shape (n_nodes,), float64
+        In [0, sum of free_milli of the node], milli-GPU.
+    """
+    f = free_milli[:, None, :]  # (n, 1, g)
+    r = tasks.gpu_milli[None, :, None]  # (1, t, 1)
+    fits_gpu = f >= r
+    runnable = (
+        (fits_gpu.sum(axis=2) >= tasks.gpu_count[None, :])
+        & (cpu_free_milli[:, None] >= tasks.cpu_milli[None, :])
+        & (mem_free_mib[:, None] >= tasks.memory_mib[None, :])
+    )  # (n, t)
+    total = free_milli.sum(axis=1)[:, None]  # (n, 1)
+    small = np.where(fits_gpu, 0, f).sum(axis=2)  # (n, t)
+    per_task = np.where(runnable, small, total)
+    return per_task @ tasks.popularity
+
+
+def fragmentation_rate(
+    free_milli: NDArray[np.int64],
+    cpu_free_milli: NDArray[np.int64],
+    mem_free_mib: NDArray[np.int64],
+    tasks: TaskTypes,
+) -> float:
+    """Share of the free GPU capacity that the workload cannot use, in [0, 1].
+
+    Parameters
+    ----------
+    free_milli : ndarray of shape (n_nodes, max_gpus), int64
+    cpu_free_milli, mem_free_mib : ndarray of shape (n_nodes,), int64
+    tasks : TaskTypes
+
+    Returns
+    -------
+    float
+        0.0 when nothing is free.
+    """
+    free = float(free_milli.sum())
+    if free <= 0:
+        return 0.0
+    frag = node_fragmentation_milli(free_milli, cpu_free_milli, mem_free_mib, tasks).sum()
+    return float(min(frag / free, 1.0))
+
+
+__all__ = ["MILLI_PER_GPU", "TaskTypes", "fragmentation_rate", "node_fragmentation_milli"]

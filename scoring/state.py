@@ -1,0 +1,315 @@
+"""The cluster as arrays: nodes x GPUs.
+
+Axes: ``n_nodes`` rows, ``max_gpus`` columns (the largest GPU count of any node; shorter
+nodes are padded with ``gpu_exists == False``). Units: ``_milli`` = 1/1000 GPU or CPU core,
+``_mib`` = MiB.
+
+``ClusterState`` is the one mutable container. Kernels (``fit``, the strategies) only read
+it; ``apply`` is the only writer and is called by the owner of the state (the extender's
+cache) under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring.request import MILLI_PER_GPU, N_QOS, QoSClass
+
+I64 = np.int64
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One physical GPU (or, later, one MIG device) as a placement unit.
+
+    Parameters
+    ----------
+    index : int
+        Device index on the node (NVML index), >= 0.
+    uuid : str
+        NVML UUID (``GPU-...``), unique in the cluster.
+    model : str
+        Model name (``T4``, ``V100M32``...), compared exactly against ``gpufrac.io/gpu-model``.
+    memory_mib : int
+        Total GPU memory in MiB, > 0.
+    replicas : int
+        Time-slicing replica slots: how many pods may share this GPU, >= 1.
+    healthy : bool
+        False once NVML reports a fatal XID or the GPU is lost; such a GPU is never chosen.
+    """
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    replicas: int = 1
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node's allocatable CPU, memory and GPUs.
+
+    Parameters
+    ----------
+    name : str
+        Kubernetes node name.
+    cpu_milli : int
+        Allocatable CPU in milli-cores.
+    memory_mib : int
+        Allocatable host memory in MiB.
+    gpus : tuple of GpuSpec
+        The node's GPUs, in index order (may be empty: a CPU-only node).
+    ready : bool
+        False makes every GPU pod infeasible here (reason ``NODE_NOT_READY``), e.g. when the
+        node's inventory is stale.
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuSpec, ...] = ()
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What one pod holds on one node; ``ClusterState.apply`` adds or removes it.
+
+    Parameters
+    ----------
+    node : str
+        Node name.
+    gpu_cols : tuple of int
+        Columns of the GPUs used in the node's row (see ``ClusterState.gpu_index`` for
+        device indices); empty for a CPU-only pod.
+    gpu_milli : int
+        Share per GPU in milli-GPU.
+    gpu_memory_mib : tuple of int
+        Memory per GPU in MiB, one entry per ``gpu_cols`` entry (already resolved for
+        proportional requests).
+    qos : QoSClass
+        The pod's QoS class.
+    cpu_milli, memory_mib : int
+        Host CPU (milli-cores) and memory (MiB) of the pod.
+    """
+
+    node: str
+    gpu_cols: tuple[int, ...]
+    gpu_milli: int
+    gpu_memory_mib: tuple[int, ...]
+    qos: QoSClass
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(eq=False)
+class ClusterState:
+    """Node and GPU arrays of the whole cluster.
+
+    Attributes
+    ----------
+    node_names : list of str, length n_nodes
+    node_index : dict of str to int
+        Row of each node name.
+    models : list of str
+        Model id -> model name; ``gpu_model`` holds ids.
+    cpu_alloc_milli, cpu_used_milli : ndarray of shape (n_nodes,), int64
+    mem_alloc_mib, mem_used_mib : ndarray of shape (n_nodes,), int64
+    node_ready : ndarray of shape (n_nodes,), bool
+    gpu_exists : ndarray of shape (n_nodes, max_gpus), bool
+        False for padding columns.
+    gpu_healthy : ndarray of shape (n_nodes, max_gpus), bool
+    gpu_index : ndarray of shape (n_nodes, max_gpus), int64
+        NVML device index of each column, -1 for padding.
+    gpu_model : ndarray of shape (n_nodes, max_gpus), int64
+        Model id, -1 for padding.
+    gpu_mem_total_mib, gpu_mem_used_mib : ndarray of shape (n_nodes, max_gpus), int64
+    gpu_used_milli : ndarray of shape (n_nodes, max_gpus), int64
+        Allocated compute share, 0..1000.
+    gpu_replicas, gpu_pods : ndarray of shape (n_nodes, max_gpus), int64
+        Replica slots and pods currently sharing the GPU.
+    gpu_qos_pods : ndarray of shape (n_nodes, max_gpus, 3), int64
+        Pods per QoS class (column = ``QoSClass`` value) on each GPU.
+    gpu_uuid : list of list of str
+        UUIDs, ``gpu_uuid[row][col]``; padding is ``""``.
+    """
+
+    node_names: list[str]
+    node_index: dict[str, int]
+    models: list[str]
+    cpu_alloc_milli: NDArray[np.int64]
+    cpu_used_milli: NDArray[np.int64]
+    mem_alloc_mib: NDArray[np.int64]
+    mem_used_mib: NDArray[np.int64]
+    node_ready: NDArray[np.bool_]
+    gpu_exists: NDArray[np.bool_]
+    gpu_healthy: NDArray[np.bool_]
+    gpu_index: NDArray[np.int64]
+    gpu_model: NDArray[np.int64]
+    gpu_mem_total_mib: NDArray[np.int64]
+    gpu_mem_used_mib: NDArray[np.int64]
+    gpu_used_milli: NDArray[np.int64]
+    gpu_replicas: NDArray[np.int64]
+    gpu_pods: NDArray[np.int64]
+    gpu_qos_pods: NDArray[np.int64]
+    gpu_uuid: list[list[str]] = field(default_factory=list)
+
+    @classmethod
+    def from_nodes(cls, nodes: Sequence[NodeSpec]) -> ClusterState:
+        """Build an empty (nothing allocated) state.
+
+        Parameters
+        ----------
+        nodes : sequence of NodeSpec
+            Row order is kept; it is also the deterministic tie-break order.
+
+        Returns
+        -------
+        ClusterState
+
+        Raises
+        ------
+        ValueError
+            On duplicate node names, duplicate GPU indices on a node, duplicate UUIDs,
+            or non-positive memory / replicas.
+        """
+        n = len(nodes)
+        max_gpus = max((len(nd.gpus) for nd in nodes), default=0)
+        names = [nd.name for nd in nodes]
+        index = {name: i for i, name in enumerate(names)}
+        if len(index) != n:
+            dup = sorted({x for x in names if names.count(x) > 1})
+            raise ValueError(f"duplicate node names: {dup[:5]}")
+        shape = (n, max_gpus)
+        state = cls(
+            node_names=names,
+            node_index=index,
+            models=[],
+            cpu_alloc_milli=np.array([nd.cpu_milli for nd in nodes], dtype=I64),
+            cpu_used_milli=np.zeros(n, dtype=I64),
+            mem_alloc_mib=np.array([nd.memory_mib for nd in nodes], dtype=I64),
+            mem_used_mib=np.zeros(n, dtype=I64),
+            node_ready=np.array([nd.ready for nd in nodes], dtype=bool),
+            gpu_exists=np.zeros(shape, dtype=bool),
+            gpu_healthy=np.zeros(shape, dtype=bool),
+            gpu_index=np.full(shape, -1, dtype=I64),
+            gpu_model=np.full(shape, -1, dtype=I64),
+            gpu_mem_total_mib=np.zeros(shape, dtype=I64),
+            gpu_mem_used_mib=np.zeros(shape, dtype=I64),
+            gpu_used_milli=np.zeros(shape, dtype=I64),
+            gpu_replicas=np.zeros(shape, dtype=I64),
+            gpu_pods=np.zeros(shape, dtype=I64),
+            gpu_qos_pods=np.zeros((n, max_gpus, N_QOS), dtype=I64),
+            gpu_uuid=[[""] * max_gpus for _ in range(n)],
+        )
+        model_id: dict[str, int] = {}
+        seen_uuid: set[str] = set()
+        for row, nd in enumerate(nodes):
+            cols = [g.index for g in nd.gpus]
+            if len(set(cols)) != len(cols):
+                raise ValueError(f"node {nd.name}: duplicate GPU index in {cols}")
+            for g in nd.gpus:
+                if g.memory_mib <= 0:
+                    raise ValueError(f"node {nd.name} gpu {g.index}: memory_mib must be > 0")
+                if g.replicas < 1:
+                    raise ValueError(f"node {nd.name} gpu {g.index}: replicas must be >= 1")
+                if g.uuid in seen_uuid:
+                    raise ValueError(f"node {nd.name} gpu {g.index}: duplicate UUID {g.uuid}")
+                seen_uuid.add(g.uuid)
+            # Columns are positions in index order, so a node with indices {0, 2} still
+            # packs into columns 0..1; ``gpu_index`` maps back.
+            for col, g in enumerate(sorted(nd.gpus, key=lambda x: x.index)):
+                state.gpu_exists[row, col] = True
+                state.gpu_healthy[row, col] = g.healthy
+                state.gpu_index[row, col] = g.index
+                state.gpu_model[row, col] = model_id.setdefault(g.model, len(model_id))
+                state.gpu_mem_total_mib[row, col] = g.memory_mib
+                state.gpu_replicas[row, col] = g.replicas
+                state.gpu_uuid[row][col] = g.uuid
+        state.models = list(model_id)
+        return state
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of node rows."""
+        return len(self.node_names)
+
+    @property
+    def max_gpus(self) -> int:
+        """Number of GPU columns."""
+        return int(self.gpu_exists.shape[1])
+
+    def model_ids(self, names: Iterable[str]) -> frozenset[int]:
+        """Model ids for model names; unknown names are dropped (no node has them)."""
+        lookup = {m: i for i, m in enumerate(self.models)}
+        return frozenset(lookup[m] for m in names if m in lookup)
+
+    def apply(self, alloc: Allocation, sign: int = 1) -> None:
+        """Add (``sign=1``) or remove (``sign=-1``) one pod's allocation.
+
+        Parameters
+        ----------
+        alloc : Allocation
+        sign : {1, -1}
+
+        Raises
+        ------
+        KeyError
+            If the node is unknown.
+        ValueError
+            If a GPU column does not exist on the node, or removing would drive a counter
+            below zero (a double release).
+        """
+        row = self.node_index[alloc.node]
+        cols = np.asarray(alloc.gpu_cols, dtype=I64)
+        if cols.size and (cols.max() >= self.max_gpus or not self.gpu_exists[row, cols].all()):
+            raise ValueError(f"node {alloc.node}: no GPU column among {alloc.gpu_cols}")
+        if sign == -1:
+            if (
+                self.cpu_used_milli[row] < alloc.cpu_milli
+                or self.mem_used_mib[row] < alloc.memory_mib
+                or (cols.size and (self.gpu_pods[row, cols] < 1).any())
+            ):
+                raise ValueError(f"node {alloc.node}: release of an allocation it does not hold")
+        elif sign != 1:
+            raise ValueError(f"sign must be 1 or -1, got {sign}")
+        self.cpu_used_milli[row] += sign * alloc.cpu_milli
+        self.mem_used_mib[row] += sign * alloc.memory_mib
+        if cols.size:
+            self.gpu_used_milli[row, cols] += sign * alloc.gpu_milli
+            self.gpu_mem_used_mib[row, cols] += sign * np.asarray(alloc.gpu_memory_mib, dtype=I64)
+            self.gpu_pods[row, cols] += sign
+            self.gpu_qos_pods[row, cols, int(alloc.qos)] += sign
+
+    def gpu_free_milli(self) -> NDArray[np.int64]:
+        """Free compute share per GPU, shape (n_nodes, max_gpus), int64; 0 for padding."""
+        return np.where(self.gpu_exists, MILLI_PER_GPU - self.gpu_used_milli, 0)
+
+    def copy(self) -> ClusterState:
+        """Deep copy (arrays copied), for snapshots and what-if evaluation."""
+        return ClusterState(
+            node_names=list(self.node_names),
+            node_index=dict(self.node_index),
+            models=list(self.models),
+            cpu_alloc_milli=self.cpu_alloc_milli.copy(),
+            cpu_used_milli=self.cpu_used_milli.copy(),
+            mem_alloc_mib=self.mem_alloc_mib.copy(),
+            mem_used_mib=self.mem_used_mib.copy(),
+            node_ready=self.node_ready.copy(),
+            gpu_exists=self.gpu_exists.copy(),
+            gpu_healthy=self.gpu_healthy.copy(),
+            gpu_index=self.gpu_index.copy(),
+            gpu_model=self.gpu_model.copy(),
+            gpu_mem_total_mib=self.gpu_mem_total_mib.copy(),
+            gpu_mem_used_mib=self.gpu_mem_used_mib.copy(),
+            gpu_used_milli=self.gpu_used_milli.copy(),
+            gpu_replicas=self.gpu_replicas.copy(),
+            gpu_pods=self.gpu_pods.copy(),
+            gpu_qos_pods=self.gpu_qos_pods.copy(),
+            gpu_uuid=[list(r) for r in self.gpu_uuid],
+        )

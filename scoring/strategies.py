@@ -1,0 +1,232 @@
+"""Strategy registry, weights, and the scorer that combines them.
+
+Each strategy module exports ``NAME``, ``gpu_score(ctx)`` (per-GPU preference, or ``None``)
+and ``node_score(ctx, chosen)``. ``build_scorer`` validates a ``ScoringConfig`` once and
+returns a ``Scorer``; nothing is parsed again per request.
+
+The same objective chooses the GPUs and scores the node: the GPUs on a node are the
+``gpu_count`` fitting GPUs with the highest weighted ``gpu_score`` (ties: lowest column),
+and the node score is the weighted mean of ``node_score`` over those GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring import (
+    gpu_best_fit,
+    memory_headroom,
+    node_packing,
+    qos_interference,
+    resource_balance,
+    spread,
+)
+from scoring.fit import FitContext, fit
+from scoring.request import PodRequest, QoSClass
+from scoring.state import ClusterState
+
+GpuScoreFn = Callable[[FitContext], NDArray[np.float64]]
+NodeScoreFn = Callable[[FitContext, NDArray[np.bool_]], NDArray[np.float64]]
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """One registered scoring shape."""
+
+    name: str
+    gpu_score: GpuScoreFn | None
+    node_score: NodeScoreFn
+
+
+def _strategy(module: types.ModuleType) -> Strategy:
+    return Strategy(module.NAME, module.gpu_score, module.node_score)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in map(
+        _strategy,
+        (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance),
+    )
+}
+"""Registry: strategy name -> Strategy."""
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Strategy weights, with optional per-QoS-class overrides.
+
+    Parameters
+    ----------
+    weights : mapping of str to float
+        Strategy name -> weight >= 0; strategies not named have weight 0.
+    qos_overrides : mapping of str to mapping of str to float
+        QoS class wire name (``guaranteed``...) -> weights replacing ``weights`` entries for
+        pods of that class.
+    """
+
+    weights: Mapping[str, float]
+    qos_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str]:
+    """Check a config; return one ``field.path: message`` per problem (empty when valid).
+
+    Parameters
+    ----------
+    config : ScoringConfig
+    path : str
+        Prefix of the field paths in the messages.
+
+    Returns
+    -------
+    list of str
+    """
+    errors: list[str] = []
+
+    def check_weights(weights: Mapping[str, float], where: str) -> None:
+        for name, w in weights.items():
+            if name not in STRATEGIES:
+                errors.append(
+                    f"{where}.{name}: unknown strategy; known: {', '.join(sorted(STRATEGIES))}"
+                )
+            elif isinstance(w, bool) or not isinstance(w, (int, float)):
+                errors.append(f"{where}.{name}: must be a number, got {w!r}")
+            elif not math.isfinite(w) or w < 0:
+                errors.append(f"{where}.{name}: must be a finite number >= 0, got {w!r}")
+
+    check_weights(config.weights, f"{path}.weights")
+    qos_names = {q.wire_name for q in QoSClass}
+    for qos, weights in config.qos_overrides.items():
+        if qos not in qos_names:
+            errors.append(f"{path}.qos_overrides.{qos}: unknown QoS class; known: "
+                          f"{', '.join(sorted(qos_names))}")
+            continue
+        check_weights(weights, f"{path}.qos_overrides.{qos}")
+    if not errors:
+        for qos in [None, *config.qos_overrides]:
+            merged = {**config.weights, **(config.qos_overrides.get(qos, {}) if qos else {})}
+            if sum(merged.values()) <= 0:
+                where = f"{path}.qos_overrides.{qos}" if qos else f"{path}.weights"
+                errors.append(f"{where}: at least one weight must be > 0")
+    return errors
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Evaluation:
+    """Result of scoring one pod on ``m`` candidate nodes.
+
+    Attributes
+    ----------
+    context : FitContext
+        Feasibility and reasons (``context.node_fits``, ``context.reason``).
+    score : ndarray of shape (m,), float64
+        Weighted node score in [0, 1], higher is better; 0 on infeasible rows.
+    chosen_cols : ndarray of shape (m, gpu_count), int64
+        GPU columns the pod would get on each node; -1 on infeasible rows.
+    """
+
+    context: FitContext
+    score: NDArray[np.float64]
+    chosen_cols: NDArray[np.int64]
+
+    def best(self) -> int:
+        """Position (in the candidate list) of the best feasible node, or -1 if none.
+
+        Ties are broken by the lowest cluster row, so the answer does not depend on the
+        order in which candidates were given.
+        """
+        fits = self.context.node_fits
+        if not fits.any():
+            return -1
+        pos = np.flatnonzero(fits)
+        order = np.lexsort((self.context.rows[pos], -self.score[pos]))
+        return int(pos[order[0]])
+
+
+class Scorer:
+    """Weighted combination of registered strategies (build with ``build_scorer``)."""
+
+    def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]]) -> None:
+        self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
+            qos: tuple((STRATEGIES[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
+            for qos, ws in weights_by_qos.items()
+        }
+
+    def weights(self, qos: QoSClass) -> dict[str, float]:
+        """Effective weights for pods of one QoS class."""
+        return {s.name: w for s, w in self._plans[qos]}
+
+    def evaluate(
+        self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64]
+    ) -> Evaluation:
+        """Feasibility, node scores and GPU choice of ``request`` on ``rows``.
+
+        Parameters
+        ----------
+        state : ClusterState
+            Read only.
+        request : PodRequest
+        rows : ndarray of shape (m,), int64
+
+        Returns
+        -------
+        Evaluation
+        """
+        ctx = fit(state, request, rows)
+        plan = self._plans[request.qos]
+        m, k = ctx.rows.shape[0], request.gpu_count
+        if k == 0:
+            # CPU-only pods: nothing GPU-related to prefer; every feasible node scores 0.
+            return Evaluation(ctx, np.zeros(m), np.zeros((m, 0), dtype=np.int64))
+        pref = np.zeros(ctx.gpu_fits.shape)
+        for strat, w in plan:
+            if strat.gpu_score is not None:
+                pref += w * strat.gpu_score(ctx)
+        pref = np.where(ctx.gpu_fits, pref, -np.inf)
+        if k == 1:
+            cols = np.argmax(pref, axis=1)[:, None]
+        else:
+            cols = np.argsort(-pref, axis=1, kind="stable")[:, :k]
+        chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+        np.put_along_axis(chosen, cols, True, axis=1)
+        chosen &= ctx.node_fits[:, None]
+        total_w = sum(w for _, w in plan)
+        score = np.zeros(m)
+        for strat, w in plan:
+            score += w * strat.node_score(ctx, chosen)
+        score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
+        cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)
+        return Evaluation(ctx, score, cols)
+
+
+def build_scorer(config: ScoringConfig) -> Scorer:
+    """Validate ``config`` once and build the scorer.
+
+    Parameters
+    ----------
+    config : ScoringConfig
+
+    Returns
+    -------
+    Scorer
+
+    Raises
+    ------
+    ValueError
+        With every ``field.path: message`` problem, one per line.
+    """
+    errors = validate_config(config)
+    if errors:
+        raise ValueError("\n".join(errors))
+    by_qos = {
+        qos: {**config.weights, **config.qos_overrides.get(qos.wire_name, {})}
+        for qos in QoSClass
+    }
+    return Scorer(by_qos)
