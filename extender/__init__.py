@@ -1,0 +1,1 @@
+"""gpufrac's Kubernetes side: the scheduler-extender HTTP server, its cache and translation."""

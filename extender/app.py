@@ -1,0 +1,73 @@
+"""``create_app(settings)``: the FastAPI application, its lifespan and error handling."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+
+from extender.cache import GpuCache
+from extender.clusterfile import load_cluster_file
+from extender.metrics import Metrics
+from extender.routes import bind, filter, health, prioritize, standalone
+from extender.routes.jsonresp import json_response
+from extender.settings import Settings, scoring_from_settings
+from scoring.strategies import build_scorer
+
+log = logging.getLogger(__name__)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:10]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def create_app(settings: Settings, cache: GpuCache | None = None) -> FastAPI:
+    """Build the extender app.
+
+    Parameters
+    ----------
+    settings : Settings
+    cache : GpuCache, optional
+        Pre-filled cache (tests); by default one is built at start-up from the settings'
+        scoring config and, in standalone mode, filled from ``settings.cluster_file``.
+
+    Raises
+    ------
+    ValueError
+        Invalid scoring config or cluster file: start-up fails once, with field paths.
+    """
+    scorer = build_scorer(scoring_from_settings(settings))
+    own_cache = cache is None
+    cache = cache if cache is not None else GpuCache(scorer)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if own_cache and settings.cluster_file is not None:
+            cache.set_nodes(load_cluster_file(settings.cluster_file,
+                                              replicas_per_gpu=settings.replicas_per_gpu))
+        app.state.ready = True
+        yield
+        app.state.ready = False
+
+    app = FastAPI(title="gpufrac extender", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.cache = cache
+    app.state.metrics = Metrics(cache.summary)
+    app.state.ready = False
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> Response:
+        return json_response({"Error": _validation_message(exc)}, status_code=400)
+
+    for module in (filter, prioritize, bind, health):
+        app.include_router(module.router)
+    if settings.mode == "standalone":
+        app.include_router(standalone.router)
+    return app

@@ -1,0 +1,98 @@
+"""``gpufrac`` command line: the composition root (settings are built here, then injected)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from extender.app import create_app
+    from extender.settings import ConfigError, Settings
+
+    overrides = {k: v for k, v in {
+        "host": args.host, "port": args.port, "cluster_file": args.cluster_file,
+        "config_file": args.config, "preset": args.preset,
+        "replicas_per_gpu": args.replicas_per_gpu}.items() if v is not None}
+    settings = Settings(**overrides)
+    try:
+        app = create_app(settings)
+    except (ConfigError, ValueError) as exc:
+        print(f"gpufrac: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper())
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                access_log=False)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from benchmarks import replay
+
+    return replay.run(args)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from benchmarks import check_placements
+
+    problems = check_placements.check(args.nodes, args.pods, args.placements,
+                                      replicas_per_gpu=args.replicas_per_gpu)
+    for p in problems[:50]:
+        print(p)
+    print(f"{args.placements}: {'OK' if not problems else f'{len(problems)} problems'}")
+    return 1 if problems else 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from extender.annotations import inventory_json_schema
+
+    print(json.dumps(inventory_json_schema(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(prog="gpufrac", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the extender (standalone: nodes from a file)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--cluster-file", type=Path, help="node list, YAML or openb CSV")
+    serve.add_argument("--config", type=Path, help="admin config file (scoring weights)")
+    serve.add_argument("--preset", help="weight preset when no config file is given")
+    serve.add_argument("--replicas-per-gpu", type=int)
+    serve.set_defaults(func=_serve)
+
+    from benchmarks.replay import add_arguments
+
+    rep = sub.add_parser("replay", help="replay an openb trace through the extender's HTTP verbs")
+    add_arguments(rep)
+    rep.set_defaults(func=_replay)
+
+    chk = sub.add_parser("check-placements", help="independent feasibility check of a placements CSV")
+    chk.add_argument("placements", type=Path)
+    chk.add_argument("--nodes", type=Path, required=True)
+    chk.add_argument("--pods", type=Path, required=True)
+    chk.add_argument("--replicas-per-gpu", type=int, default=20)
+    chk.set_defaults(func=_check)
+
+    sch = sub.add_parser("inventory-schema", help="print the gpufrac.io/inventory v1 JSON Schema")
+    sch.set_defaults(func=_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpufrac`` console script."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,28 @@
+"""FastAPI dependencies: long-lived objects live on ``app.state`` (set in ``create_app``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from extender.cache import GpuCache
+from extender.metrics import Metrics
+from extender.settings import Settings
+
+
+def _cache(request: Request) -> GpuCache:
+    return request.app.state.cache  # type: ignore[no-any-return]
+
+
+def _metrics(request: Request) -> Metrics:
+    return request.app.state.metrics  # type: ignore[no-any-return]
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+CacheDep = Annotated[GpuCache, Depends(_cache)]
+MetricsDep = Annotated[Metrics, Depends(_metrics)]
+SettingsDep = Annotated[Settings, Depends(_settings)]

@@ -1,0 +1,29 @@
+"""``POST /bind``: choose the GPUs on the node kube-scheduler picked and record them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from extender.cache import BindError
+from extender.deps import CacheDep, MetricsDep
+from extender.routes.jsonresp import json_response
+from extender.wire import ExtenderBindingArgs, ExtenderBindingResult
+
+router = APIRouter()
+
+
+@router.post("/bind")
+def bind_pod(args: ExtenderBindingArgs, cache: CacheDep, metrics: MetricsDep) -> Response:
+    """Answer ``ExtenderBindingResult``: empty ``Error`` when the allocation is recorded.
+
+    Standalone mode records the allocation in memory; the cluster mode additionally writes
+    the pod's allocation annotations and creates the Binding.
+    """
+    with metrics.timer("bind"):
+        try:
+            cache.bind(args.PodUID, args.PodNamespace, args.PodName, args.Node)
+        except BindError as exc:
+            metrics.binds.labels("error").inc()
+            return json_response(ExtenderBindingResult(Error=str(exc)))
+        metrics.binds.labels("ok").inc()
+        return json_response(ExtenderBindingResult())

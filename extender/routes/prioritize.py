@@ -1,0 +1,28 @@
+"""``POST /prioritize``: 0..10 per candidate; exactly one node (gpufrac's choice) gets 10."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from extender import translate
+from extender.deps import CacheDep, MetricsDep
+from extender.routes.jsonresp import json_response
+from extender.wire import ExtenderArgs
+
+router = APIRouter()
+
+
+@router.post("/prioritize")
+def prioritize_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Response:
+    """Answer ``HostPriorityList``; unknown or infeasible nodes score 0."""
+    with metrics.timer("prioritize"):
+        try:
+            names = translate.node_names_from_args(
+                args.Nodes.model_dump() if args.Nodes is not None else None, args.NodeNames)
+            intent = translate.pod_intent(args.Pod)
+        except ValueError as exc:
+            # kube-scheduler ignores prioritize errors; say why anyway.
+            return json_response({"Error": str(exc)}, status_code=400)
+        ce = cache.evaluate(intent, names)
+        scores = dict(zip(ce.names, translate.wire_scores(ce.evaluation), strict=True))
+        return json_response([{"Host": n, "Score": scores.get(n, 0)} for n in names])

@@ -1,0 +1,416 @@
+"""The only bridge between Kubernetes JSON (wire bodies, Pods, Nodes) and the numpy core.
+
+Inbound: Pod JSON -> ``PodIntent`` -> ``scoring.PodRequest``; Node JSON / inventory ->
+``scoring.NodeSpec``; node names -> state rows. Outbound: float scores -> 0..10 wire
+integers; ``scoring.fit.Reason`` codes -> the messages kube-scheduler shows in
+FailedScheduling events.
+
+Every parse error is a ``PodSpecError`` / ``ValueError`` whose message names the field, the
+offending value (quoted, truncated) and the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import numpy as np
+from kubernetes.utils.quantity import parse_quantity
+from numpy.typing import NDArray
+
+from extender import annotations as ann
+from scoring.fit import Reason
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.state import ClusterState, GpuSpec, NodeSpec
+from scoring.strategies import Evaluation
+
+MAX_EXTENDER_PRIORITY = 10
+"""kube-scheduler ``extender/v1.MaxExtenderPriority``: the highest score an extender returns."""
+
+MIB = 1024 * 1024
+_QOS_BY_NAME = {q.wire_name: q for q in QoSClass}
+
+
+class PodSpecError(ValueError):
+    """A pod's resources or gpufrac annotations are invalid; the message is user-facing."""
+
+
+def quote(value: object, limit: int = 64) -> str:
+    """JSON-quote a user-provided value for messages and logs, truncated to ``limit`` chars."""
+    text = str(value)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return json.dumps(text)
+
+
+@dataclass(frozen=True, slots=True)
+class PodIntent:
+    """A pod as gpufrac needs it, with model names not yet resolved to ids.
+
+    Attributes
+    ----------
+    uid, namespace, name : str
+    node_name : str
+        ``spec.nodeName``; ``""`` while pending.
+    phase : str
+        ``status.phase`` (``Pending``, ``Running``, ``Succeeded``, ``Failed``...).
+    gpu_count : int
+        Sum of ``gpufrac.io/gpu`` over the containers.
+    gpu_milli : int
+        Share per GPU, milli-GPU.
+    gpu_memory_mib : int or None
+        ``gpufrac.io/memory`` in MiB (rounded up), ``None`` when absent.
+    gpu_models : frozenset of str or None
+    qos : QoSClass
+    cpu_milli, memory_mib : int
+        Effective pod requests (max of the init containers and the sum of the containers).
+    assigned_gpus : tuple of str
+        UUIDs from ``gpufrac.io/assigned-gpus`` (set by gpufrac at bind).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    phase: str
+    gpu_count: int
+    gpu_milli: int
+    gpu_memory_mib: int | None
+    gpu_models: frozenset[str] | None
+    qos: QoSClass
+    cpu_milli: int
+    memory_mib: int
+    assigned_gpus: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name`` for messages."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        """True once the pod can no longer use its allocation."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+def _quantity(value: object, field: str) -> Decimal:
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError, InvalidOperation):
+        raise PodSpecError(
+            f"{field}: {quote(value)} is not a Kubernetes quantity (e.g. \"8Gi\", \"500Mi\", \"2\")"
+        ) from None
+    if not q.is_finite():
+        raise PodSpecError(f"{field}: {quote(value)} must be finite")
+    return Decimal(q)
+
+
+def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, int, int]:
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise PodSpecError(f"{where}.resources: must be an object")
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+        raise PodSpecError(f"{where}.resources: limits and requests must be objects")
+    gpus = 0
+    raw_gpu = limits.get(ann.RESOURCE_GPU, requests.get(ann.RESOURCE_GPU))
+    if raw_gpu is not None:
+        q = _quantity(raw_gpu, f"{where}.resources.limits[{ann.RESOURCE_GPU}]")
+        if q < 0 or q != q.to_integral_value():
+            raise PodSpecError(
+                f"{where}.resources.limits[{ann.RESOURCE_GPU}]: {quote(raw_gpu)} must be a "
+                "whole number of GPUs >= 0 (use the gpufrac.io/fraction annotation for a share)"
+            )
+        gpus = int(q)
+    # kube-scheduler falls back to limits when a request is absent.
+    cpu = requests.get("cpu", limits.get("cpu"))
+    mem = requests.get("memory", limits.get("memory"))
+    cpu_milli = math.ceil(_quantity(cpu, f"{where}.resources.requests.cpu") * 1000) if cpu else 0
+    mem_mib = math.ceil(_quantity(mem, f"{where}.resources.requests.memory") / MIB) if mem else 0
+    return gpus, cpu_milli, mem_mib
+
+
+def _fraction_milli(raw: object) -> int:
+    rule = "must be a decimal in (0, 1] with at most 3 decimal places, e.g. \"0.25\""
+    try:
+        value = Decimal(str(raw).strip())
+    except InvalidOperation:
+        raise PodSpecError(f"{ann.FRACTION}: {quote(raw)} is not a number; {rule}") from None
+    if not value.is_finite() or not 0 < value <= 1:
+        raise PodSpecError(f"{ann.FRACTION}: {quote(raw)} is out of range; {rule}")
+    milli = value * MILLI_PER_GPU
+    if milli != milli.to_integral_value():
+        raise PodSpecError(f"{ann.FRACTION}: {quote(raw)} is finer than 1/1000 GPU; {rule}")
+    return int(milli)
+
+
+def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
+    """Parse a Pod object (API JSON, as in ``ExtenderArgs.Pod`` or a watch event).
+
+    Parameters
+    ----------
+    pod : mapping
+        The Pod JSON.
+
+    Returns
+    -------
+    PodIntent
+
+    Raises
+    ------
+    PodSpecError
+        On a malformed Pod or an invalid gpufrac annotation or resource; the message names
+        the annotation, the value and the rule.
+    """
+    if not isinstance(pod, Mapping):
+        raise PodSpecError("Pod: must be an object")
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        raise PodSpecError("Pod: metadata, spec and status must be objects")
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"
+    uid = meta.get("uid") or ""
+    if not isinstance(name, str) or not name:
+        raise PodSpecError("Pod.metadata.name: missing")
+    if not isinstance(uid, str) or not isinstance(namespace, str):
+        raise PodSpecError("Pod.metadata.uid and namespace: must be strings")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise PodSpecError("Pod.metadata.annotations: must be an object")
+
+    def containers(key: str) -> list[tuple[int, int, int]]:
+        items = spec.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(c, Mapping) for c in items):
+            raise PodSpecError(f"Pod.spec.{key}: must be a list of objects")
+        return [_container_requests(c, f"{key}[{c.get('name', i)}]") for i, c in enumerate(items)]
+
+    main = containers("containers")
+    init = containers("initContainers")
+    # Effective request = max(sum over containers, max over init containers), as kubelet.
+    eff = [max(sum(c[i] for c in main), max((c[i] for c in init), default=0)) for i in range(3)]
+    gpu_count, cpu_milli, memory_mib = eff
+
+    milli = MILLI_PER_GPU
+    if ann.FRACTION in annotations:
+        milli = _fraction_milli(annotations[ann.FRACTION])
+        if milli < MILLI_PER_GPU and gpu_count > 1:
+            raise PodSpecError(
+                f"{ann.FRACTION}: {quote(annotations[ann.FRACTION])} is below 1 but the pod asks for "
+                f"{gpu_count} GPUs ({ann.RESOURCE_GPU}); a share below 1 needs exactly 1 GPU"
+            )
+    gpu_mem: int | None = None
+    if ann.MEMORY in annotations:
+        raw = annotations[ann.MEMORY]
+        q = _quantity(raw, ann.MEMORY)
+        if q <= 0:
+            raise PodSpecError(f"{ann.MEMORY}: {quote(raw)} must be a positive quantity, e.g. \"8Gi\"")
+        gpu_mem = math.ceil(q / MIB)
+    models: frozenset[str] | None = None
+    if ann.GPU_MODEL in annotations:
+        raw = annotations[ann.GPU_MODEL]
+        parts = [p.strip() for p in str(raw).split("|")]
+        if not all(parts):
+            raise PodSpecError(
+                f"{ann.GPU_MODEL}: {quote(raw)} has an empty model; use model names separated by "
+                "'|', e.g. \"T4|V100M32\""
+            )
+        models = frozenset(parts)
+    qos = QoSClass.BURSTABLE
+    if ann.QOS in annotations:
+        raw = annotations[ann.QOS]
+        if raw not in _QOS_BY_NAME:
+            raise PodSpecError(
+                f"{ann.QOS}: {quote(raw)} is not a QoS class; use one of "
+                f"{', '.join(q.wire_name for q in QoSClass)}"
+            )
+        qos = _QOS_BY_NAME[raw]
+    assigned = tuple(u for u in str(annotations.get(ann.ASSIGNED_GPUS, "")).split(",") if u)
+    return PodIntent(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        gpu_count=gpu_count,
+        gpu_milli=milli,
+        gpu_memory_mib=gpu_mem,
+        gpu_models=models,
+        qos=qos,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        assigned_gpus=assigned,
+    )
+
+
+def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
+    """Resolve a ``PodIntent`` against the state's model ids.
+
+    A model name no node has resolves to no id, so every node fails the model check and
+    the failure message names the models the pod asked for.
+    """
+    models = None if intent.gpu_models is None else state.model_ids(intent.gpu_models)
+    return PodRequest(
+        gpu_count=intent.gpu_count,
+        gpu_milli=intent.gpu_milli if intent.gpu_count else MILLI_PER_GPU,
+        gpu_memory_mib=intent.gpu_memory_mib,
+        allowed_models=models,
+        qos=intent.qos,
+        cpu_milli=intent.cpu_milli,
+        memory_mib=intent.memory_mib,
+    )
+
+
+def node_spec(name: str, cpu_milli: int, memory_mib: int, inv: ann.NodeInventory | None) -> NodeSpec:
+    """Build a ``NodeSpec`` from allocatable numbers and a parsed inventory (or none)."""
+    gpus = () if inv is None else tuple(
+        GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy) for g in inv.gpus
+    )
+    return NodeSpec(name, cpu_milli, memory_mib, gpus)
+
+
+def node_spec_from_object(node: Mapping[str, Any]) -> NodeSpec:
+    """Build a ``NodeSpec`` from a Node object (allocatable + inventory annotation).
+
+    Raises
+    ------
+    ValueError
+        On a missing name, unparseable allocatable, or an invalid inventory annotation.
+    """
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("Node.metadata.name: missing")
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    cpu = _quantity(alloc.get("cpu", "0"), f"Node {name} allocatable.cpu")
+    mem = _quantity(alloc.get("memory", "0"), f"Node {name} allocatable.memory")
+    raw_inv = (meta.get("annotations") or {}).get(ann.INVENTORY)
+    inv = ann.parse_inventory(raw_inv) if raw_inv else None
+    return node_spec(name, int(cpu * 1000), int(mem / MIB), inv)
+
+
+def node_names_from_args(nodes: Mapping[str, Any] | None, names: Sequence[str] | None) -> list[str]:
+    """Candidate node names from ``ExtenderArgs``: ``NodeNames`` or ``Nodes.items[].metadata.name``.
+
+    Raises
+    ------
+    ValueError
+        When neither is given, or a Node item has no name.
+    """
+    if names is not None:
+        return list(names)
+    if nodes is None:
+        raise ValueError("ExtenderArgs: one of NodeNames or Nodes is required")
+    out = []
+    for i, item in enumerate(nodes.get("items") or []):
+        name = ((item or {}).get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"Nodes.items[{i}].metadata.name: missing")
+        out.append(name)
+    return out
+
+
+def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[np.int64], list[str]]:
+    """State rows of the known names (in the given order) and the unknown names."""
+    index = state.node_index
+    rows = [index[n] for n in names if n in index]
+    unknown = [n for n in names if n not in index]
+    return np.asarray(rows, dtype=np.int64), unknown
+
+
+UNRESOLVABLE = frozenset({Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY})
+"""Reasons preemption cannot fix: kube-scheduler gets them in ``FailedAndUnresolvableNodes``."""
+
+NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
+
+
+def failure_messages(evaluation: Evaluation, intent: PodIntent, state: ClusterState) -> dict[int, str]:
+    """FailedNodes messages: candidate position -> the failed check and the pod's demand.
+
+    Parameters
+    ----------
+    evaluation : Evaluation
+        From ``Scorer.evaluate`` on ``state``.
+    intent : PodIntent
+    state : ClusterState
+        The state the evaluation read.
+
+    Returns
+    -------
+    dict of int to str
+        One entry per infeasible candidate.
+    """
+    ctx = evaluation.context
+    req = ctx.request
+    k, milli = req.gpu_count, req.gpu_milli
+    bad = np.flatnonzero(~ctx.node_fits)
+    if bad.size == 0:
+        return {}
+    largest = ctx.free_milli.max(axis=1, initial=0)
+    wanted = quote("|".join(sorted(intent.gpu_models or ())))
+    need = "whole unshared GPU" if milli == MILLI_PER_GPU else f"GPU with {milli} milli free"
+    out: dict[int, str] = {}
+    for pos in bad.tolist():
+        reason = Reason(int(ctx.reason[pos]))
+        row = int(ctx.rows[pos])
+        if reason == Reason.NODE_NOT_READY:
+            msg = "node not ready for GPU pods (inventory stale or missing)"
+        elif reason == Reason.INSUFFICIENT_CPU:
+            msg = (f"insufficient cpu: pod needs {req.cpu_milli}m, "
+                   f"node has {int(ctx.cpu_free_milli[pos])}m free")
+        elif reason == Reason.INSUFFICIENT_MEMORY:
+            msg = (f"insufficient memory: pod needs {req.memory_mib}Mi, "
+                   f"node has {int(ctx.mem_host_free_mib[pos])}Mi free")
+        elif reason == Reason.TOO_FEW_GPUS:
+            msg = f"node has {int(ctx.gpu_exists[pos].sum())} GPUs, pod needs {k}"
+        elif reason == Reason.GPU_MODEL_MISMATCH:
+            have = sorted({state.models[m] for m in state.gpu_model[row].tolist() if m >= 0})
+            msg = (f"{ann.GPU_MODEL} {wanted}: fewer than {k} GPUs of that model on node "
+                   f"(node has {', '.join(have) or 'no GPUs'})")
+        elif reason == Reason.GPU_UNHEALTHY:
+            msg = f"fewer than {k} healthy GPUs of an allowed model"
+        elif reason == Reason.INSUFFICIENT_GPU_SHARE:
+            msg = (f"insufficient GPU share: pod needs {k} {need}(s), "
+                   f"largest free share on node is {int(largest[pos])} milli")
+        elif reason == Reason.INSUFFICIENT_GPU_MEMORY:
+            msg = "insufficient GPU memory on the GPUs with enough share"
+        else:
+            msg = "no free time-slicing replica slot on the GPUs that fit"
+        out[pos] = "gpufrac: " + msg
+    return out
+
+
+def wire_scores(evaluation: Evaluation) -> list[int]:
+    """Map float node scores to kube-scheduler's 0..``MAX_EXTENDER_PRIORITY`` integers.
+
+    The best node (``Evaluation.best``: highest score, lowest cluster row on ties) alone gets
+    10, so kube-scheduler's random tie-break among its top total never overrides gpufrac's
+    choice. The other feasible nodes get ``1 + floor(8 * (s - s_min) / (s_max - s_min))``
+    (9 when all scores are equal): ranking kept, near-ties stay near, and 0 is left for
+    infeasible nodes.
+
+    Returns
+    -------
+    list of int
+        One per candidate, in candidate order.
+    """
+    fits = evaluation.context.node_fits
+    out = np.zeros(fits.shape[0], dtype=np.int64)
+    best = evaluation.best()
+    if best < 0:
+        return out.tolist()
+    s = evaluation.score[fits]
+    lo, hi = float(s.min()), float(s.max())
+    top = MAX_EXTENDER_PRIORITY - 1
+    if hi > lo:
+        scaled = 1 + np.floor((top - 1) * (evaluation.score - lo) / (hi - lo)).astype(np.int64)
+    else:
+        scaled = np.full(fits.shape[0], top, dtype=np.int64)
+    out = np.where(fits, np.clip(scaled, 1, top), 0)
+    out[best] = MAX_EXTENDER_PRIORITY
+    return out.tolist()

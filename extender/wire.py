@@ -1,0 +1,69 @@
+"""Pydantic mirrors of kube-scheduler's ``k8s.io/kube-scheduler/extender/v1`` types.
+
+The Go types have no json tags, so the keys are the Go field names (``Pod``, ``NodeNames``,
+``FailedNodes``...). Go decodes replies case-insensitively; we always answer in the Go
+spelling. Embedded Pods and Nodes stay plain JSON objects: ``extender.translate`` reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class NodeList(_Wire):
+    """``v1.NodeList`` as sent when ``nodeCacheCapable`` is false."""
+
+    items: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ExtenderArgs(_Wire):
+    """Body of ``filter`` and ``prioritize``."""
+
+    Pod: dict[str, Any]
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(_Wire):
+    """Reply to ``filter``: passing nodes, failed nodes with reasons, or an error."""
+
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = Field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    Error: str = ""
+
+
+class HostPriority(_Wire):
+    """One entry of the ``prioritize`` reply (``HostPriorityList``)."""
+
+    Host: str
+    Score: int = Field(ge=0, le=10)
+
+
+class ExtenderBindingArgs(_Wire):
+    """Body of ``bind``."""
+
+    PodName: str = Field(min_length=1)
+    PodNamespace: str = Field(min_length=1)
+    PodUID: str = Field(min_length=1)
+    Node: str = Field(min_length=1)
+
+
+class ExtenderBindingResult(_Wire):
+    """Reply to ``bind``: empty ``Error`` on success."""
+
+    Error: str = ""
+
+
+class PodEvent(_Wire):
+    """A pod watch event (``{"type", "object"}``), the standalone cache-update input."""
+
+    type: str = Field(pattern="^(ADDED|MODIFIED|DELETED)$")
+    object: dict[str, Any]
