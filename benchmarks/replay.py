@@ -1,0 +1,397 @@
+"""``gpufrac replay``: the openb trace through the extender's HTTP verbs, as kube-scheduler would.
+
+For each pod: the pod-event endpoint hears of it (as the pod watch would), the emulated
+kube-scheduler filters CPU/memory/slots in-tree, then (GPU pods) calls ``/filter``,
+``/prioritize`` (skipped when one node is left, as kube-scheduler does) and ``/bind``, and
+combines scores as ``benchmarks.kube_scheduler`` describes. CPU-only pods are placed by the
+in-tree plugins alone and reported to the extender as bound. After each seed every pod is
+deleted through the same event path, and the extender must be back to empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+from tqdm import tqdm
+
+from benchmarks import trace
+from benchmarks.kube_scheduler import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
+from extender import annotations as ann
+from extender.clusterfile import load_cluster_file
+from scoring.fragmentation import TaskTypes, fragmentation_rate
+from scoring.state import NodeSpec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SCHEDULER_CONFIG = REPO_ROOT / "scheduler-config.yaml"
+MARKS = (50, 90, 100, 130)
+GRID = np.arange(0, 130.5, 0.5)
+
+
+class ExtenderClient:
+    """kube-scheduler's side of the extender protocol, over HTTP (keep-alive)."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=timeout_s)
+
+    def _post(self, verb: str, body: Any) -> Any:
+        resp = self.http.post(f"{self.url}/{verb}", content=orjson.dumps(body),
+                              headers={"Content-Type": "application/json"})
+        if resp.status_code != 200:
+            raise RuntimeError(f"{verb}: HTTP {resp.status_code}: {resp.text[:300]}")
+        return orjson.loads(resp.content)
+
+    def pod_events(self, events: list[dict[str, Any]]) -> None:
+        """Post watch events (``ADDED``/``MODIFIED``/``DELETED``) to the standalone endpoint."""
+        self._post("standalone/pod-events", events)
+
+    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
+        return self._post("filter", args)  # type: ignore[no-any-return]
+
+    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """``ExtenderArgs`` -> ``HostPriorityList``."""
+        return self._post("prioritize", args)  # type: ignore[no-any-return]
+
+    def bind(self, pod: dict[str, Any], node: str) -> str:
+        """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
+        meta = pod["metadata"]
+        res = self._post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
+                                  "PodUID": meta["uid"], "Node": node})
+        return str(res.get("Error", ""))
+
+    def get(self, path: str) -> Any:
+        """GET a JSON endpoint."""
+        resp = self.http.get(f"{self.url}/{path}")
+        return orjson.loads(resp.content)
+
+
+def node_object(spec: NodeSpec) -> dict[str, Any]:
+    """The Node JSON a nodeCacheCapable=false extender receives for a cluster-file node."""
+    inv = ann.NodeInventory(node=spec.name, heartbeat="2026-01-01T00:00:00Z", gpus=[
+        ann.GpuInventory(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib,
+                         replicas=g.replicas, healthy=g.healthy) for g in spec.gpus])
+    slots = sum(g.replicas for g in spec.gpus)
+    alloc = {"cpu": f"{spec.cpu_milli}m", "memory": f"{spec.memory_mib}Mi", "pods": "110",
+             ann.RESOURCE_GPU: str(slots)}
+    return {"metadata": {"name": spec.name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
+            "spec": {}, "status": {"capacity": alloc, "allocatable": alloc}}
+
+
+@dataclass
+class SeedResult:
+    """What one seed's replay measured."""
+
+    seed: int
+    pods: int
+    gpu_pods_failed: int
+    cpu_pods_failed: int
+    bind_errors: int
+    allocation_pct: dict[int, float]
+    unallocated_pct_100: float
+    unallocated_pct_130: float
+    fragmentation_rate_100: float
+    seconds: float
+    pods_per_s: float
+    curve: list[float] = field(repr=False)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_extender(nodes: Path, policy: str, replicas: int) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``gpufrac serve`` (standalone) on a free loopback port; wait until ready."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "extender", "serve", "--cluster-file", str(nodes),
+           "--preset", policy, "--port", str(port), "--replicas-per-gpu", str(replicas)]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"extender exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("extender did not become ready within 60 s")
+
+
+def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any]]) -> np.ndarray:
+    index = {s.name: i for i, s in enumerate(specs)}
+    max_gpus = max(len(s.gpus) for s in specs)
+    free = np.zeros((len(specs), max_gpus), dtype=np.int64)
+    col_of: dict[tuple[int, int], int] = {}
+    for i, s in enumerate(specs):
+        for c, g in enumerate(sorted(s.gpus, key=lambda g: g.index)):
+            free[i, c] = 1000
+            col_of[(i, g.index)] = c
+    for a in allocs:
+        row = index[a["node"]]
+        for gi in a["gpu_indices"]:
+            free[row, col_of[(row, gi)]] -= a["gpu_milli"]
+    return free
+
+
+def replay_seed(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.TracePod],
+                tasks: TaskTypes, seed: int, profile: Profile, out: Path,
+                progress: bool = True) -> SeedResult:
+    """Replay one seed; write ``placements-<seed>.csv``; leave the extender empty."""
+    names = [s.name for s in specs]
+    capacity = 1000 * sum(len(s.gpus) for s in specs)
+    view = SchedulerView(
+        np.array([s.cpu_milli for s in specs]), np.array([s.memory_mib for s in specs]),
+        np.array([sum(g.replicas for g in s.gpus) for s in specs]), profile,
+        np.random.default_rng(seed))
+    node_objects = None if profile.node_cache_capable else [node_object(s) for s in specs]
+    seq = trace.arrival_sequence(pods, seed, capacity)
+    arrived = allocated = 0
+    gpu_failed = cpu_failed = bind_errors = 0
+    marks: dict[int, float] = {}
+    frag_100 = float("nan")
+    curve_x: list[float] = [0.0]
+    curve_y: list[float] = [0.0]
+    placed: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for tp in tqdm(seq, desc=f"seed {seed}", unit="pod", disable=not progress, mininterval=1.0):
+        pod = tp.pod_object(seed)
+        client.pod_events([{"type": "ADDED", "object": pod}])
+        arrived += tp.gpu_request_milli
+        feasible = view.feasible(tp.cpu_milli, tp.memory_mib, tp.num_gpu)
+        node = -1
+        if feasible.shape[0] and tp.num_gpu == 0:
+            node = view.select(feasible, view.in_tree_scores(feasible, tp.cpu_milli, tp.memory_mib))
+            bound = {**pod, "spec": {**pod["spec"], "nodeName": names[node]},
+                     "status": {"phase": "Running"}}
+            client.pod_events([{"type": "MODIFIED", "object": bound}])
+        elif feasible.shape[0]:
+            node = _schedule_gpu_pod(client, view, pod, feasible, names, node_objects, profile)
+            if node >= 0:
+                err = client.bind(pod, names[node])
+                if err:
+                    bind_errors += 1
+                    node = -1
+        if node >= 0:
+            view.assume(node, tp.cpu_milli, tp.memory_mib, tp.num_gpu)
+            allocated += tp.gpu_request_milli
+            placed.append(pod)
+        elif tp.num_gpu:
+            gpu_failed += 1
+        else:
+            cpu_failed += 1
+        pct = 100.0 * arrived / capacity
+        curve_x.append(pct)
+        curve_y.append(100.0 * allocated / capacity)
+        for m in MARKS:
+            if m not in marks and pct >= m:
+                marks[m] = 100.0 * allocated / capacity
+                if m == 100:
+                    free = _free_gpu_from_allocations(specs, client.get("allocations"))
+                    frag_100 = fragmentation_rate(free, view.cpu_alloc - view.cpu_req,
+                                                  view.mem_alloc - view.mem_req, tasks)
+    seconds = time.perf_counter() - start
+    for m in MARKS:
+        marks.setdefault(m, 100.0 * allocated / capacity)
+    allocs = client.get("allocations")
+    _write_placements(out / f"placements-{seed}.csv", allocs)
+    # Leave the extender empty, through the same event path the pod watch uses.
+    for i in range(0, len(placed), 500):
+        client.pod_events([{"type": "DELETED", "object": p} for p in placed[i:i + 500]])
+    left = client.get("readyz")
+    if left.get("pods_bound") or left.get("gpu_allocated_milli"):
+        raise RuntimeError(f"extender not empty after deleting every pod: {left}")
+    curve = np.interp(GRID, np.array(curve_x), np.array(curve_y)).round(3).tolist()
+    return SeedResult(seed, len(seq), gpu_failed, cpu_failed, bind_errors, marks,
+                      100.0 - marks[100], 100.0 - marks[130], frag_100, seconds,
+                      len(seq) / seconds, curve)
+
+
+def _schedule_gpu_pod(client: ExtenderClient, view: SchedulerView, pod: dict[str, Any],
+                      feasible: np.ndarray, names: list[str],
+                      node_objects: list[dict[str, Any]] | None, profile: Profile) -> int:
+    def args(nodes: np.ndarray) -> dict[str, Any]:
+        if node_objects is None:
+            return {"Pod": pod, "Nodes": None, "NodeNames": [names[i] for i in nodes]}
+        return {"Pod": pod, "Nodes": {"metadata": {}, "items": [node_objects[i] for i in nodes]},
+                "NodeNames": None}
+
+    res = client.filter(args(feasible))
+    if res.get("Error"):
+        return -1
+    if node_objects is None:
+        passed = res.get("NodeNames") or []
+    else:
+        passed = [it["metadata"]["name"] for it in (res.get("Nodes") or {}).get("items") or []]
+    if not passed:
+        return -1
+    pos = {n: i for i, n in enumerate(names)}
+    nodes = np.array([pos[n] for n in passed], dtype=np.int64)
+    if nodes.shape[0] == 1:
+        return int(nodes[0])  # kube-scheduler skips scoring with one feasible node
+    meta = pod["spec"]["containers"][0]["resources"]["requests"]
+    cpu = int(meta["cpu"].rstrip("m"))
+    mem = int(meta["memory"].rstrip("Mi"))
+    totals = view.in_tree_scores(nodes, cpu, mem)
+    ext = {h["Host"]: int(h["Score"]) for h in client.prioritize(args(nodes))}
+    scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
+    totals = totals + np.array([ext.get(names[i], 0) for i in nodes]) * profile.extender_weight * scale
+    return view.select(nodes, totals)
+
+
+def _write_placements(path: Path, allocs: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["pod_name", "node", "gpu_indices", "gpu_milli"])
+        for a in sorted(allocs, key=lambda a: a["name"]):
+            w.writerow([a["name"], a["node"], "|".join(str(i) for i in a["gpu_indices"]),
+                        a["gpu_milli"]])
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42-51`` or ``42,45,50`` -> list of ints."""
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    if not out:
+        raise argparse.ArgumentTypeError(f"no seeds in {text!r}")
+    return out
+
+
+def summarize(results: list[SeedResult]) -> dict[str, Any]:
+    """Medians over seeds of the headline numbers."""
+    def med(f: Any) -> float:
+        return float(statistics.median(f(r) for r in results))
+    return {
+        "allocation_pct": {str(m): med(lambda r, m=m: r.allocation_pct[m]) for m in MARKS},
+        "unallocated_pct_100": med(lambda r: r.unallocated_pct_100),
+        "unallocated_pct_130": med(lambda r: r.unallocated_pct_130),
+        "fragmentation_rate_100": med(lambda r: r.fragmentation_rate_100),
+        "gpu_pods_failed": med(lambda r: r.gpu_pods_failed),
+        "pods_per_s": med(lambda r: r.pods_per_s),
+        "seconds": sum(r.seconds for r in results),
+    }
+
+
+def report_table(policy: str, results: list[SeedResult], summary: dict[str, Any]) -> str:
+    """The Markdown table printed at the end."""
+    head = ("| seed | alloc @50% | @90% | @100% | @130% | unalloc @100% | frag rate @100% "
+            "| GPU pods failed | pods/s |\n|---|---|---|---|---|---|---|---|---|")
+    rows = [f"| {r.seed} | {r.allocation_pct[50]:.2f} | {r.allocation_pct[90]:.2f} | "
+            f"{r.allocation_pct[100]:.2f} | {r.allocation_pct[130]:.2f} | "
+            f"{r.unallocated_pct_100:.2f} | {100 * r.fragmentation_rate_100:.1f}% | "
+            f"{r.gpu_pods_failed} | {r.pods_per_s:.0f} |" for r in results]
+    a = summary["allocation_pct"]
+    rows.append(f"| **median** | {a['50']:.2f} | {a['90']:.2f} | {a['100']:.2f} | {a['130']:.2f} "
+                f"| **{summary['unallocated_pct_100']:.2f}** | "
+                f"{100 * summary['fragmentation_rate_100']:.1f}% | {summary['gpu_pods_failed']:.0f} "
+                f"| {summary['pods_per_s']:.0f} |")
+    return f"policy `{policy}`: GPU allocation % of capacity at arrived workload\n\n" + "\n".join([head, *rows])
+
+
+def plot(out: Path, curves: dict[str, list[list[float]]], title: str) -> None:
+    """Allocation ratio vs arrived workload, one line (median over seeds) per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    ax.plot(GRID, np.minimum(GRID, 100), color="0.7", linestyle="--", label="ideal")
+    for policy, per_seed in curves.items():
+        ax.plot(GRID, np.median(np.array(per_seed), axis=0), label=policy)
+    ax.set_xlabel("arrived workload (% of GPU capacity)")
+    ax.set_ylabel("GPU allocation ratio (%)")
+    ax.set_xlim(0, 130)
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The replay's command line (a contract other tools rely on)."""
+    p.add_argument("--nodes", type=Path, default=trace.DEFAULT_NODES, help="node list CSV/YAML")
+    p.add_argument("--pods", type=Path, default=trace.DEFAULT_PODS, help="openb pod list CSV")
+    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    p.add_argument("--policy", default="default", help="weight preset (scoring.presets)")
+    p.add_argument("--out", type=Path, default=Path("replay-out"))
+    p.add_argument("--url", help="use a running standalone extender instead of starting one")
+    p.add_argument("--scheduler-config", type=Path, default=DEFAULT_SCHEDULER_CONFIG)
+    p.add_argument("--replicas-per-gpu", type=int, default=20)
+    p.add_argument("--node-cache-capable", choices=("true", "false"),
+                   help="override the scheduler config's nodeCacheCapable")
+    p.add_argument("--percentage-of-nodes-to-score", type=int,
+                   help="override the scheduler config's percentageOfNodesToScore")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the replay; print the report; write result.json, placements, allocation.png."""
+    profile = Profile.from_file(args.scheduler_config)
+    if args.node_cache_capable is not None:
+        profile = Profile(**{**asdict(profile), "node_cache_capable": args.node_cache_capable == "true"})
+    if args.percentage_of_nodes_to_score is not None:
+        profile = Profile(**{**asdict(profile),
+                             "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score})
+    specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
+    pods = trace.load_pods(args.pods)
+    tasks = TaskTypes.from_counts(np.array(
+        [(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods], dtype=np.int64))
+    args.out.mkdir(parents=True, exist_ok=True)
+    proc = None
+    url = args.url
+    if url is None:
+        proc, url = start_extender(args.nodes, args.policy, args.replicas_per_gpu)
+    client = ExtenderClient(url)
+    try:
+        results = [replay_seed(client, specs, pods, tasks, seed, profile, args.out,
+                               progress=not args.no_progress) for seed in args.seeds]
+    finally:
+        client.http.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    summary = summarize(results)
+    result = {
+        "policy": args.policy, "nodes": str(args.nodes), "pods": str(args.pods),
+        "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
+        "median": summary,
+        "seeds": {str(r.seed): {k: v for k, v in asdict(r).items() if k != "curve"} for r in results},
+        "curve_grid_pct": GRID.tolist(),
+        "curves": {str(r.seed): r.curve for r in results},
+    }
+    (args.out / "result.json").write_text(json.dumps(result, indent=1))
+    plot(args.out / "allocation.png", {args.policy: [r.curve for r in results]},
+         f"{args.pods.name}, seeds {args.seeds[0]}..{args.seeds[-1]}")
+    print(report_table(args.policy, results, summary))
+    print(f"\n{len(results)} seeds in {summary['seconds']:.0f} s; wrote {args.out}/result.json, "
+          f"placements-<seed>.csv, allocation.png")
+    return 0
