@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,16 +158,16 @@ def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any
 
 def replay_seed(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.TracePod],
                 tasks: TaskTypes, seed: int, profile: Profile, out: Path,
-                progress: bool = True) -> SeedResult:
+                progress: bool = True, limit: int | None = None, position: int = 0) -> SeedResult:
     """Replay one seed; write ``placements-<seed>.csv``; leave the extender empty."""
-    names = [s.name for s in specs]
+    cluster = ClusterNames.build(specs, profile.node_cache_capable)
+    names = cluster.names
     capacity = 1000 * sum(len(s.gpus) for s in specs)
     view = SchedulerView(
         np.array([s.cpu_milli for s in specs]), np.array([s.memory_mib for s in specs]),
         np.array([sum(g.replicas for g in s.gpus) for s in specs]), profile,
         np.random.default_rng(seed))
-    node_objects = None if profile.node_cache_capable else [node_object(s) for s in specs]
-    seq = trace.arrival_sequence(pods, seed, capacity)
+    seq = trace.arrival_sequence(pods, seed, capacity)[:limit]
     arrived = allocated = 0
     gpu_failed = cpu_failed = bind_errors = 0
     marks: dict[int, float] = {}
@@ -174,7 +176,8 @@ def replay_seed(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.
     curve_y: list[float] = [0.0]
     placed: list[dict[str, Any]] = []
     start = time.perf_counter()
-    for tp in tqdm(seq, desc=f"seed {seed}", unit="pod", disable=not progress, mininterval=1.0):
+    for tp in tqdm(seq, desc=f"seed {seed}", unit="pod", disable=not progress, mininterval=1.0,
+                   position=position, leave=position == 0):
         pod = tp.pod_object(seed)
         client.pod_events([{"type": "ADDED", "object": pod}])
         arrived += tp.gpu_request_milli
@@ -186,7 +189,7 @@ def replay_seed(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.
                      "status": {"phase": "Running"}}
             client.pod_events([{"type": "MODIFIED", "object": bound}])
         elif feasible.shape[0]:
-            node = _schedule_gpu_pod(client, view, pod, feasible, names, node_objects, profile)
+            node = _schedule_gpu_pod(client, view, cluster, pod, tp, feasible, profile)
             if node >= 0:
                 err = client.bind(pod, names[node])
                 if err:
@@ -227,36 +230,51 @@ def replay_seed(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.
                       len(seq) / seconds, curve)
 
 
-def _schedule_gpu_pod(client: ExtenderClient, view: SchedulerView, pod: dict[str, Any],
-                      feasible: np.ndarray, names: list[str],
-                      node_objects: list[dict[str, Any]] | None, profile: Profile) -> int:
-    def args(nodes: np.ndarray) -> dict[str, Any]:
-        if node_objects is None:
-            return {"Pod": pod, "Nodes": None, "NodeNames": [names[i] for i in nodes]}
-        return {"Pod": pod, "Nodes": {"metadata": {}, "items": [node_objects[i] for i in nodes]},
+@dataclass(frozen=True)
+class ClusterNames:
+    """Node names in row order, and the reverse lookup, built once per replay."""
+
+    names: list[str]
+    pos: dict[str, int]
+    node_objects: list[dict[str, Any]] | None
+
+    @classmethod
+    def build(cls, specs: list[NodeSpec], node_cache_capable: bool) -> ClusterNames:
+        """From the cluster file's specs; Node objects only when the extender needs them."""
+        names = [s.name for s in specs]
+        objects = None if node_cache_capable else [node_object(s) for s in specs]
+        return cls(names, {n: i for i, n in enumerate(names)}, objects)
+
+    def args(self, pod: dict[str, Any], nodes: np.ndarray) -> dict[str, Any]:
+        """``ExtenderArgs`` for these node rows (names, or full Node objects)."""
+        rows = nodes.tolist()
+        if self.node_objects is None:
+            return {"Pod": pod, "Nodes": None, "NodeNames": [self.names[i] for i in rows]}
+        return {"Pod": pod, "Nodes": {"metadata": {}, "items": [self.node_objects[i] for i in rows]},
                 "NodeNames": None}
 
-    res = client.filter(args(feasible))
+
+def _schedule_gpu_pod(client: ExtenderClient, view: SchedulerView, cluster: ClusterNames,
+                      pod: dict[str, Any], tp: trace.TracePod, feasible: np.ndarray,
+                      profile: Profile) -> int:
+    res = client.filter(cluster.args(pod, feasible))
     if res.get("Error"):
         return -1
-    if node_objects is None:
+    if cluster.node_objects is None:
         passed = res.get("NodeNames") or []
     else:
         passed = [it["metadata"]["name"] for it in (res.get("Nodes") or {}).get("items") or []]
     if not passed:
         return -1
-    pos = {n: i for i, n in enumerate(names)}
-    nodes = np.array([pos[n] for n in passed], dtype=np.int64)
+    nodes = np.fromiter((cluster.pos[n] for n in passed), dtype=np.int64, count=len(passed))
     if nodes.shape[0] == 1:
         return int(nodes[0])  # kube-scheduler skips scoring with one feasible node
-    meta = pod["spec"]["containers"][0]["resources"]["requests"]
-    cpu = int(meta["cpu"].rstrip("m"))
-    mem = int(meta["memory"].rstrip("Mi"))
-    totals = view.in_tree_scores(nodes, cpu, mem)
-    ext = {h["Host"]: int(h["Score"]) for h in client.prioritize(args(nodes))}
+    totals = view.in_tree_scores(nodes, tp.cpu_milli, tp.memory_mib)
+    ext = np.zeros(view.n_nodes, dtype=np.int64)
+    for h in client.prioritize(cluster.args(pod, nodes)):
+        ext[cluster.pos[h["Host"]]] = h["Score"]
     scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
-    totals = totals + np.array([ext.get(names[i], 0) for i in nodes]) * profile.extender_weight * scale
-    return view.select(nodes, totals)
+    return view.select(nodes, totals + ext[nodes] * profile.extender_weight * scale)
 
 
 def _write_placements(path: Path, allocs: list[dict[str, Any]]) -> None:
@@ -350,7 +368,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override the scheduler config's nodeCacheCapable")
     p.add_argument("--percentage-of-nodes-to-score", type=int,
                    help="override the scheduler config's percentageOfNodesToScore")
+    p.add_argument("--limit", type=int, help="replay only the first N pods of each seed (smoke runs)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="seeds replayed in parallel, each against its own extender (1 with --url)")
     p.add_argument("--no-progress", action="store_true")
+
+
+def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], position: int) -> list[SeedResult]:
+    """One job: its own extender (unless ``--url``), its seeds in order."""
+    specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
+    pods = trace.load_pods(args.pods)
+    tasks = TaskTypes.from_counts(np.array(
+        [(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods], dtype=np.int64))
+    proc = None
+    url = args.url
+    if url is None:
+        proc, url = start_extender(args.nodes, args.policy, args.replicas_per_gpu)
+    client = ExtenderClient(url)
+    try:
+        return [replay_seed(client, specs, pods, tasks, seed, profile, args.out,
+                            progress=not args.no_progress, limit=args.limit, position=position)
+                for seed in seeds]
+    finally:
+        client.http.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -361,25 +404,21 @@ def run(args: argparse.Namespace) -> int:
     if args.percentage_of_nodes_to_score is not None:
         profile = Profile(**{**asdict(profile),
                              "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score})
-    specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
-    pods = trace.load_pods(args.pods)
-    tasks = TaskTypes.from_counts(np.array(
-        [(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods], dtype=np.int64))
     args.out.mkdir(parents=True, exist_ok=True)
-    proc = None
-    url = args.url
-    if url is None:
-        proc, url = start_extender(args.nodes, args.policy, args.replicas_per_gpu)
-    client = ExtenderClient(url)
-    try:
-        results = [replay_seed(client, specs, pods, tasks, seed, profile, args.out,
-                               progress=not args.no_progress) for seed in args.seeds]
-    finally:
-        client.http.close()
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+    jobs = 1 if args.url else max(1, min(args.jobs, len(args.seeds)))
+    started = time.perf_counter()
+    if jobs == 1:
+        results = _run_job(args, profile, args.seeds, 0)
+    else:
+        # One extender process per job; seeds dealt round-robin. Each seed still replays
+        # strictly in order against its own extender, so results do not depend on jobs.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_job, args, profile, args.seeds[j::jobs], j) for j in range(jobs)]
+            results = sorted((r for f in futures for r in f.result()), key=lambda r: r.seed)
+    wall = time.perf_counter() - started
+    specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
     summary = summarize(results)
+    summary["wall_seconds"] = wall
     result = {
         "policy": args.policy, "nodes": str(args.nodes), "pods": str(args.pods),
         "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
@@ -392,6 +431,6 @@ def run(args: argparse.Namespace) -> int:
     plot(args.out / "allocation.png", {args.policy: [r.curve for r in results]},
          f"{args.pods.name}, seeds {args.seeds[0]}..{args.seeds[-1]}")
     print(report_table(args.policy, results, summary))
-    print(f"\n{len(results)} seeds in {summary['seconds']:.0f} s; wrote {args.out}/result.json, "
+    print(f"\n{len(results)} seeds in {wall:.0f} s wall ({jobs} jobs); wrote {args.out}/result.json, "
           f"placements-<seed>.csv, allocation.png")
     return 0

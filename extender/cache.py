@@ -49,8 +49,6 @@ class CandidateEvaluation:
     """Known candidate names, aligned with ``evaluation`` rows."""
     unknown: list[str]
     evaluation: Evaluation
-    request_state: ClusterState
-    """The state evaluated against (read it only while the result is fresh, for messages)."""
 
 
 class GpuCache:
@@ -62,6 +60,14 @@ class GpuCache:
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
         self._pods: dict[str, PodRecord] = {}
+        # Memo of the last evaluation: kube-scheduler calls prioritize right after filter with
+        # a subset of the same candidates, and node scores do not depend on the candidate set.
+        # Any change to the state or the scorer bumps ``_generation`` and invalidates it.
+        self._generation = 0
+        self._memo: tuple[int, PodIntent, CandidateEvaluation] | None = None
+        self._memo_pos: dict[str, int] | None = None
+        # kube-scheduler sends the same node list call after call: remember its rows.
+        self._names_rows: tuple[list[str], np.ndarray, list[str]] | None = None
 
     # -- configuration -------------------------------------------------------------------
 
@@ -69,6 +75,7 @@ class GpuCache:
         """Swap the scorer (config reload); later requests use it."""
         with self._lock:
             self._scorer = scorer
+            self._generation += 1
 
     # -- node events ---------------------------------------------------------------------
 
@@ -94,6 +101,7 @@ class GpuCache:
 
     def _rebuild(self) -> None:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
+        self._names_rows = None
         for uid, rec in list(self._pods.items()):
             alloc = rec.allocation
             if alloc is None:
@@ -112,6 +120,7 @@ class GpuCache:
                 self._pods[uid] = replace(rec, allocation=alloc)
             state.apply(alloc)
         self._state = state
+        self._generation += 1
 
     @staticmethod
     def _cols_for_uuids(state: ClusterState, node: str, uuids: Iterable[str]) -> tuple[int, ...] | None:
@@ -137,6 +146,7 @@ class GpuCache:
                 if old is not None:
                     self._release(old)
                     del self._pods[intent.uid]
+                    self._generation += 1
                 return
             if old is not None and old.allocation is not None:
                 if old.allocation.node == intent.node_name or not intent.node_name:
@@ -146,6 +156,9 @@ class GpuCache:
             rec = PodRecord(intent)
             if intent.node_name and intent.node_name in self._state.node_index:
                 rec = self._account(intent)
+                self._generation += 1
+            elif old is not None and old.allocation is not None:
+                self._generation += 1  # released above
             self._pods[intent.uid] = rec
 
     def _account(self, intent: PodIntent) -> PodRecord:
@@ -176,18 +189,34 @@ class GpuCache:
     # -- scheduling ----------------------------------------------------------------------
 
     def evaluate(self, intent: PodIntent, names: Sequence[str]) -> CandidateEvaluation:
-        """Score ``intent`` on the named nodes (side-effect free).
+        """Score ``intent`` on the named nodes (no change to the allocations).
 
-        The returned ``request_state`` is a snapshot, so messages built from it later are
-        consistent with the decision.
+        Repeated calls for the same pod with no state change in between (filter, then
+        prioritize on a subset) reuse the previous evaluation.
         """
         with self._lock:
+            memo = self._memo
+            if memo is not None and memo[0] == self._generation and memo[1] == intent:
+                prev = memo[2]
+                if self._memo_pos is None:
+                    self._memo_pos = {n: i for i, n in enumerate(prev.names)}
+                get = self._memo_pos.get
+                positions = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
+                if (positions >= 0).all():
+                    return CandidateEvaluation(list(names), [], prev.evaluation.take(positions))
             state = self._state
-            rows, unknown = translate.rows_for_names(state, names)
+            cached = self._names_rows
+            if cached is not None and cached[0] == names:
+                rows, unknown = cached[1], cached[2]
+            else:
+                rows, unknown = translate.rows_for_names(state, names)
+                self._names_rows = (list(names), rows, unknown)
             request = translate.pod_request(intent, state)
             ev = self._scorer.evaluate(state, request, rows)
-            known = [state.node_names[r] for r in rows]
-            return CandidateEvaluation(known, unknown, ev, state)
+            known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
+            result = CandidateEvaluation(known, unknown, ev)
+            self._memo, self._memo_pos = (self._generation, intent, result), None
+            return result
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
         """Choose the GPUs for a pending pod on ``node`` and record the allocation.
@@ -212,7 +241,7 @@ class GpuCache:
             request = translate.pod_request(rec.intent, state)
             ev = self._scorer.evaluate(state, request, np.array([row], dtype=np.int64))
             if not ev.context.node_fits[0]:
-                msg = translate.failure_messages(ev, rec.intent, state)[0]
+                msg = translate.failure_messages(ev, rec.intent)[0]
                 raise BindError(f"{msg} (at bind, on {node})")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)
@@ -220,6 +249,7 @@ class GpuCache:
                                request.cpu_milli, request.memory_mib)
             uuids = tuple(state.gpu_uuid[row][c] for c in cols)
             state.apply(alloc)
+            self._generation += 1
             bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids)
             self._pods[uid] = bound
             return bound

@@ -317,72 +317,72 @@ def node_names_from_args(nodes: Mapping[str, Any] | None, names: Sequence[str] |
 
 def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[np.int64], list[str]]:
     """State rows of the known names (in the given order) and the unknown names."""
-    index = state.node_index
-    rows = [index[n] for n in names if n in index]
-    unknown = [n for n in names if n not in index]
-    return np.asarray(rows, dtype=np.int64), unknown
+    get = state.node_index.get
+    rows = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
+    missing = rows < 0
+    if not missing.any():
+        return rows, []
+    return rows[~missing], [names[i] for i in np.flatnonzero(missing).tolist()]
 
 
-UNRESOLVABLE = frozenset({Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY})
+UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY])
 """Reasons preemption cannot fix: kube-scheduler gets them in ``FailedAndUnresolvableNodes``."""
 
 NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
 
 
-def failure_messages(evaluation: Evaluation, intent: PodIntent, state: ClusterState) -> dict[int, str]:
-    """FailedNodes messages: candidate position -> the failed check and the pod's demand.
+def failure_messages(evaluation: Evaluation, intent: PodIntent) -> list[str]:
+    """FailedNodes messages: the failed check and the pod's demand, one per infeasible node.
+
+    A message depends only on the reason and the pod, never on the node: kube-scheduler
+    groups identical FailedNodes reasons into its FailedScheduling event ("0/1213 nodes are
+    available: 900 gpufrac: insufficient GPU share ..."), which per-node numbers would
+    splinter into hundreds of lines.
 
     Parameters
     ----------
     evaluation : Evaluation
-        From ``Scorer.evaluate`` on ``state``.
     intent : PodIntent
-    state : ClusterState
-        The state the evaluation read.
+        The pod, for the model names it asked for.
 
     Returns
     -------
-    dict of int to str
-        One entry per infeasible candidate.
+    list of str
+        One message per infeasible candidate, in candidate order (the positions are
+        ``numpy.flatnonzero(~evaluation.context.node_fits)``).
     """
     ctx = evaluation.context
-    req = ctx.request
-    k, milli = req.gpu_count, req.gpu_milli
     bad = np.flatnonzero(~ctx.node_fits)
     if bad.size == 0:
-        return {}
-    largest = ctx.free_milli.max(axis=1, initial=0)
-    wanted = quote("|".join(sorted(intent.gpu_models or ())))
-    need = "whole unshared GPU" if milli == MILLI_PER_GPU else f"GPU with {milli} milli free"
-    out: dict[int, str] = {}
-    for pos in bad.tolist():
-        reason = Reason(int(ctx.reason[pos]))
-        row = int(ctx.rows[pos])
-        if reason == Reason.NODE_NOT_READY:
-            msg = "node not ready for GPU pods (inventory stale or missing)"
-        elif reason == Reason.INSUFFICIENT_CPU:
-            msg = (f"insufficient cpu: pod needs {req.cpu_milli}m, "
-                   f"node has {int(ctx.cpu_free_milli[pos])}m free")
-        elif reason == Reason.INSUFFICIENT_MEMORY:
-            msg = (f"insufficient memory: pod needs {req.memory_mib}Mi, "
-                   f"node has {int(ctx.mem_host_free_mib[pos])}Mi free")
-        elif reason == Reason.TOO_FEW_GPUS:
-            msg = f"node has {int(ctx.gpu_exists[pos].sum())} GPUs, pod needs {k}"
-        elif reason == Reason.GPU_MODEL_MISMATCH:
-            have = sorted({state.models[m] for m in state.gpu_model[row].tolist() if m >= 0})
-            msg = (f"{ann.GPU_MODEL} {wanted}: fewer than {k} GPUs of that model on node "
-                   f"(node has {', '.join(have) or 'no GPUs'})")
-        elif reason == Reason.GPU_UNHEALTHY:
-            msg = f"fewer than {k} healthy GPUs of an allowed model"
-        elif reason == Reason.INSUFFICIENT_GPU_SHARE:
-            msg = (f"insufficient GPU share: pod needs {k} {need}(s), "
-                   f"largest free share on node is {int(largest[pos])} milli")
-        elif reason == Reason.INSUFFICIENT_GPU_MEMORY:
-            msg = "insufficient GPU memory on the GPUs with enough share"
-        else:
-            msg = "no free time-slicing replica slot on the GPUs that fit"
-        out[pos] = "gpufrac: " + msg
-    return out
+        return []
+    table = np.array([reason_message(r, ctx.request, intent) for r in Reason], dtype=object)
+    return table[ctx.reason[bad].astype(np.int64)].tolist()  # type: ignore[no-any-return]
+
+
+def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> str:
+    """The user-facing text of one ``Reason`` for one pod."""
+    k, milli = request.gpu_count, request.gpu_milli
+    share = "a whole unshared GPU" if milli == MILLI_PER_GPU else f"{milli} milli-GPU free on one GPU"
+    per_gpu = f"{k} GPU(s) with {share}" if k > 1 else share
+    messages = {
+        Reason.FITS: "fits",
+        Reason.NODE_NOT_READY: "node not ready for GPU pods (inventory stale or missing)",
+        Reason.INSUFFICIENT_CPU: f"insufficient cpu (pod requests {request.cpu_milli}m)",
+        Reason.INSUFFICIENT_MEMORY: f"insufficient memory (pod requests {request.memory_mib}Mi)",
+        Reason.TOO_FEW_GPUS: f"node has fewer than {k} GPUs",
+        Reason.GPU_MODEL_MISMATCH: (
+            f"{ann.GPU_MODEL} {quote('|'.join(sorted(intent.gpu_models or ())))}: "
+            f"fewer than {k} GPU(s) of an allowed model on node"),
+        Reason.GPU_UNHEALTHY: f"fewer than {k} healthy GPU(s) of an allowed model",
+        Reason.INSUFFICIENT_GPU_SHARE: f"insufficient GPU share: pod needs {per_gpu}",
+        Reason.INSUFFICIENT_GPU_MEMORY: (
+            "insufficient GPU memory: pod needs "
+            + (f"{request.gpu_memory_mib}Mi" if request.gpu_memory_mib is not None
+               else f"{milli / MILLI_PER_GPU:g} of the GPU's memory")
+            + " on a GPU with enough share"),
+        Reason.NO_REPLICA_SLOT: "no free time-slicing replica slot on the GPUs that fit",
+    }
+    return "gpufrac: " + messages[reason]
 
 
 def wire_scores(evaluation: Evaluation) -> list[int]:

@@ -3,7 +3,7 @@
 Pure numpy + stdlib: no HTTP, no Kubernetes, no NVML.
 """
 
-from scoring.fit import FitContext, Reason, fit
+from scoring.fit import FitContext, Reason
 from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
@@ -12,5 +12,5 @@ from scoring.strategies import STRATEGIES, Evaluation, Scorer, ScoringConfig, bu
 __all__ = [
     "MILLI_PER_GPU", "PRESETS", "STRATEGIES", "Allocation", "ClusterState", "Evaluation",
     "FitContext", "GpuSpec", "NodeSpec", "PodRequest", "QoSClass", "Reason", "Scorer",
-    "ScoringConfig", "build_scorer", "fit",
+    "ScoringConfig", "build_scorer",
 ]

@@ -32,6 +32,18 @@ class Reason(enum.IntEnum):
     NO_REPLICA_SLOT = 9
 
 
+_REASON_BY_STAGE = np.array([
+    Reason.TOO_FEW_GPUS,            # stopped before "exists": fewer than k GPU columns
+    Reason.GPU_MODEL_MISMATCH,
+    Reason.GPU_UNHEALTHY,
+    Reason.INSUFFICIENT_GPU_SHARE,
+    Reason.INSUFFICIENT_GPU_MEMORY,
+    Reason.NO_REPLICA_SLOT,
+    Reason.FITS,
+], dtype=np.int8)
+"""Reason for a node whose k-th best GPU passed this many nested GPU checks."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class FitContext:
     """Everything the strategies need about one pod on ``m`` candidate nodes, computed once.
@@ -136,26 +148,29 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
     mem_ok = share_ok & (mem_free >= mem_req)
     slot_ok = mem_ok & (state.gpu_pods[rows] < state.gpu_replicas[rows])
 
-    reason = np.zeros(rows.shape[0], dtype=np.int8)
+    m = rows.shape[0]
     if k > 0:
-        # Later stages are written first so that the earliest failing check wins.
-        stages = (
-            (slot_ok, Reason.NO_REPLICA_SLOT),
-            (mem_ok, Reason.INSUFFICIENT_GPU_MEMORY),
-            (share_ok, Reason.INSUFFICIENT_GPU_SHARE),
-            (healthy, Reason.GPU_UNHEALTHY),
-            (model_ok, Reason.GPU_MODEL_MISMATCH),
-            (exists, Reason.TOO_FEW_GPUS),
-        )
-        for mask, code in stages:
-            reason[mask.sum(axis=1) < k] = code
+        # The checks are nested, so the number each GPU passes is the stage it reached
+        # (0..6). A node fits GPU-wise when its k-th best GPU reached stage 6; otherwise the
+        # stage its k-th best GPU stopped at names the reason.
+        stage = (exists.view(np.int8) + model_ok.view(np.int8) + healthy.view(np.int8)
+                 + share_ok.view(np.int8) + mem_ok.view(np.int8) + slot_ok.view(np.int8))
+        if k > stage.shape[1]:
+            kth = np.zeros(m, dtype=np.int8)
+        elif k == 1:
+            kth = stage.max(axis=1, initial=0)
+        else:
+            kth = -np.partition(-stage, k - 1, axis=1)[:, k - 1]
+        reason = _REASON_BY_STAGE[kth]
+    else:
+        reason = np.zeros(m, dtype=np.int8)
     # Host checks come before GPU checks in the reason order (as kube-scheduler's own fit).
     reason[mem_host_free < request.memory_mib] = Reason.INSUFFICIENT_MEMORY
     reason[cpu_free < request.cpu_milli] = Reason.INSUFFICIENT_CPU
     if k > 0:
         reason[~state.node_ready[rows]] = Reason.NODE_NOT_READY
 
-    node_total = exists.sum(axis=1).astype(np.int64) * MILLI_PER_GPU
+    node_total = exists.sum(axis=1, dtype=np.int64) * MILLI_PER_GPU
     return FitContext(
         request=request,
         rows=rows,

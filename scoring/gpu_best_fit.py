@@ -20,7 +20,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.reduce import mean_over_chosen
 from scoring.request import MILLI_PER_GPU
 
 NAME = "gpu_best_fit"
@@ -42,19 +41,6 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     return np.where(ctx.gpu_fits, 1.0 - left / MILLI_PER_GPU, 0.0)
 
 
-def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """Mean fit tightness over the chosen GPUs.
 
-    Parameters
-    ----------
-    ctx : FitContext
-    chosen : ndarray of shape (m, max_gpus), bool
-        The GPUs the pod would get on each node (``gpu_count`` per feasible row).
-
-    Returns
-    -------
-    ndarray of shape (m,), float64
-        In [0, 1]; 0 on rows with nothing chosen.
-    """
-    return mean_over_chosen(gpu_score(ctx), chosen)
-
+node_score = None
+"""Node score = mean of ``gpu_score`` over the chosen GPUs (done by the scorer)."""

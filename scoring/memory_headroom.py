@@ -18,7 +18,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.reduce import mean_over_chosen
 
 NAME = "memory_headroom"
 
@@ -41,17 +40,6 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     return np.where(ctx.gpu_fits, np.clip(frac, 0.0, 1.0), 0.0)
 
 
-def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """Mean memory headroom over the chosen GPUs.
 
-    Parameters
-    ----------
-    ctx : FitContext
-    chosen : ndarray of shape (m, max_gpus), bool
-
-    Returns
-    -------
-    ndarray of shape (m,), float64
-        In [0, 1].
-    """
-    return mean_over_chosen(gpu_score(ctx), chosen)
+node_score = None
+"""Node score = mean of ``gpu_score`` over the chosen GPUs (done by the scorer)."""

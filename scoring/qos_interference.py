@@ -19,7 +19,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.reduce import mean_over_chosen
 from scoring.request import QoSClass
 
 NAME = "qos_interference"
@@ -47,17 +46,6 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     return np.where(ctx.gpu_fits & ~conflict, 1.0, 0.0)
 
 
-def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """Share of the chosen GPUs free of QoS conflict.
 
-    Parameters
-    ----------
-    ctx : FitContext
-    chosen : ndarray of shape (m, max_gpus), bool
-
-    Returns
-    -------
-    ndarray of shape (m,), float64
-        In [0, 1].
-    """
-    return mean_over_chosen(gpu_score(ctx), chosen)
+node_score = None
+"""Node score = mean of ``gpu_score`` over the chosen GPUs (done by the scorer)."""

@@ -1,4 +1,4 @@
-"""GPU -> node reductions shared by the per-GPU strategies."""
+"""GPU -> node reductions shared by the scorer."""
 
 from __future__ import annotations
 
@@ -6,21 +6,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 
-def mean_over_chosen(
-    per_gpu: NDArray[np.float64], chosen: NDArray[np.bool_]
-) -> NDArray[np.float64]:
-    """Mean of a per-GPU score over each node's chosen GPUs.
+def mean_at(per_gpu: NDArray[np.float64], cols: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Mean of a per-GPU score over each node's chosen GPU columns.
 
     Parameters
     ----------
     per_gpu : ndarray of shape (m, max_gpus), float64
-    chosen : ndarray of shape (m, max_gpus), bool
+    cols : ndarray of shape (m, k), int64
+        Chosen columns per node, k >= 1; entries < 0 (infeasible rows) count as column 0,
+        the caller masks those rows.
 
     Returns
     -------
     ndarray of shape (m,), float64
-        0 on rows with nothing chosen.
     """
-    n = chosen.sum(axis=1)
-    total = np.where(chosen, per_gpu, 0.0).sum(axis=1)
-    return np.divide(total, n, out=np.zeros(total.shape), where=n > 0)
+    return np.take_along_axis(per_gpu, np.maximum(cols, 0), axis=1).mean(axis=1)

@@ -1,12 +1,14 @@
 """Strategy registry, weights, and the scorer that combines them.
 
-Each strategy module exports ``NAME``, ``gpu_score(ctx)`` (per-GPU preference, or ``None``)
-and ``node_score(ctx, chosen)``. ``build_scorer`` validates a ``ScoringConfig`` once and
-returns a ``Scorer``; nothing is parsed again per request.
+Each strategy module exports ``NAME`` and exactly one of ``gpu_score(ctx)`` (a per-GPU
+score; the node's score is its mean over the GPUs chosen there) or ``node_score(ctx, chosen)``
+(a node property); the other is ``None``. ``build_scorer`` validates a ``ScoringConfig`` once
+and returns a ``Scorer``; nothing is parsed again per request.
 
 The same objective chooses the GPUs and scores the node: the GPUs on a node are the
-``gpu_count`` fitting GPUs with the highest weighted ``gpu_score`` (ties: lowest column),
-and the node score is the weighted mean of ``node_score`` over those GPUs.
+``gpu_count`` fitting GPUs with the highest weighted sum of the per-GPU scores (ties: lowest
+column), and the node score is the weighted mean of every strategy's node score given
+those GPUs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from scoring import (
     spread,
 )
 from scoring.fit import FitContext, fit
+from scoring.reduce import mean_at
 from scoring.request import PodRequest, QoSClass
 from scoring.state import ClusterState
 
@@ -41,10 +44,12 @@ class Strategy:
 
     name: str
     gpu_score: GpuScoreFn | None
-    node_score: NodeScoreFn
+    node_score: NodeScoreFn | None
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
+    if (module.gpu_score is None) == (module.node_score is None):
+        raise TypeError(f"{module.__name__}: define exactly one of gpu_score and node_score")
     return Strategy(module.NAME, module.gpu_score, module.node_score)
 
 
@@ -136,6 +141,27 @@ class Evaluation:
     score: NDArray[np.float64]
     chosen_cols: NDArray[np.int64]
 
+    def take(self, positions: NDArray[np.int64]) -> Evaluation:
+        """The evaluation restricted to some candidates (node scores do not depend on the set).
+
+        Parameters
+        ----------
+        positions : ndarray of shape (p,), int64
+            Positions in this evaluation's candidate list.
+
+        Returns
+        -------
+        Evaluation
+            Rows in the order of ``positions``.
+        """
+        ctx = self.context
+        sliced = {
+            f: (v[positions] if isinstance(v, np.ndarray) else v)
+            for f in ctx.__dataclass_fields__
+            for v in [getattr(ctx, f)]
+        }
+        return Evaluation(FitContext(**sliced), self.score[positions], self.chosen_cols[positions])
+
     def best(self) -> int:
         """Position (in the candidate list) of the best feasible node, or -1 if none.
 
@@ -185,10 +211,10 @@ class Scorer:
         if k == 0:
             # CPU-only pods: nothing GPU-related to prefer; every feasible node scores 0.
             return Evaluation(ctx, np.zeros(m), np.zeros((m, 0), dtype=np.int64))
+        per_gpu = [(strat, w, strat.gpu_score(ctx)) for strat, w in plan if strat.gpu_score]
         pref = np.zeros(ctx.gpu_fits.shape)
-        for strat, w in plan:
-            if strat.gpu_score is not None:
-                pref += w * strat.gpu_score(ctx)
+        for _, w, g in per_gpu:
+            pref += w * g
         pref = np.where(ctx.gpu_fits, pref, -np.inf)
         if k == 1:
             cols = np.argmax(pref, axis=1)[:, None]
@@ -199,8 +225,11 @@ class Scorer:
         chosen &= ctx.node_fits[:, None]
         total_w = sum(w for _, w in plan)
         score = np.zeros(m)
+        for _, w, g in per_gpu:
+            score += w * mean_at(g, cols)
         for strat, w in plan:
-            score += w * strat.node_score(ctx, chosen)
+            if strat.node_score is not None:
+                score += w * strat.node_score(ctx, chosen)
         score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
         cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)
         return Evaluation(ctx, score, cols)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 from fastapi import APIRouter, Response
 
 from extender import translate
 from extender.deps import CacheDep, MetricsDep
 from extender.routes.jsonresp import json_response
-from extender.wire import ExtenderArgs, ExtenderFilterResult, NodeList
+from extender.wire import ExtenderArgs, ExtenderFilterResult
 from scoring.fit import Reason
 
 router = APIRouter()
@@ -25,25 +26,29 @@ def filter_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Re
             metrics.filter_errors.inc()
             return json_response(ExtenderFilterResult(Error=str(exc)))
         ce = cache.evaluate(intent, names)
-        ctx = ce.evaluation.context
-        messages = translate.failure_messages(ce.evaluation, intent, ce.request_state)
-        failed = dict.fromkeys(ce.unknown, translate.NODE_UNKNOWN_MESSAGE)
-        unresolvable: dict[str, str] = {}
-        for pos, msg in messages.items():
-            reason = Reason(int(ctx.reason[pos]))
-            target = unresolvable if reason in translate.UNRESOLVABLE else failed
-            target[ce.names[pos]] = msg
-            metrics.filter_nodes.labels(reason.name.lower()).inc()
+        codes = ce.evaluation.context.reason
+        fits = ce.evaluation.context.node_fits
+        for code, count in enumerate(np.bincount(codes, minlength=len(Reason)).tolist()):
+            if count:
+                label = "passed" if code == Reason.FITS else Reason(code).name.lower()
+                metrics.filter_nodes.labels(label).inc(count)
         if ce.unknown:
             metrics.filter_nodes.labels("node_unknown").inc(len(ce.unknown))
-        passed = [ce.names[i] for i in range(len(ce.names)) if ctx.node_fits[i]]
-        metrics.filter_nodes.labels("passed").inc(len(passed))
+        bad = np.flatnonzero(~fits)
+        messages = translate.failure_messages(ce.evaluation, intent)
+        unresolvable_bad = np.isin(codes[bad], translate.UNRESOLVABLE).tolist()
+        failed = dict.fromkeys(ce.unknown, translate.NODE_UNKNOWN_MESSAGE)
+        unresolvable: dict[str, str] = {}
+        for pos, msg, unres in zip(bad.tolist(), messages, unresolvable_bad, strict=True):
+            (unresolvable if unres else failed)[ce.names[pos]] = msg
+        passed = [ce.names[i] for i in np.flatnonzero(fits).tolist()]
         if args.Nodes is not None:
             keep = set(passed)
             items = [it for it in args.Nodes.items if it.get("metadata", {}).get("name") in keep]
-            result = ExtenderFilterResult(Nodes=NodeList(items=items), FailedNodes=failed,
-                                          FailedAndUnresolvableNodes=unresolvable)
+            nodes, node_names = {"metadata": {}, "items": items}, None
         else:
-            result = ExtenderFilterResult(NodeNames=passed, FailedNodes=failed,
-                                          FailedAndUnresolvableNodes=unresolvable)
-        return json_response(result)
+            nodes, node_names = None, passed
+        # Built as a plain dict (the ExtenderFilterResult shape): validating thousands of
+        # entries through pydantic would cost more than the placement decision.
+        return json_response({"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
+                              "FailedAndUnresolvableNodes": unresolvable, "Error": ""})

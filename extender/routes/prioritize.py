@@ -24,5 +24,7 @@ def prioritize_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -
             # kube-scheduler ignores prioritize errors; say why anyway.
             return json_response({"Error": str(exc)}, status_code=400)
         ce = cache.evaluate(intent, names)
-        scores = dict(zip(ce.names, translate.wire_scores(ce.evaluation), strict=True))
-        return json_response([{"Host": n, "Score": scores.get(n, 0)} for n in names])
+        wire = translate.wire_scores(ce.evaluation)
+        out = [{"Host": n, "Score": s} for n, s in zip(ce.names, wire, strict=True)]
+        out.extend({"Host": n, "Score": 0} for n in ce.unknown)
+        return json_response(out)

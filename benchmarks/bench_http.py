@@ -1,0 +1,161 @@
+"""Latency of ``/filter`` and ``/prioritize`` over HTTP, as kube-scheduler sees it.
+
+For each cluster (the 1,213 openb GPU nodes; a synthetic 5,000 nodes x 8 GPUs) the script
+starts a standalone extender, loads it to about 70% GPU allocation with bound pods sent
+through the pod-event path (the placements come from an in-process cache with the same
+scorer), then times ``filter`` then ``prioritize`` for sampled openb pods, with
+``nodeCacheCapable`` true (names) and false (full Node objects). Client-side wall time per
+call, including JSON encoding and loopback transfer.
+
+Run: ``python -m benchmarks.bench_http [--samples 300] [--out benchmarks/results/http-latency.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import yaml
+
+from benchmarks import trace
+from benchmarks.replay import ClusterNames, ExtenderClient, start_extender
+from extender import annotations as ann
+from extender import translate
+from extender.cache import GpuCache
+from extender.clusterfile import load_cluster_file, synthetic_uuid
+from extender.settings import scoring_config
+from scoring.state import NodeSpec
+from scoring.strategies import build_scorer
+
+
+def synthetic_cluster(path: Path, n_nodes: int, gpus: int = 8) -> Path:
+    """Write a YAML cluster of identical ``gpus``-GPU nodes (96 cores, 768 GiB, G2-like)."""
+    nodes = [{
+        "name": f"syn-node-{i:05d}", "cpu_milli": 96000, "memory_mib": 786432,
+        "gpus": [{"index": g, "uuid": synthetic_uuid(f"syn-node-{i:05d}", g), "model": "G2",
+                  "memory_mib": 16384, "replicas": 20} for g in range(gpus)],
+    } for i in range(n_nodes)]
+    path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
+    return path
+
+
+def load_to(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.TracePod],
+            target_pct: float, seed: int) -> float:
+    """Bind pods until ``target_pct`` of GPU share is allocated; return the reached %."""
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes(specs)
+    names = [s.name for s in specs]
+    capacity = 1000 * sum(len(s.gpus) for s in specs)
+    rng = np.random.default_rng(seed)
+    allocated, batch, i = 0, [], 0
+    while allocated < target_pct / 100 * capacity and i < 50 * len(specs):
+        tp = pods[int(rng.integers(len(pods)))]
+        i += 1
+        pod = tp.pod_object(seed)
+        pod["metadata"]["name"] = f"load-{i}"
+        pod["metadata"]["uid"] = f"load-{seed}-{i}"
+        intent = translate.pod_intent(pod)
+        cache.apply_pod_event("ADDED", intent)
+        best = cache.evaluate(intent, names)
+        pos = best.evaluation.best()
+        if pos < 0:
+            continue
+        rec = cache.bind(intent.uid, intent.namespace, intent.name, best.names[pos])
+        pod["spec"]["nodeName"] = best.names[pos]
+        pod["metadata"]["annotations"][ann.ASSIGNED_GPUS] = ",".join(rec.gpu_uuids)
+        pod["status"] = {"phase": "Running"}
+        batch.append({"type": "ADDED", "object": pod})
+        allocated += tp.gpu_request_milli
+        if len(batch) == 500:
+            client.pod_events(batch)
+            batch = []
+    if batch:
+        client.pod_events(batch)
+    return 100.0 * client.get("readyz")["gpu_allocated_milli"] / capacity
+
+
+def time_calls(client: ExtenderClient, cluster: ClusterNames, pods: list[trace.TracePod],
+               samples: int, seed: int) -> dict[str, list[float]]:
+    """Per-call wall times (ms) of filter then prioritize for sampled GPU pods."""
+    rng = np.random.default_rng(seed)
+    gpu_pods = [p for p in pods if p.num_gpu]
+    every = np.arange(len(cluster.names))
+    out: dict[str, list[float]] = {"filter": [], "prioritize": []}
+    for j in range(samples):
+        tp = gpu_pods[int(rng.integers(len(gpu_pods)))]
+        pod = tp.pod_object(seed)
+        pod["metadata"]["uid"] = f"bench-{j}"
+        client.pod_events([{"type": "ADDED", "object": pod}])
+        t0 = time.perf_counter()
+        res = client.filter(cluster.args(pod, every))
+        t1 = time.perf_counter()
+        passed = res.get("NodeNames")
+        if passed is None:
+            passed = [it["metadata"]["name"] for it in (res.get("Nodes") or {}).get("items") or []]
+        if len(passed) > 1:
+            rows = np.array([cluster.pos[n] for n in passed])
+            t2 = time.perf_counter()
+            client.prioritize(cluster.args(pod, rows))
+            out["prioritize"].append(1e3 * (time.perf_counter() - t2))
+        out["filter"].append(1e3 * (t1 - t0))
+        client.pod_events([{"type": "DELETED", "object": pod}])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a Markdown table; write JSON."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--samples", type=int, default=300)
+    p.add_argument("--load-pct", type=float, default=70.0)
+    p.add_argument("--synthetic-nodes", type=int, default=5000)
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/http-latency.json"))
+    args = p.parse_args(argv)
+    pods = trace.load_pods(trace.DEFAULT_PODS)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        clusters = {
+            "openb 1,213 nodes": trace.DEFAULT_NODES,
+            f"synthetic {args.synthetic_nodes:,} x 8 GPUs":
+                synthetic_cluster(Path(tmp) / "syn.yaml", args.synthetic_nodes),
+        }
+        for label, path in clusters.items():
+            specs = load_cluster_file(path, replicas_per_gpu=20)
+            proc, url = start_extender(path, "default", 20)
+            client = ExtenderClient(url)
+            try:
+                reached = load_to(client, specs, pods, args.load_pct, seed=7)
+                for cache_capable in (True, False):
+                    cluster = ClusterNames.build(specs, cache_capable)
+                    body = len(orjson.dumps(cluster.args(pods[0].pod_object(0), np.arange(len(specs)))))
+                    times = time_calls(client, cluster, pods, args.samples, seed=11)
+                    for verb, ms in times.items():
+                        a = np.array(ms)
+                        rows.append({"cluster": label, "nodeCacheCapable": cache_capable, "verb": verb,
+                                     "calls": len(ms), "p50_ms": float(np.percentile(a, 50)),
+                                     "p99_ms": float(np.percentile(a, 99)), "request_bytes": body,
+                                     "gpu_allocated_pct": round(reached, 1)})
+            finally:
+                client.http.close()
+                proc.terminate()
+                proc.wait(timeout=30)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
+            "python": platform.python_version(), "samples": args.samples}
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print("| cluster | nodeCacheCapable | verb | calls | p50 ms | p99 ms | request bytes | GPU allocated |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['cluster']} | {str(r['nodeCacheCapable']).lower()} | {r['verb']} | {r['calls']} | "
+              f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['request_bytes']:,} | {r['gpu_allocated_pct']}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
