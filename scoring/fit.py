@@ -104,11 +104,17 @@ def gpu_memory_request_mib(
     -------
     ndarray of shape (m, max_gpus), int64
         ``request.gpu_memory_mib`` everywhere when set, else
-        ``ceil(gpu_milli * mem_total_mib / 1000)`` (the pod's share of that GPU's memory).
+        ``floor(gpu_milli * mem_total_mib / 1000)`` (the pod's share of that GPU's memory).
+
+    Notes
+    -----
+    Rounding down matters: shares that add up to at most 1000 milli then always add up to
+    at most the GPU's memory (a sum of floors never exceeds the floor of the sum). Rounding
+    up refused a 400-milli pod beside a 600-milli one on a 16384 MiB GPU (9831 + 6554 MiB).
     """
     if request.gpu_memory_mib is not None:
         return np.full(mem_total_mib.shape, request.gpu_memory_mib, dtype=np.int64)
-    return -((-request.gpu_milli * mem_total_mib) // MILLI_PER_GPU)
+    return (request.gpu_milli * mem_total_mib) // MILLI_PER_GPU
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> FitContext:

@@ -46,7 +46,7 @@ class PodRequest:
         Compute share per GPU in milli-GPU, in [1, 1000]; below 1000 only when
         ``gpu_count == 1``. Ignored when ``gpu_count == 0``.
     gpu_memory_mib : int or None
-        GPU memory per GPU in MiB; ``None`` means ``ceil(gpu_milli * memory_total_mib / 1000)``
+        GPU memory per GPU in MiB; ``None`` means ``floor(gpu_milli * memory_total_mib / 1000)``
         of whichever GPU is chosen.
     allowed_models : frozenset of int or None
         Model ids (``ClusterState.models`` positions) the pod accepts; ``None`` = any.

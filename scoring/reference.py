@@ -1,0 +1,120 @@
+"""Slow scalar reference of fit, scoring and GPU choice (tests only).
+
+Written node by node and GPU by GPU in plain Python from the formulas in the strategy
+docstrings, so the vectorized kernels can be checked against it (like SciPy's ``dist_func``
+beside ``cdist``). Not used by the extender.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scoring.fit import Reason
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.state import ClusterState
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    """One node's answer: feasibility, reason, score in [0, 1], chosen GPU columns."""
+
+    fits: bool
+    reason: Reason
+    score: float
+    cols: tuple[int, ...]
+
+
+def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict[str, float]:
+    free = MILLI_PER_GPU - int(state.gpu_used_milli[row, col])
+    total_mem = int(state.gpu_mem_total_mib[row, col])
+    mem_req = req.gpu_memory_mib if req.gpu_memory_mib is not None else (
+        req.gpu_milli * total_mem // MILLI_PER_GPU)
+    mem_free = total_mem - int(state.gpu_mem_used_mib[row, col])
+    g = int(state.gpu_qos_pods[row, col, QoSClass.GUARANTEED])
+    b = int(state.gpu_qos_pods[row, col, QoSClass.BEST_EFFORT])
+    conflict = (req.qos == QoSClass.BEST_EFFORT and g > 0) or (req.qos == QoSClass.GUARANTEED and b > 0)
+    return {
+        "gpu_best_fit": 1.0 - (free - req.gpu_milli) / MILLI_PER_GPU,
+        "memory_headroom": min(max((mem_free - mem_req) / total_mem, 0.0), 1.0),
+        "qos_interference": 0.0 if conflict else 1.0,
+    }
+
+
+def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, float]:
+    n_gpus = sum(bool(x) for x in state.gpu_exists[row])
+    total = MILLI_PER_GPU * n_gpus
+    used = sum(int(state.gpu_used_milli[row, c]) for c in range(state.max_gpus) if state.gpu_exists[row, c])
+    after = used + req.gpu_count * req.gpu_milli
+    util = min(after / total, 1.0) if total else 0.0
+    ca, ma = int(state.cpu_alloc_milli[row]), int(state.mem_alloc_mib[row])
+    balance = 0.0
+    if total and ca and ma:
+        u_cpu = (int(state.cpu_used_milli[row]) + req.cpu_milli) / ca
+        u_mem = (int(state.mem_used_mib[row]) + req.memory_mib) / ma
+        u_gpu = after / total
+        balance = min(max(1.0 - max(abs(u_cpu - u_gpu), abs(u_mem - u_gpu)), 0.0), 1.0)
+    return {
+        "node_packing": util,
+        "spread": 1.0 - util if total else 0.0,
+        "resource_balance": balance,
+    }
+
+
+def evaluate_node(state: ClusterState, req: PodRequest, row: int,
+                  weights: Mapping[str, float]) -> ReferenceResult:
+    """Reference evaluation of one pod on one node (weights: strategy -> weight > 0)."""
+    k = req.gpu_count
+    gpu_checks = []  # per column: number of nested checks passed
+    for col in range(state.max_gpus):
+        passed = 0
+        for ok in (
+            bool(state.gpu_exists[row, col]),
+            req.allowed_models is None or int(state.gpu_model[row, col]) in req.allowed_models,
+            bool(state.gpu_healthy[row, col]),
+            MILLI_PER_GPU - int(state.gpu_used_milli[row, col]) >= req.gpu_milli,
+            (int(state.gpu_mem_total_mib[row, col]) - int(state.gpu_mem_used_mib[row, col]))
+            >= (req.gpu_memory_mib if req.gpu_memory_mib is not None else (
+                req.gpu_milli * int(state.gpu_mem_total_mib[row, col]) // MILLI_PER_GPU)),
+            int(state.gpu_pods[row, col]) < int(state.gpu_replicas[row, col]),
+        ):
+            if not ok:
+                break
+            passed += 1
+        gpu_checks.append(passed)
+    reason = Reason.FITS
+    if k > 0 and not state.node_ready[row]:
+        reason = Reason.NODE_NOT_READY
+    elif int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row]) < req.cpu_milli:
+        reason = Reason.INSUFFICIENT_CPU
+    elif int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row]) < req.memory_mib:
+        reason = Reason.INSUFFICIENT_MEMORY
+    elif k > 0:
+        order = (Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY,
+                 Reason.INSUFFICIENT_GPU_SHARE, Reason.INSUFFICIENT_GPU_MEMORY, Reason.NO_REPLICA_SLOT)
+        for stage, code in enumerate(order, start=1):
+            if sum(1 for p in gpu_checks if p >= stage) < k:
+                reason = code
+                break
+    if reason != Reason.FITS:
+        return ReferenceResult(False, reason, 0.0, ())
+    if k == 0:
+        return ReferenceResult(True, reason, 0.0, ())
+    names = sorted(w for w in weights if weights[w] > 0)
+    fitting = [c for c, p in enumerate(gpu_checks) if p == 6]
+    terms = {c: _gpu_terms(state, row, c, req) for c in fitting}
+    pref = dict.fromkeys(fitting, 0.0)
+    for name in names:
+        for c in fitting:
+            if name in terms[c]:
+                pref[c] += weights[name] * terms[c][name]
+    cols = tuple(sorted(fitting, key=lambda c: (-pref[c], c))[:k])
+    node = _node_terms(state, row, req)
+    total = 0.0
+    for name in names:
+        if name in node:
+            total += weights[name] * node[name]
+        else:
+            total += weights[name] * sum(terms[c][name] for c in cols) / len(cols)
+    score = min(max(total / sum(weights[n] for n in names), 0.0), 1.0)
+    return ReferenceResult(True, reason, score, cols)

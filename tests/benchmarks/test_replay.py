@@ -1,0 +1,72 @@
+"""The replay end to end through a real uvicorn extender on loopback, and the checker."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import check_placements, trace
+from extender.cli import main
+
+NODES, PODS = trace.DEFAULT_NODES, trace.DEFAULT_PODS
+
+
+@pytest.fixture(scope="module")
+def replay_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("replay")
+    # 600 pods of seed 42 through HTTP: filter, prioritize, bind, pod events, then deletes.
+    rc = main(["replay", "--seeds", "42", "--limit", "600", "--jobs", "1", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    return out
+
+
+def test_replay_writes_the_contracted_files(replay_out: Path) -> None:
+    result = json.loads((replay_out / "result.json").read_text())
+    assert set(result["median"]) >= {"allocation_pct", "unallocated_pct_100", "unallocated_pct_130",
+                                     "gpu_pods_failed", "pods_per_s"}
+    seed = result["seeds"]["42"]
+    assert seed["pods"] == 600 and seed["bind_errors"] == 0
+    assert (replay_out / "allocation.png").stat().st_size > 10_000
+    rows = list(csv.DictReader((replay_out / "placements-42.csv").open()))
+    assert list(rows[0]) == ["pod_name", "node", "gpu_indices", "gpu_milli"]
+    # early in the trace the cluster is nearly empty: every pod is placed
+    assert len(rows) == 600 - seed["gpu_pods_failed"] - seed["cpu_pods_failed"] and seed["gpu_pods_failed"] == 0
+    # fractional pods were packed: fewer GPUs touched than fractional pods placed
+    frac = [r for r in rows if r["gpu_milli"] not in ("0", "1000")]
+    assert len({(r["node"], r["gpu_indices"]) for r in frac}) < len(frac)
+
+
+def test_replay_placements_pass_the_independent_check(replay_out: Path) -> None:
+    assert check_placements.check(NODES, PODS, replay_out / "placements-42.csv") == []
+
+
+def test_checker_catches_violations(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    # openb-pod-0000: 1 whole GPU, 12000m. openb-pod-0001: 460 milli. node-0000: P100 x2, 64000m.
+    # GPU 0: 1000 + 460 + 460 (clone-1) = 1920; GPU 1: clones 1, 2, 3 = 1380
+    bad.write_text("pod_name,node,gpu_indices,gpu_milli\n"
+                   "openb-pod-0000,openb-node-0000,0,1000\n"
+                   "openb-pod-0001,openb-node-0000,0,460\n"
+                   "openb-pod-0001-clone-1,openb-node-0000,1|0,460\n"
+                   "openb-pod-0001-clone-2,openb-node-0000,1,460\n"
+                   "openb-pod-0001-clone-3,openb-node-0000,1,460\n"
+                   "openb-pod-0000-clone-4,openb-node-0000,7,1000\n")
+    problems = check_placements.check(NODES, PODS, bad)
+    text = "\n".join(problems)
+    assert "whole-GPU pod shares" in text
+    assert "('openb-node-0000', 0): 1920 milli > 1000" in text
+    assert "openb-pod-0001-clone-1: 2 distinct GPUs, trace asks 1" in text
+    assert "openb-pod-0000-clone-4: GPU 7 not on openb-node-0000" in text
+    assert "('openb-node-0000', 1): 1380 milli > 1000" in text  # clones 1, 2, 3: 3 x 460
+
+
+def test_cli_check_placements_exit_codes(replay_out: Path, tmp_path: Path) -> None:
+    assert main(["check-placements", str(replay_out / "placements-42.csv"), "--nodes", str(NODES),
+                 "--pods", str(PODS)]) == 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("pod_name,node,gpu_indices,gpu_milli\nopenb-pod-0000,openb-node-0000,0|1,1000\n")
+    assert main(["check-placements", str(bad), "--nodes", str(NODES), "--pods", str(PODS)]) == 1

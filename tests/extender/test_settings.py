@@ -1,0 +1,49 @@
+"""The admin config file: presets, overrides, field-path errors; start-up refuses bad config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from extender.cli import main
+from extender.settings import ConfigError, load_admin_config, scoring_config
+from scoring.presets import PRESETS
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gpufrac.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_override_on_top_of_preset(tmp_path: Path) -> None:
+    cfg = load_admin_config(write(tmp_path, "scoring:\n  preset: default\n  weights:\n    spread: 0.5\n"
+                                            "  qos_overrides:\n    best-effort: {node_packing: 3}\n"))
+    assert cfg.weights == {**PRESETS["default"].weights, "spread": 0.5}
+    assert cfg.qos_overrides == {"best-effort": {"node_packing": 3.0}}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("scoring:\n  weights:\n    gpu_best_fit: -2\n", "scoring.weights.gpu_best_fit: must be a finite number >= 0"),
+    ("scoring:\n  weights:\n    bogus: 1\n", "scoring.weights.bogus: unknown strategy"),
+    ("scoring:\n  weights:\n    spread: lots\n", "scoring.weights.spread: Input should be a valid number"),
+    ("scoring:\n  preset: fastest\n", "scoring.preset: unknown preset 'fastest'"),
+    ("scoring:\n  wieghts: {}\n", "scoring.wieghts: Extra inputs are not permitted"),
+    ("scoring: [\n", "gpufrac.yaml"),
+])
+def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_admin_config(write(tmp_path, text))
+    assert message in str(exc.value)
+
+
+def test_every_preset_is_valid() -> None:
+    for name in PRESETS:
+        assert scoring_config(name) == PRESETS[name]
+
+
+def test_serve_refuses_invalid_config_before_listening(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "scoring:\n  weights:\n    spread: -1\n")
+    assert main(["serve", "--config", str(path), "--port", "0"]) == 2
+    assert "scoring.weights.spread" in capsys.readouterr().err

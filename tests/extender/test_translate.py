@@ -1,0 +1,95 @@
+"""Pod annotations and resources -> PodIntent: defaults, and a precise error for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender import translate
+from extender.translate import PodSpecError
+from scoring.request import QoSClass
+from tests.conftest import pod_json
+
+
+def test_defaults() -> None:
+    it = translate.pod_intent(pod_json(gpus=2, cpu="1500m", memory="2Gi"))
+    assert (it.gpu_count, it.gpu_milli, it.gpu_memory_mib, it.gpu_models) == (2, 1000, None, None)
+    assert it.qos == QoSClass.BURSTABLE
+    assert (it.cpu_milli, it.memory_mib) == (1500, 2048)
+
+
+def test_all_annotations() -> None:
+    it = translate.pod_intent(pod_json(annotations={
+        "gpufrac.io/fraction": "0.25", "gpufrac.io/memory": "500Mi",
+        "gpufrac.io/gpu-model": "T4|V100M32", "gpufrac.io/qos": "best-effort"}))
+    assert it.gpu_milli == 250
+    assert it.gpu_memory_mib == 500
+    assert it.gpu_models == frozenset({"T4", "V100M32"})
+    assert it.qos == QoSClass.BEST_EFFORT
+
+
+def test_memory_rounds_up_to_whole_mib() -> None:
+    # 1G = 10^9 bytes = 953.67 MiB -> 954
+    assert translate.pod_intent(pod_json(annotations={"gpufrac.io/memory": "1G"})).gpu_memory_mib == 954
+
+
+def test_effective_requests_with_init_containers() -> None:
+    pod = pod_json(gpus=1, cpu="1", memory="1Gi")
+    pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "500m"}}})
+    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4", "memory": "512Mi"}}}]
+    it = translate.pod_intent(pod)
+    # cpu = max(1000 + 500, 4000) = 4000 ; memory = max(1024, 512) = 1024
+    assert (it.cpu_milli, it.memory_mib, it.gpu_count) == (4000, 1024, 1)
+
+
+@pytest.mark.parametrize(("annotations", "gpus", "message"), [
+    ({"gpufrac.io/fraction": "abc"}, 1,
+     'gpufrac.io/fraction: "abc" is not a number; must be a decimal in (0, 1]'),
+    ({"gpufrac.io/fraction": "0"}, 1, 'gpufrac.io/fraction: "0" is out of range; must be a decimal in (0, 1]'),
+    ({"gpufrac.io/fraction": "1.5"}, 1, 'gpufrac.io/fraction: "1.5" is out of range'),
+    ({"gpufrac.io/fraction": "-0.5"}, 1, 'gpufrac.io/fraction: "-0.5" is out of range'),
+    ({"gpufrac.io/fraction": "nan"}, 1, 'gpufrac.io/fraction: "nan" is out of range'),
+    ({"gpufrac.io/fraction": "0.3333"}, 1, 'gpufrac.io/fraction: "0.3333" is finer than 1/1000 GPU'),
+    ({"gpufrac.io/fraction": "0.5"}, 2,
+     'gpufrac.io/fraction: "0.5" is below 1 but the pod asks for 2 GPUs (gpufrac.io/gpu); '
+     "a share below 1 needs exactly 1 GPU"),
+    ({"gpufrac.io/memory": "-1Gi"}, 1, 'gpufrac.io/memory: "-1Gi" must be a positive quantity'),
+    ({"gpufrac.io/memory": "lots"}, 1, 'gpufrac.io/memory: "lots" is not a Kubernetes quantity'),
+    ({"gpufrac.io/qos": "platinum"}, 1,
+     'gpufrac.io/qos: "platinum" is not a QoS class; use one of guaranteed, burstable, best-effort'),
+    ({"gpufrac.io/gpu-model": "T4||A10"}, 1, 'gpufrac.io/gpu-model: "T4||A10" has an empty model'),
+])
+def test_bad_annotation_names_annotation_value_and_rule(annotations: dict[str, str], gpus: int,
+                                                        message: str) -> None:
+    with pytest.raises(PodSpecError) as exc:
+        translate.pod_intent(pod_json(gpus=gpus, annotations=annotations))
+    assert message in str(exc.value)
+
+
+def test_fractional_gpu_resource_is_refused() -> None:
+    with pytest.raises(PodSpecError, match=r"must be a whole number of GPUs >= 0 \(use the gpufrac.io/fraction"):
+        translate.pod_intent(pod_json(gpus=None) | {"spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"gpufrac.io/gpu": "500m"}}}]}})
+
+
+def test_long_values_are_truncated_in_messages() -> None:
+    with pytest.raises(PodSpecError) as exc:
+        translate.pod_intent(pod_json(annotations={"gpufrac.io/qos": "x" * 500}))
+    assert len(str(exc.value)) < 200
+
+
+@pytest.mark.parametrize("pod", [
+    {"metadata": "nope"},
+    {"metadata": {"name": "p", "annotations": ["a"]}},
+    {"metadata": {"name": "p"}, "spec": {"containers": "x"}},
+    {"metadata": {}},
+    "not an object",
+])
+def test_malformed_pods_raise_pod_spec_error(pod: object) -> None:
+    with pytest.raises(PodSpecError):
+        translate.pod_intent(pod)  # type: ignore[arg-type]
+
+
+def test_assigned_gpus_and_node() -> None:
+    pod = pod_json(node="n1", phase="Running", annotations={"gpufrac.io/assigned-gpus": "GPU-a,GPU-b"})
+    it = translate.pod_intent(pod)
+    assert it.node_name == "n1" and it.assigned_gpus == ("GPU-a", "GPU-b") and not it.finished

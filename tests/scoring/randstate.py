@@ -1,0 +1,56 @@
+"""Random cluster states and pods for property tests (seeded, reproducible)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scoring.request import PodRequest, QoSClass
+from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+
+MODELS = ("T4", "V100M32", "A10")
+MEM = {"T4": 16384, "V100M32": 32768, "A10": 24576}
+
+
+def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
+    """Nodes of 0..8 GPUs, some unhealthy or not ready, filled with random allocations."""
+    nodes = []
+    for i in range(n_nodes):
+        model = MODELS[int(rng.integers(len(MODELS)))]
+        n_gpus = int(rng.choice([0, 1, 2, 4, 8]))
+        gpus = tuple(GpuSpec(g, f"GPU-{i}-{g}", model, MEM[model], int(rng.integers(1, 6)),
+                             bool(rng.random() > 0.1)) for g in range(n_gpus))
+        nodes.append(NodeSpec(f"n{i:02d}", int(rng.integers(8, 97)) * 1000,
+                              int(rng.integers(32, 513)) * 1024, gpus, bool(rng.random() > 0.05)))
+    st = ClusterState.from_nodes(nodes)
+    for _ in range(n_nodes * 4):
+        row = int(rng.integers(n_nodes))
+        n_gpus = int(st.gpu_exists[row].sum())
+        cpu = int(rng.integers(0, 8)) * 1000
+        mem = int(rng.integers(0, 32)) * 1024
+        if cpu > st.cpu_alloc_milli[row] - st.cpu_used_milli[row] or mem > st.mem_alloc_mib[row] - st.mem_used_mib[row]:
+            continue
+        cols: tuple[int, ...] = ()
+        milli = 0
+        if n_gpus and rng.random() < 0.8:
+            col = int(rng.integers(n_gpus))
+            free = 1000 - int(st.gpu_used_milli[row, col])
+            if free <= 0 or st.gpu_pods[row, col] >= st.gpu_replicas[row, col]:
+                continue
+            milli = int(rng.integers(1, free + 1))
+            cols = (col,)
+        mem_gpu = tuple(int(milli * st.gpu_mem_total_mib[row, c] // 1000) for c in cols)
+        qos = QoSClass(int(rng.integers(3)))
+        st.apply(Allocation(st.node_names[row], cols, milli, mem_gpu, qos, cpu, mem))
+    return st
+
+
+def random_request(rng: np.random.Generator) -> PodRequest:
+    """A pod: CPU-only, a share, or 1/2/4/8 whole GPUs, sometimes model- or memory-bound."""
+    kind = rng.random()
+    k = 0 if kind < 0.1 else (1 if kind < 0.8 else int(rng.choice([1, 2, 4, 8])))
+    milli = int(rng.integers(1, 1001)) if k == 1 and rng.random() < 0.6 else 1000
+    models = frozenset(int(x) for x in rng.choice(3, size=int(rng.integers(1, 3)), replace=False)) \
+        if rng.random() < 0.3 else None
+    mem = int(rng.integers(1, 40000)) if rng.random() < 0.2 else None
+    return PodRequest(k, milli, mem, models, QoSClass(int(rng.integers(3))),
+                      int(rng.integers(0, 16)) * 1000, int(rng.integers(0, 64)) * 1024)

@@ -1,0 +1,93 @@
+"""Table tests per strategy, the arithmetic worked out in comments (noderesources style)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scoring import gpu_best_fit, memory_headroom, node_packing, qos_interference, resource_balance, spread
+from scoring.fit import fit
+from scoring.request import PodRequest, QoSClass
+from scoring.state import Allocation, ClusterState
+from tests.conftest import gpu_node
+
+
+def two_node_state() -> ClusterState:
+    """a: 2 x T4 (16384 MiB), GPU0 600 milli used by a guaranteed pod; b: 4 x T4 empty.
+
+    Both nodes: 64000m CPU, 262144 MiB. Node a also runs 32000m / 65536 MiB of host load.
+    """
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4)])
+    st.apply(Allocation("a", (0,), 600, (9830,), QoSClass.GUARANTEED, 32000, 65536))
+    return st
+
+
+def ctx_for(req: PodRequest):  # noqa: ANN201
+    return fit(two_node_state(), req, np.array([0, 1]))
+
+
+def test_gpu_best_fit_per_gpu() -> None:
+    # pod 300 milli. a/GPU0: free 400, left 100 -> 1 - 100/1000 = 0.9
+    #                a/GPU1: free 1000, left 700 -> 0.3; b/GPU*: 0.3; padding of a: 0
+    g = gpu_best_fit.gpu_score(ctx_for(PodRequest(1, 300)))
+    np.testing.assert_allclose(g, [[0.9, 0.3, 0.0, 0.0], [0.3, 0.3, 0.3, 0.3]])
+
+
+def test_gpu_best_fit_ties_on_whole_gpus() -> None:
+    # whole GPU: every free GPU is left at 0 -> 1.0; a/GPU0 does not fit -> 0
+    g = gpu_best_fit.gpu_score(ctx_for(PodRequest(1)))
+    np.testing.assert_allclose(g, [[0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+
+
+def test_node_packing_and_spread() -> None:
+    # pod 300 milli. a: (600 + 300) / 2000 = 0.45 ; b: (0 + 300) / 4000 = 0.075
+    ctx = ctx_for(PodRequest(1, 300))
+    chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+    np.testing.assert_allclose(node_packing.node_score(ctx, chosen), [0.45, 0.075])
+    # spread = 1 - packing: 0.55 ; 0.925
+    np.testing.assert_allclose(spread.node_score(ctx, chosen), [0.55, 0.925])
+
+
+def test_memory_headroom() -> None:
+    # pod 300 milli, memory floor(300 * 16384 / 1000) = 4915 MiB.
+    # a/GPU0: free 16384 - 9830 = 6554, left 1639 -> 1639 / 16384 = 0.10003...
+    # others: free 16384, left 11469 -> 0.70001...
+    g = memory_headroom.gpu_score(ctx_for(PodRequest(1, 300)))
+    np.testing.assert_allclose(g[0, :2], [1639 / 16384, 11469 / 16384])
+    np.testing.assert_allclose(g[1], [11469 / 16384] * 4)
+
+
+@pytest.mark.parametrize(("qos", "a_gpu0"), [
+    # a/GPU0 holds a guaranteed pod: only a best-effort pod conflicts there
+    (QoSClass.BEST_EFFORT, 0.0),
+    (QoSClass.BURSTABLE, 1.0),
+    (QoSClass.GUARANTEED, 1.0),
+])
+def test_qos_interference(qos: QoSClass, a_gpu0: float) -> None:
+    g = qos_interference.gpu_score(ctx_for(PodRequest(1, 300, qos=qos)))
+    assert g[0, 0] == a_gpu0
+    assert g[0, 1] == 1.0 and g[1].tolist() == [1.0] * 4
+
+
+def test_qos_interference_guaranteed_avoids_best_effort() -> None:
+    st = ClusterState.from_nodes([gpu_node("a", 2)])
+    st.apply(Allocation("a", (1,), 200, (3276,), QoSClass.BEST_EFFORT, 0, 0))
+    g = qos_interference.gpu_score(fit(st, PodRequest(1, 300, qos=QoSClass.GUARANTEED), np.array([0])))
+    assert g.tolist() == [[1.0, 0.0]]
+
+
+def test_resource_balance() -> None:
+    # pod: 1 GPU of 300 milli, 8000m CPU, 32768 MiB.
+    # a: u_gpu = 900/2000 = 0.45 ; u_cpu = (32000 + 8000)/64000 = 0.625 ;
+    #    u_mem = (65536 + 32768)/262144 = 0.375 ; gap = max(0.175, 0.075) = 0.175 -> 0.825
+    # b: u_gpu = 300/4000 = 0.075 ; u_cpu = 8000/64000 = 0.125 ; u_mem = 0.125 ;
+    #    gap = 0.05 -> 0.95
+    ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
+    s = resource_balance.node_score(ctx, np.zeros(ctx.gpu_fits.shape, dtype=bool))
+    np.testing.assert_allclose(s, [0.825, 0.95])
+
+
+def test_resource_balance_without_gpus_is_zero() -> None:
+    st = ClusterState.from_nodes([gpu_node("cpu-only", 0)])
+    ctx = fit(st, PodRequest(0, cpu_milli=1000), np.array([0]))
+    assert resource_balance.node_score(ctx, np.zeros((1, 0), dtype=bool)).tolist() == [0.0]
