@@ -1,7 +1,7 @@
 """The only bridge between Kubernetes JSON (wire bodies, Pods, Nodes) and the numpy core.
 
-Inbound: Pod JSON -> ``PodIntent`` -> ``scoring.PodRequest``; Node JSON / inventory ->
-``scoring.NodeSpec``; node names -> state rows. Outbound: float scores -> 0..10 wire
+Inbound: Pod JSON -> ``PodIntent`` -> ``scoring.PodRequest``; node names (``NodeNames`` or
+``Nodes`` objects) -> state rows. Outbound: float scores -> 0..10 wire
 integers; ``scoring.fit.Reason`` codes -> the messages kube-scheduler shows in
 FailedScheduling events.
 
@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from extender import annotations as ann
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.state import ClusterState, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 from scoring.strategies import Evaluation
 
 MAX_EXTENDER_PRIORITY = 10
@@ -264,34 +264,6 @@ def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
         cpu_milli=intent.cpu_milli,
         memory_mib=intent.memory_mib,
     )
-
-
-def node_spec(name: str, cpu_milli: int, memory_mib: int, inv: ann.NodeInventory | None) -> NodeSpec:
-    """Build a ``NodeSpec`` from allocatable numbers and a parsed inventory (or none)."""
-    gpus = () if inv is None else tuple(
-        GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy) for g in inv.gpus
-    )
-    return NodeSpec(name, cpu_milli, memory_mib, gpus)
-
-
-def node_spec_from_object(node: Mapping[str, Any]) -> NodeSpec:
-    """Build a ``NodeSpec`` from a Node object (allocatable + inventory annotation).
-
-    Raises
-    ------
-    ValueError
-        On a missing name, unparseable allocatable, or an invalid inventory annotation.
-    """
-    meta = node.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError("Node.metadata.name: missing")
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    cpu = _quantity(alloc.get("cpu", "0"), f"Node {name} allocatable.cpu")
-    mem = _quantity(alloc.get("memory", "0"), f"Node {name} allocatable.memory")
-    raw_inv = (meta.get("annotations") or {}).get(ann.INVENTORY)
-    inv = ann.parse_inventory(raw_inv) if raw_inv else None
-    return node_spec(name, int(cpu * 1000), int(mem / MIB), inv)
 
 
 def node_names_from_args(nodes: Mapping[str, Any] | None, names: Sequence[str] | None) -> list[str]:

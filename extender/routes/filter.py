@@ -20,7 +20,7 @@ def filter_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Re
     with metrics.timer("filter"):
         try:
             names = translate.node_names_from_args(
-                args.Nodes.model_dump() if args.Nodes is not None else None, args.NodeNames)
+                {"items": args.Nodes.items} if args.Nodes is not None else None, args.NodeNames)
             intent = translate.pod_intent(args.Pod)
         except ValueError as exc:
             metrics.filter_errors.inc()

@@ -18,7 +18,7 @@ def prioritize_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -
     with metrics.timer("prioritize"):
         try:
             names = translate.node_names_from_args(
-                args.Nodes.model_dump() if args.Nodes is not None else None, args.NodeNames)
+                {"items": args.Nodes.items} if args.Nodes is not None else None, args.NodeNames)
             intent = translate.pod_intent(args.Pod)
         except ValueError as exc:
             # kube-scheduler ignores prioritize errors; say why anyway.
