@@ -266,25 +266,36 @@ def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
     )
 
 
-def node_names_from_args(nodes: Mapping[str, Any] | None, names: Sequence[str] | None) -> list[str]:
-    """Candidate node names from ``ExtenderArgs``: ``NodeNames`` or ``Nodes.items[].metadata.name``.
+def extender_args(pod: Mapping[str, Any], node_items: Sequence[Mapping[str, Any]] | None,
+                  node_names: Sequence[str] | None) -> tuple[PodIntent, list[str]]:
+    """The pod and candidate names of an ``ExtenderArgs`` (``filter``, ``prioritize``).
+
+    Parameters
+    ----------
+    pod : mapping
+        ``ExtenderArgs.Pod``.
+    node_items : sequence of mapping or None
+        ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false), else None.
+    node_names : sequence of str or None
+        ``ExtenderArgs.NodeNames`` (nodeCacheCapable true), else None.
 
     Raises
     ------
     ValueError
-        When neither is given, or a Node item has no name.
+        When neither node form is given or a Node has no name; ``PodSpecError`` for the pod.
     """
-    if names is not None:
-        return list(names)
-    if nodes is None:
+    if node_names is not None:
+        names = list(node_names)
+    elif node_items is not None:
+        names = []
+        for i, item in enumerate(node_items):
+            name = ((item or {}).get("metadata") or {}).get("name")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"Nodes.items[{i}].metadata.name: missing")
+            names.append(name)
+    else:
         raise ValueError("ExtenderArgs: one of NodeNames or Nodes is required")
-    out = []
-    for i, item in enumerate(nodes.get("items") or []):
-        name = ((item or {}).get("metadata") or {}).get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"Nodes.items[{i}].metadata.name: missing")
-        out.append(name)
-    return out
+    return pod_intent(pod), names
 
 
 def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[np.int64], list[str]]:

@@ -19,9 +19,8 @@ def filter_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Re
     """Answer ``ExtenderFilterResult``; a bad pod gets ``Error`` naming annotation and rule."""
     with metrics.timer("filter"):
         try:
-            names = translate.node_names_from_args(
-                {"items": args.Nodes.items} if args.Nodes is not None else None, args.NodeNames)
-            intent = translate.pod_intent(args.Pod)
+            intent, names = translate.extender_args(
+                args.Pod, args.Nodes.items if args.Nodes is not None else None, args.NodeNames)
         except ValueError as exc:
             metrics.filter_errors.inc()
             return json_response(ExtenderFilterResult(Error=str(exc)))

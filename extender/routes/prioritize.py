@@ -17,9 +17,8 @@ def prioritize_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -
     """Answer ``HostPriorityList``; unknown or infeasible nodes score 0."""
     with metrics.timer("prioritize"):
         try:
-            names = translate.node_names_from_args(
-                {"items": args.Nodes.items} if args.Nodes is not None else None, args.NodeNames)
-            intent = translate.pod_intent(args.Pod)
+            intent, names = translate.extender_args(
+                args.Pod, args.Nodes.items if args.Nodes is not None else None, args.NodeNames)
         except ValueError as exc:
             # kube-scheduler ignores prioritize errors; say why anyway.
             return json_response({"Error": str(exc)}, status_code=400)
