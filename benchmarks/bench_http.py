@@ -4,8 +4,9 @@ For each cluster (the 1,213 openb GPU nodes; a synthetic 5,000 nodes x 8 GPUs) t
 starts a standalone extender, loads it to about 70% GPU allocation with bound pods sent
 through the pod-event path (the placements come from an in-process cache with the same
 scorer), then times ``filter`` then ``prioritize`` for sampled openb pods, with
-``nodeCacheCapable`` true (names) and false (full Node objects). Client-side wall time per
-call, including JSON encoding and loopback transfer.
+``nodeCacheCapable`` true (names) and false (full Node objects). Timed on the client, per
+call: encoding the request, loopback transfer, the extender's work, and decoding the reply
+(building the Python argument lists is left out: kube-scheduler builds them in Go).
 
 Run: ``python -m benchmarks.bench_http [--samples 300] [--out benchmarks/results/http-latency.json]``
 """
@@ -93,16 +94,17 @@ def time_calls(client: ExtenderClient, cluster: ClusterNames, pods: list[trace.T
         pod = tp.pod_object(seed)
         pod["metadata"]["uid"] = f"bench-{j}"
         client.pod_events([{"type": "ADDED", "object": pod}])
-        t0 = time.perf_counter()
-        res = client.filter(cluster.args(pod, every))
+        args = cluster.args(pod, every)
+        t0 = time.perf_counter()  # timed: encode, send, extender work, receive, decode
+        res = client.filter(args)
         t1 = time.perf_counter()
         passed = res.get("NodeNames")
         if passed is None:
             passed = [it["metadata"]["name"] for it in (res.get("Nodes") or {}).get("items") or []]
         if len(passed) > 1:
-            rows = np.array([cluster.pos[n] for n in passed])
+            args = cluster.args(pod, np.array([cluster.pos[n] for n in passed]))
             t2 = time.perf_counter()
-            client.prioritize(cluster.args(pod, rows))
+            client.prioritize(args)
             out["prioritize"].append(1e3 * (time.perf_counter() - t2))
         out["filter"].append(1e3 * (t1 - t0))
         client.pod_events([{"type": "DELETED", "object": pod}])

@@ -19,7 +19,7 @@ import numpy as np
 
 from extender import translate
 from extender.translate import PodIntent
-from scoring.fit import gpu_memory_request_mib
+from scoring.fit import Reason, gpu_memory_request_mib
 from scoring.state import Allocation, ClusterState, NodeSpec
 from scoring.strategies import Evaluation, Scorer
 
@@ -51,6 +51,25 @@ class CandidateEvaluation:
     evaluation: Evaluation
 
 
+@dataclass(slots=True)
+class _Candidates:
+    """A node-name list as resolved against the state (valid until the node set changes)."""
+
+    names: list[str]
+    rows: np.ndarray
+    unknown: list[str]
+    known: list[str]
+    pos: dict[str, int] | None = None
+
+    def positions(self, names: Sequence[str]) -> np.ndarray | None:
+        """Positions of ``names`` in ``known``; None if any is not there."""
+        if self.pos is None:
+            self.pos = {n: i for i, n in enumerate(self.known)}
+        get = self.pos.get
+        out = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        return out if (out >= 0).all() else None
+
+
 class GpuCache:
     """Thread-safe owner of the cluster arrays and pod allocations."""
 
@@ -64,10 +83,9 @@ class GpuCache:
         # a subset of the same candidates, and node scores do not depend on the candidate set.
         # Any change to the state or the scorer bumps ``_generation`` and invalidates it.
         self._generation = 0
-        self._memo: tuple[int, PodIntent, CandidateEvaluation] | None = None
-        self._memo_pos: dict[str, int] | None = None
+        self._memo: tuple[int, PodIntent, _Candidates, CandidateEvaluation] | None = None
         # kube-scheduler sends the same node list call after call: remember its rows.
-        self._names_rows: tuple[list[str], np.ndarray, list[str]] | None = None
+        self._candidates: _Candidates | None = None
 
     # -- configuration -------------------------------------------------------------------
 
@@ -101,7 +119,7 @@ class GpuCache:
 
     def _rebuild(self) -> None:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
-        self._names_rows = None
+        self._candidates = None
         for uid, rec in list(self._pods.items()):
             alloc = rec.allocation
             if alloc is None:
@@ -197,25 +215,19 @@ class GpuCache:
         with self._lock:
             memo = self._memo
             if memo is not None and memo[0] == self._generation and memo[1] == intent:
-                prev = memo[2]
-                if self._memo_pos is None:
-                    self._memo_pos = {n: i for i, n in enumerate(prev.names)}
-                get = self._memo_pos.get
-                positions = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
-                if (positions >= 0).all():
-                    return CandidateEvaluation(list(names), [], prev.evaluation.take(positions))
+                positions = memo[2].positions(names)
+                if positions is not None:
+                    return CandidateEvaluation(list(names), [], memo[3].evaluation.take(positions))
             state = self._state
-            cached = self._names_rows
-            if cached is not None and cached[0] == names:
-                rows, unknown = cached[1], cached[2]
-            else:
+            cand = self._candidates
+            if cand is None or cand.names != names:
                 rows, unknown = translate.rows_for_names(state, names)
-                self._names_rows = (list(names), rows, unknown)
+                known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
+                cand = self._candidates = _Candidates(list(names), rows, unknown, known)
             request = translate.pod_request(intent, state)
-            ev = self._scorer.evaluate(state, request, rows)
-            known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
-            result = CandidateEvaluation(known, unknown, ev)
-            self._memo, self._memo_pos = (self._generation, intent, result), None
+            ev = self._scorer.evaluate(state, request, cand.rows)
+            result = CandidateEvaluation(cand.known, cand.unknown, ev)
+            self._memo = (self._generation, intent, cand, result)
             return result
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
@@ -241,7 +253,7 @@ class GpuCache:
             request = translate.pod_request(rec.intent, state)
             ev = self._scorer.evaluate(state, request, np.array([row], dtype=np.int64))
             if not ev.context.node_fits[0]:
-                msg = translate.failure_messages(ev, rec.intent)[0]
+                msg = translate.reason_message(Reason(int(ev.context.reason[0])), request, rec.intent)
                 raise BindError(f"{msg} (at bind, on {node})")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)

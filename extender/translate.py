@@ -314,32 +314,39 @@ UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.
 NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
 
 
-def failure_messages(evaluation: Evaluation, intent: PodIntent) -> list[str]:
-    """FailedNodes messages: the failed check and the pod's demand, one per infeasible node.
+def filter_result(evaluation: Evaluation, intent: PodIntent,
+                  names: Sequence[str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """Split candidates into passed, ``FailedNodes`` and ``FailedAndUnresolvableNodes``.
 
     A message depends only on the reason and the pod, never on the node: kube-scheduler
-    groups identical FailedNodes reasons into its FailedScheduling event ("0/1213 nodes are
-    available: 900 gpufrac: insufficient GPU share ..."), which per-node numbers would
-    splinter into hundreds of lines.
+    groups identical reasons into its FailedScheduling event ("0/1213 nodes are available:
+    900 gpufrac: insufficient GPU share ..."), which per-node numbers would splinter into
+    hundreds of lines. Reasons preemption cannot fix (``UNRESOLVABLE``) go to the second map.
 
     Parameters
     ----------
     evaluation : Evaluation
     intent : PodIntent
         The pod, for the model names it asked for.
+    names : sequence of str
+        Candidate names aligned with the evaluation's rows.
 
     Returns
     -------
-    list of str
-        One message per infeasible candidate, in candidate order (the positions are
-        ``numpy.flatnonzero(~evaluation.context.node_fits)``).
+    passed : list of str
+    failed, unresolvable : dict of str to str
     """
     ctx = evaluation.context
-    bad = np.flatnonzero(~ctx.node_fits)
-    if bad.size == 0:
-        return []
+    codes = ctx.reason.astype(np.int64)
     table = np.array([reason_message(r, ctx.request, intent) for r in Reason], dtype=object)
-    return table[ctx.reason[bad].astype(np.int64)].tolist()  # type: ignore[no-any-return]
+    arr = np.asarray(names, dtype=object)
+    unres = np.isin(codes, UNRESOLVABLE)
+    fail = ~ctx.node_fits & ~unres
+    return (
+        arr[ctx.node_fits].tolist(),
+        dict(zip(arr[fail].tolist(), table[codes[fail]].tolist(), strict=True)),
+        dict(zip(arr[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
+    )
 
 
 def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> str:

@@ -136,8 +136,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
     rows = np.asarray(rows, dtype=np.int64)
     exists = state.gpu_exists[rows]
     mem_total = state.gpu_mem_total_mib[rows]
-    mem_free = mem_total - state.gpu_mem_used_mib[rows]
-    free_milli = np.where(exists, MILLI_PER_GPU - state.gpu_used_milli[rows], 0)
+    mem_free = state.gpu_mem_free_mib[rows]
+    free_milli = state.gpu_free_milli[rows]
     mem_req = gpu_memory_request_mib(request, mem_total)
     cpu_free = state.cpu_alloc_milli[rows] - state.cpu_used_milli[rows]
     mem_host_free = state.mem_alloc_mib[rows] - state.mem_used_mib[rows]
@@ -152,7 +152,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
     healthy = model_ok & state.gpu_healthy[rows]
     share_ok = healthy & (free_milli >= request.gpu_milli)
     mem_ok = share_ok & (mem_free >= mem_req)
-    slot_ok = mem_ok & (state.gpu_pods[rows] < state.gpu_replicas[rows])
+    slot_ok = mem_ok & (state.gpu_slots_free[rows] > 0)
 
     m = rows.shape[0]
     if k > 0:
@@ -176,7 +176,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
     if k > 0:
         reason[~state.node_ready[rows]] = Reason.NODE_NOT_READY
 
-    node_total = exists.sum(axis=1, dtype=np.int64) * MILLI_PER_GPU
+    node_total = state.node_gpu_total_milli[rows]
     return FitContext(
         request=request,
         rows=rows,
@@ -189,7 +189,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
         mem_total_mib=mem_total,
         gpu_exists=exists,
         qos_pods=state.gpu_qos_pods[rows],
-        node_used_milli=node_total - free_milli.sum(axis=1),
+        node_used_milli=state.node_gpu_used_milli[rows],
         node_total_milli=node_total,
         cpu_free_milli=cpu_free,
         mem_host_free_mib=mem_host_free,

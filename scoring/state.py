@@ -133,6 +133,11 @@ class ClusterState:
         Allocated compute share, 0..1000.
     gpu_replicas, gpu_pods : ndarray of shape (n_nodes, max_gpus), int64
         Replica slots and pods currently sharing the GPU.
+    gpu_free_milli, gpu_mem_free_mib, gpu_slots_free : ndarray of shape (n_nodes, max_gpus), int64
+        Derived, kept current by ``apply``: free share (0 on padding), free memory, free
+        replica slots. Kernels read them instead of recomputing them per request.
+    node_gpu_total_milli, node_gpu_used_milli : ndarray of shape (n_nodes,), int64
+        Share of all the node's GPUs (1000 x GPUs) and the allocated part.
     gpu_qos_pods : ndarray of shape (n_nodes, max_gpus, 3), int64
         Pods per QoS class (column = ``QoSClass`` value) on each GPU.
     gpu_uuid : list of list of str
@@ -157,6 +162,11 @@ class ClusterState:
     gpu_replicas: NDArray[np.int64]
     gpu_pods: NDArray[np.int64]
     gpu_qos_pods: NDArray[np.int64]
+    gpu_free_milli: NDArray[np.int64]
+    gpu_mem_free_mib: NDArray[np.int64]
+    gpu_slots_free: NDArray[np.int64]
+    node_gpu_total_milli: NDArray[np.int64]
+    node_gpu_used_milli: NDArray[np.int64]
     gpu_uuid: list[list[str]] = field(default_factory=list)
 
     @classmethod
@@ -205,6 +215,11 @@ class ClusterState:
             gpu_replicas=np.zeros(shape, dtype=I64),
             gpu_pods=np.zeros(shape, dtype=I64),
             gpu_qos_pods=np.zeros((n, max_gpus, N_QOS), dtype=I64),
+            gpu_free_milli=np.zeros(shape, dtype=I64),
+            gpu_mem_free_mib=np.zeros(shape, dtype=I64),
+            gpu_slots_free=np.zeros(shape, dtype=I64),
+            node_gpu_total_milli=np.zeros(n, dtype=I64),
+            node_gpu_used_milli=np.zeros(n, dtype=I64),
             gpu_uuid=[[""] * max_gpus for _ in range(n)],
         )
         model_id: dict[str, int] = {}
@@ -232,6 +247,10 @@ class ClusterState:
                 state.gpu_replicas[row, col] = g.replicas
                 state.gpu_uuid[row][col] = g.uuid
         state.models = list(model_id)
+        state.gpu_free_milli[state.gpu_exists] = MILLI_PER_GPU
+        state.gpu_mem_free_mib[:] = state.gpu_mem_total_mib
+        state.gpu_slots_free[:] = state.gpu_replicas
+        state.node_gpu_total_milli[:] = state.gpu_exists.sum(axis=1) * MILLI_PER_GPU
         return state
 
     @property
@@ -281,14 +300,15 @@ class ClusterState:
         self.cpu_used_milli[row] += sign * alloc.cpu_milli
         self.mem_used_mib[row] += sign * alloc.memory_mib
         if cols.size:
+            mem = sign * np.asarray(alloc.gpu_memory_mib, dtype=I64)
             self.gpu_used_milli[row, cols] += sign * alloc.gpu_milli
-            self.gpu_mem_used_mib[row, cols] += sign * np.asarray(alloc.gpu_memory_mib, dtype=I64)
+            self.gpu_free_milli[row, cols] -= sign * alloc.gpu_milli
+            self.node_gpu_used_milli[row] += sign * alloc.gpu_milli * cols.size
+            self.gpu_mem_used_mib[row, cols] += mem
+            self.gpu_mem_free_mib[row, cols] -= mem
             self.gpu_pods[row, cols] += sign
+            self.gpu_slots_free[row, cols] -= sign
             self.gpu_qos_pods[row, cols, int(alloc.qos)] += sign
-
-    def gpu_free_milli(self) -> NDArray[np.int64]:
-        """Free compute share per GPU, shape (n_nodes, max_gpus), int64; 0 for padding."""
-        return np.where(self.gpu_exists, MILLI_PER_GPU - self.gpu_used_milli, 0)
 
     def copy(self) -> ClusterState:
         """Deep copy (arrays copied), for snapshots and what-if evaluation."""
@@ -311,5 +331,10 @@ class ClusterState:
             gpu_replicas=self.gpu_replicas.copy(),
             gpu_pods=self.gpu_pods.copy(),
             gpu_qos_pods=self.gpu_qos_pods.copy(),
+            gpu_free_milli=self.gpu_free_milli.copy(),
+            gpu_mem_free_mib=self.gpu_mem_free_mib.copy(),
+            gpu_slots_free=self.gpu_slots_free.copy(),
+            node_gpu_total_milli=self.node_gpu_total_milli.copy(),
+            node_gpu_used_milli=self.node_gpu_used_milli.copy(),
             gpu_uuid=[list(r) for r in self.gpu_uuid],
         )

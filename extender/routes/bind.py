@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
 
 from extender.cache import BindError
 from extender.deps import CacheDep, MetricsDep
+from extender.routes.body import json_body
 from extender.routes.jsonresp import json_response
 from extender.wire import ExtenderBindingArgs, ExtenderBindingResult
 
 router = APIRouter()
+_parse, _openapi = json_body(ExtenderBindingArgs)
 
 
-@router.post("/bind")
-def bind_pod(args: ExtenderBindingArgs, cache: CacheDep, metrics: MetricsDep) -> Response:
+@router.post("/bind", openapi_extra=_openapi)
+def bind_pod(args: Annotated[ExtenderBindingArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``ExtenderBindingResult``: empty ``Error`` when the allocation is recorded.
 
     Standalone mode records the allocation in memory; the cluster mode additionally writes

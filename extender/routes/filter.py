@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
 from extender import translate
 from extender.deps import CacheDep, MetricsDep
+from extender.routes.body import json_body
 from extender.routes.jsonresp import json_response
 from extender.wire import ExtenderArgs, ExtenderFilterResult
 from scoring.fit import Reason
 
 router = APIRouter()
+_parse, _openapi = json_body(ExtenderArgs)
 
 
-@router.post("/filter")
-def filter_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Response:
+@router.post("/filter", openapi_extra=_openapi)
+def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``ExtenderFilterResult``; a bad pod gets ``Error`` naming annotation and rule."""
     with metrics.timer("filter"):
         try:
@@ -26,21 +30,14 @@ def filter_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Re
             return json_response(ExtenderFilterResult(Error=str(exc)))
         ce = cache.evaluate(intent, names)
         codes = ce.evaluation.context.reason
-        fits = ce.evaluation.context.node_fits
         for code, count in enumerate(np.bincount(codes, minlength=len(Reason)).tolist()):
             if count:
                 label = "passed" if code == Reason.FITS else Reason(code).name.lower()
                 metrics.filter_nodes.labels(label).inc(count)
         if ce.unknown:
             metrics.filter_nodes.labels("node_unknown").inc(len(ce.unknown))
-        bad = np.flatnonzero(~fits)
-        messages = translate.failure_messages(ce.evaluation, intent)
-        unresolvable_bad = np.isin(codes[bad], translate.UNRESOLVABLE).tolist()
-        failed = dict.fromkeys(ce.unknown, translate.NODE_UNKNOWN_MESSAGE)
-        unresolvable: dict[str, str] = {}
-        for pos, msg, unres in zip(bad.tolist(), messages, unresolvable_bad, strict=True):
-            (unresolvable if unres else failed)[ce.names[pos]] = msg
-        passed = [ce.names[i] for i in np.flatnonzero(fits).tolist()]
+        passed, failed, unresolvable = translate.filter_result(ce.evaluation, intent, ce.names)
+        failed.update(dict.fromkeys(ce.unknown, translate.NODE_UNKNOWN_MESSAGE))
         if args.Nodes is not None:
             keep = set(passed)
             items = [it for it in args.Nodes.items if it.get("metadata", {}).get("name") in keep]

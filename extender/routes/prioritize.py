@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
 
 from extender import translate
 from extender.deps import CacheDep, MetricsDep
+from extender.routes.body import json_body
 from extender.routes.jsonresp import json_response
 from extender.wire import ExtenderArgs
 
 router = APIRouter()
+_parse, _openapi = json_body(ExtenderArgs)
 
 
-@router.post("/prioritize")
-def prioritize_nodes(args: ExtenderArgs, cache: CacheDep, metrics: MetricsDep) -> Response:
+@router.post("/prioritize", openapi_extra=_openapi)
+def prioritize_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``HostPriorityList``; unknown or infeasible nodes score 0."""
     with metrics.timer("prioritize"):
         try:

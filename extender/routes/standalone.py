@@ -7,18 +7,22 @@ bind (CPU-only pods, deletions) through the very same path.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
 
 from extender import translate
 from extender.deps import CacheDep
+from extender.routes.body import json_body
 from extender.routes.jsonresp import json_response
 from extender.wire import PodEvent
 
 router = APIRouter()
+_parse, _openapi = json_body(list[PodEvent])
 
 
-@router.post("/standalone/pod-events")
-def pod_events(events: list[PodEvent], cache: CacheDep) -> Response:
+@router.post("/standalone/pod-events", openapi_extra=_openapi)
+def pod_events(events: Annotated[list[PodEvent], Depends(_parse)], cache: CacheDep) -> Response:
     """Apply a batch of ``{"type", "object"}`` events in order.
 
     All events are parsed first; if any is invalid the batch is refused with 400 naming the

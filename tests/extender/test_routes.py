@@ -82,11 +82,13 @@ def test_memory_headroom_is_respected() -> None:
 
 
 @pytest.mark.parametrize(("body", "status", "message"), [
-    (b"{not json", 400, "invalid request"),
+    (b"{not json", 400, "invalid request: body: Invalid JSON: key must be a string at line 1 column 2"),
     (b'{"Nodes": null, "NodeNames": ["a"]}', 400, "Pod: Field required"),
-    (b'{"Pod": [], "NodeNames": ["a"]}', 400, "Pod: Input should be a valid dictionary"),
+    (b'{"Pod": [], "NodeNames": ["a"]}', 400, "Pod: Input should be an object"),
+    (b'{"Pod": {}, "NodeNames": "a"}', 400, "NodeNames: Input should be a valid array"),
 ])
 def test_malformed_filter_bodies(body: bytes, status: int, message: str) -> None:
+    # (these never come from kube-scheduler; a 4xx with the reason, nothing changed)
     with client_for(NODES) as (client, cache):
         before = cache.state_copy()
         r = client.post("/filter", content=body, headers={"Content-Type": "application/json"})
@@ -211,3 +213,12 @@ def test_health_readiness_and_metrics() -> None:
     assert 'gpufrac_filter_nodes_total{outcome="passed"} 3.0' in text
     assert 'gpufrac_bind_total{result="ok"} 1.0' in text
     assert "gpufrac_cache_gpu_allocated_milli 1000.0" in text
+
+
+def test_openapi_documents_the_wire_bodies() -> None:
+    with client_for(NODES) as (client, _):
+        spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/filter"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == {"Pod", "Nodes", "NodeNames"} and body["required"] == ["Pod"]
+    assert "PodName" in str(spec["paths"]["/bind"]["post"]["requestBody"])
+    assert "$ref" not in str(spec["paths"])  # self-contained: no dangling $defs references

@@ -83,3 +83,15 @@ def test_fragmentation_worked_example() -> None:
     assert fragmentation_rate(free, big, big, tasks) == pytest.approx(800 / 1300)
     # no CPU at all: neither task runs -> everything free is fragmented
     assert fragmentation_rate(free, np.array([0]), big, TaskTypes.from_counts(np.array([[1, 500, 1, 0]]))) == 1.0
+
+
+def test_derived_arrays_track_allocations(rng: np.random.Generator) -> None:
+    from tests.scoring.randstate import random_state
+
+    for _ in range(20):
+        st = random_state(rng)
+        np.testing.assert_array_equal(st.gpu_free_milli, np.where(st.gpu_exists, 1000 - st.gpu_used_milli, 0))
+        np.testing.assert_array_equal(st.gpu_mem_free_mib, st.gpu_mem_total_mib - st.gpu_mem_used_mib)
+        np.testing.assert_array_equal(st.gpu_slots_free, st.gpu_replicas - st.gpu_pods)
+        np.testing.assert_array_equal(st.node_gpu_total_milli, 1000 * st.gpu_exists.sum(axis=1))
+        np.testing.assert_array_equal(st.node_gpu_used_milli, st.gpu_used_milli.sum(axis=1))
