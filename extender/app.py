@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from kubernetes.client import CoreV1Api
 
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
+from extender.kube import ClusterSync, KubeBinder, SyncOptions
 from extender.metrics import Metrics
 from extender.routes import bind, filter, health, prioritize, standalone
 from extender.routes.jsonresp import json_response
@@ -28,7 +30,8 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
-def create_app(settings: Settings, cache: GpuCache | None = None) -> FastAPI:
+def create_app(settings: Settings, cache: GpuCache | None = None,
+               kube_api: CoreV1Api | None = None) -> FastAPI:
     """Build the extender app.
 
     Parameters
@@ -37,6 +40,10 @@ def create_app(settings: Settings, cache: GpuCache | None = None) -> FastAPI:
     cache : GpuCache, optional
         Pre-filled cache (tests); by default one is built at start-up from the settings'
         scoring config and, in standalone mode, filled from ``settings.cluster_file``.
+    kube_api : kubernetes.client.CoreV1Api, optional
+        Cluster mode: the API client (built by the caller from a kubeconfig or the
+        in-cluster service account). The lifespan starts the watches; ``/readyz`` answers
+        200 only after Nodes and Pods have been listed in full.
 
     Raises
     ------
@@ -47,20 +54,38 @@ def create_app(settings: Settings, cache: GpuCache | None = None) -> FastAPI:
     own_cache = cache is None
     cache = cache if cache is not None else GpuCache(scorer)
 
+    sync: ClusterSync | None = None
+    if settings.mode == "cluster":
+        if kube_api is None:
+            raise ValueError("cluster mode needs a Kubernetes API client")
+        sync = ClusterSync(kube_api, cache, SyncOptions(
+            inventory_stale_after_s=settings.inventory_stale_after_s,
+            assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s))
+        binder = KubeBinder(kube_api, cache, settings.assume_ttl_s).bind
+    else:
+        binder = cache.bind
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if own_cache and settings.cluster_file is not None:
-            cache.set_nodes(load_cluster_file(settings.cluster_file,
-                                              replicas_per_gpu=settings.replicas_per_gpu))
-        app.state.ready = True
+        if sync is not None:
+            sync.start()
+            app.state.ready = lambda: sync.synced
+        else:
+            if own_cache and settings.cluster_file is not None:
+                cache.set_nodes(load_cluster_file(settings.cluster_file,
+                                                  replicas_per_gpu=settings.replicas_per_gpu))
+            app.state.ready = lambda: True
         yield
-        app.state.ready = False
+        app.state.ready = lambda: False
+        if sync is not None:
+            sync.stop()
 
     app = FastAPI(title="gpufrac extender", lifespan=lifespan)
     app.state.settings = settings
     app.state.cache = cache
     app.state.metrics = Metrics(cache.summary)
-    app.state.ready = False
+    app.state.ready = lambda: False
+    app.state.binder = binder
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -34,11 +35,18 @@ class BindError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """A pod the cache knows, and what it holds (``allocation`` is None while pending)."""
+    """A pod the cache knows, and what it holds (``allocation`` is None while pending).
+
+    ``assumed_until`` is set while a bind is in flight in cluster mode: the allocation is
+    held (counted, so no other bind can take it) but the pod watch has not yet shown the
+    pod bound to that node. It is a ``time.monotonic()`` deadline after which
+    ``expire_assumed`` gives the allocation back.
+    """
 
     intent: PodIntent
     allocation: Allocation | None = None
     gpu_uuids: tuple[str, ...] = ()
+    assumed_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +113,22 @@ class GpuCache:
 
     def upsert_node(self, node: NodeSpec) -> None:
         """Add a node or replace its spec (inventory or allocatable changed)."""
+        self.upsert_nodes([node])
+
+    def upsert_nodes(self, nodes: Iterable[NodeSpec]) -> None:
+        """Add or replace several nodes; the arrays are rebuilt once, and only on a change.
+
+        A node whose spec is unchanged (an inventory heartbeat with nothing new) costs a
+        comparison, so the node watch and the staleness check may call this freely.
+        """
         with self._lock:
-            if self._nodes.get(node.name) == node:
-                return
-            self._nodes[node.name] = node
-            self._rebuild()
+            changed = False
+            for node in nodes:
+                if self._nodes.get(node.name) != node:
+                    self._nodes[node.name] = node
+                    changed = True
+            if changed:
+                self._rebuild()
 
     def remove_node(self, name: str) -> None:
         """Forget a node and the allocations on it."""
@@ -120,9 +139,12 @@ class GpuCache:
     def _rebuild(self) -> None:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
         self._candidates = None
+        self._state = state
         for uid, rec in list(self._pods.items()):
             alloc = rec.allocation
             if alloc is None:
+                if rec.intent.node_name in state.node_index:
+                    self._pods[uid] = self._account(rec.intent)  # its node arrived after it
                 continue
             if alloc.node not in state.node_index:
                 log.info("node gone, dropping allocation", extra={"pod": rec.intent.key})
@@ -137,7 +159,6 @@ class GpuCache:
                 alloc = replace(alloc, gpu_cols=cols)
                 self._pods[uid] = replace(rec, allocation=alloc)
             state.apply(alloc)
-        self._state = state
         self._generation += 1
 
     @staticmethod
@@ -161,16 +182,19 @@ class GpuCache:
         with self._lock:
             old = self._pods.get(intent.uid)
             if event == "DELETED" or intent.finished:
-                if old is not None:
-                    self._release(old)
-                    del self._pods[intent.uid]
-                    self._generation += 1
+                self.remove_pod(intent.uid)
                 return
             if old is not None and old.allocation is not None:
-                if old.allocation.node == intent.node_name or not intent.node_name:
-                    self._pods[intent.uid] = replace(old, intent=intent)
+                if old.allocation.node == intent.node_name:
+                    # Bound where we hold its allocation: confirmed (an assumed one stops expiring).
+                    self._pods[intent.uid] = replace(old, intent=intent, assumed_until=None)
                     return
-                self._release(old)  # moved (deleted and recreated with the same UID)
+                if not intent.node_name:
+                    # Our bind is in flight (the watch shows the annotation patch first).
+                    self._pods[intent.uid] = replace(old, intent=replace(
+                        intent, assigned_gpus=old.gpu_uuids))
+                    return
+                self._release(old)  # bound elsewhere than we assumed: the API is the truth
             rec = PodRecord(intent)
             if intent.node_name and intent.node_name in self._state.node_index:
                 rec = self._account(intent)
@@ -179,11 +203,42 @@ class GpuCache:
                 self._generation += 1  # released above
             self._pods[intent.uid] = rec
 
+    def set_pods(self, intents: Iterable[PodIntent]) -> None:
+        """A full pod list (start-up, or a new list after the watch expired).
+
+        Pods missing from the list are forgotten, except those with a bind in flight
+        (assumed): the list may predate their Binding. Every listed pod is applied as
+        ``ADDED``, so a bound pod's allocation is rebuilt from its ``gpufrac.io/assigned-*``
+        annotations.
+        """
+        with self._lock:
+            intents = list(intents)
+            listed = {i.uid for i in intents}
+            for uid, rec in list(self._pods.items()):
+                if uid not in listed and rec.assumed_until is None:
+                    self.remove_pod(uid)
+            for intent in intents:
+                self.apply_pod_event("ADDED", intent)
+
+    def remove_pod(self, uid: str) -> None:
+        """Forget a pod (deleted) and free what it held; unknown UIDs are ignored."""
+        with self._lock:
+            rec = self._pods.pop(uid, None)
+            if rec is not None and rec.allocation is not None:
+                self._release(rec)
+                self._generation += 1
+
+    def knows_pod(self, uid: str) -> bool:
+        """True if a pod event for ``uid`` has been applied (and the pod not deleted)."""
+        with self._lock:
+            return uid in self._pods
+
     def _account(self, intent: PodIntent) -> PodRecord:
         state, node = self._state, intent.node_name
         cols: tuple[int, ...] = ()
         uuids: tuple[str, ...] = ()
         mem: tuple[int, ...] = ()
+        milli = 0
         if intent.gpu_count and intent.assigned_gpus:
             found = self._cols_for_uuids(state, node, intent.assigned_gpus)
             if found is None:
@@ -191,12 +246,15 @@ class GpuCache:
                             extra={"pod": intent.key, "node": node})
             else:
                 cols, uuids = found, intent.assigned_gpus
-                row = state.node_index[node]
-                req = translate.pod_request(intent, state)
-                per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
-                mem = tuple(int(x) for x in per_gpu[0])
-        alloc = Allocation(node, cols, intent.gpu_milli if cols else 0, mem, intent.qos,
-                           intent.cpu_milli, intent.memory_mib)
+                milli = intent.assigned_gpu_milli or intent.gpu_milli
+                if intent.assigned_memory_mib:
+                    mem = intent.assigned_memory_mib
+                else:
+                    row = state.node_index[node]
+                    req = replace(translate.pod_request(intent, state), gpu_milli=milli)
+                    per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
+                    mem = tuple(int(x) for x in per_gpu[0])
+        alloc = Allocation(node, cols, milli, mem, intent.qos, intent.cpu_milli, intent.memory_mib)
         state.apply(alloc)
         return PodRecord(intent, alloc, uuids)
 
@@ -231,7 +289,36 @@ class GpuCache:
             return result
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
-        """Choose the GPUs for a pending pod on ``node`` and record the allocation.
+        """Choose the GPUs for a pending pod on ``node`` and record the allocation (standalone).
+
+        Raises
+        ------
+        BindError
+            If the pod or node is unknown, the pod is bound elsewhere, or it no longer fits.
+        """
+        return self.assume(uid, namespace, name, node, hold_s=None)
+
+    def assume(self, uid: str, namespace: str, name: str, node: str,
+               hold_s: float | None) -> PodRecord:
+        """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically.
+
+        Everything happens under the cache lock, so of two binds racing for the last share
+        of a GPU exactly one gets it; the other sees it taken and fails the fit check.
+
+        Parameters
+        ----------
+        uid, namespace, name : str
+            The pod (``ExtenderBindingArgs``).
+        node : str
+        hold_s : float or None
+            Cluster mode: seconds the allocation stays assumed before ``expire_assumed``
+            frees it, unless the pod watch confirms the pod bound to ``node`` first. None:
+            recorded as confirmed (standalone mode).
+
+        Returns
+        -------
+        PodRecord
+            The pod with its allocation and GPU UUIDs.
 
         Raises
         ------
@@ -262,9 +349,44 @@ class GpuCache:
             uuids = tuple(state.gpu_uuid[row][c] for c in cols)
             state.apply(alloc)
             self._generation += 1
-            bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids)
+            until = None if hold_s is None else time.monotonic() + hold_s
+            bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids, until)
             self._pods[uid] = bound
             return bound
+
+    def forget(self, uid: str) -> bool:
+        """Give back an assumed allocation (a bind that failed); the pod is pending again.
+
+        Returns
+        -------
+        bool
+            True if an assumed allocation was freed; False if there was none (already
+            confirmed by the watch, expired, or the pod is gone).
+        """
+        with self._lock:
+            rec = self._pods.get(uid)
+            if rec is None or rec.allocation is None or rec.assumed_until is None:
+                return False
+            self._release(rec)
+            intent = replace(rec.intent, node_name="", assigned_gpus=())
+            self._pods[uid] = PodRecord(intent)
+            self._generation += 1
+            return True
+
+    def expire_assumed(self, now: float | None = None) -> list[str]:
+        """Free assumed allocations whose deadline passed; return their pods' ``ns/name``.
+
+        A bind whose pod never showed up bound (the Binding was lost, gpufrac crashed between
+        its two API calls, the pod was deleted unseen) must not hold its GPUs forever.
+        """
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            expired = [uid for uid, r in self._pods.items()
+                       if r.assumed_until is not None and r.assumed_until <= now]
+            keys = [self._pods[uid].intent.key for uid in expired]
+            for uid in expired:
+                self.forget(uid)
+            return keys
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -17,12 +17,14 @@ def _serve(args: argparse.Namespace) -> int:
     from extender.settings import ConfigError, Settings
 
     overrides = {k: v for k, v in {
-        "host": args.host, "port": args.port, "cluster_file": args.cluster_file,
-        "config_file": args.config, "preset": args.preset,
-        "replicas_per_gpu": args.replicas_per_gpu}.items() if v is not None}
-    settings = Settings(**overrides)
+        "mode": args.mode, "host": args.host, "port": args.port, "cluster_file": args.cluster_file,
+        "config_file": args.config, "preset": args.preset, "kubeconfig": args.kubeconfig,
+        "replicas_per_gpu": args.replicas_per_gpu, "log_level": args.log_level,
+        "inventory_stale_after_s": args.inventory_stale_after_s,
+        "assume_ttl_s": args.assume_ttl_s}.items() if v is not None}
     try:
-        app = create_app(settings)
+        settings = Settings(**overrides)
+        app = create_app(settings, kube_api=_kube_api(settings.kubeconfig) if settings.mode == "cluster" else None)
     except (ConfigError, ValueError) as exc:
         print(f"gpufrac: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
@@ -30,6 +32,16 @@ def _serve(args: argparse.Namespace) -> int:
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 access_log=False)
     return 0
+
+
+def _kube_api(kubeconfig: Path | None):  # type: ignore[no-untyped-def]
+    """CoreV1Api from a kubeconfig file, else the in-cluster service account."""
+    from kubernetes import client, config
+
+    if kubeconfig is not None:
+        return client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    config.load_incluster_config()
+    return client.CoreV1Api()
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -49,6 +61,22 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    import orjson
+
+    from extender import inspection
+
+    api = _kube_api(args.kubeconfig)
+    nodes = orjson.loads(api.list_node(_preload_content=False).data)["items"]
+    pods = orjson.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    reports = inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    else:
+        print(inspection.render_table(reports))
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     from extender.annotations import inventory_json_schema
 
@@ -61,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpufrac", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the extender (standalone: nodes from a file)")
+    serve = sub.add_parser("serve", help="run the extender (standalone: nodes from a file; cluster: the API)")
+    serve.add_argument("--mode", choices=("standalone", "cluster"))
+    serve.add_argument("--kubeconfig", type=Path, help="cluster mode; in-cluster config when absent")
+    serve.add_argument("--inventory-stale-after-s", type=float)
+    serve.add_argument("--assume-ttl-s", type=float)
+    serve.add_argument("--log-level")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--cluster-file", type=Path, help="node list, YAML or openb CSV")
@@ -82,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--pods", type=Path, required=True)
     chk.add_argument("--replicas-per-gpu", type=int, default=20)
     chk.set_defaults(func=_check)
+
+    ins = sub.add_parser("inspect", help="table of nodes, GPUs and the pods on them, read from the API")
+    ins.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
+    ins.add_argument("--json", action="store_true", help="JSON instead of the table")
+    ins.add_argument("--inventory-stale-after-s", type=float, default=180.0)
+    ins.set_defaults(func=_inspect)
 
     sch = sub.add_parser("inventory-schema", help="print the gpufrac.io/inventory v1 JSON Schema")
     sch.set_defaults(func=_schema)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -23,6 +24,14 @@ def _settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
+def _binder(request: Request) -> Binder:
+    return request.app.state.binder  # type: ignore[no-any-return]
+
+
+Binder = Callable[[str, str, str, str], object]
+"""``bind(pod_uid, namespace, name, node)``; raises ``extender.cache.BindError``."""
+
 CacheDep = Annotated[GpuCache, Depends(_cache)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
+BinderDep = Annotated[Binder, Depends(_binder)]
 SettingsDep = Annotated[Settings, Depends(_settings)]

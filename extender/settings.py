@@ -22,8 +22,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUFRAC_", extra="forbid")
 
-    mode: Literal["standalone"] = "standalone"
-    """Only standalone for now: nodes from ``cluster_file``, pods from pod-event posts."""
+    mode: Literal["standalone", "cluster"] = "standalone"
+    """``standalone``: nodes from ``cluster_file``, pods from pod-event posts. ``cluster``:
+    Nodes and Pods watched through the Kubernetes API, bind writes annotations and the
+    Binding."""
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
     cluster_file: Path | None = None
@@ -35,6 +37,14 @@ class Settings(BaseSettings):
     preset: str = "default"
     """Weight preset used when no config file is given (``scoring.presets.PRESETS``)."""
     log_level: str = "warning"
+    kubeconfig: Path | None = None
+    """Cluster mode: kubeconfig file; the in-cluster service account when absent."""
+    inventory_stale_after_s: float = Field(180.0, gt=0)
+    """Cluster mode: a node whose ``gpufrac.io/inventory`` heartbeat is older is infeasible."""
+    assume_ttl_s: float = Field(60.0, gt=0)
+    """Cluster mode: how long a bind's allocation is held before the pod watch confirms it."""
+    watch_timeout_s: int = Field(300, ge=1)
+    """Cluster mode: server-side timeout of one watch request (it is then resumed)."""
 
 
 class ScoringFile(BaseModel):

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -25,7 +26,7 @@ from numpy.typing import NDArray
 from extender import annotations as ann
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.state import ClusterState
+from scoring.state import ClusterState, GpuSpec, NodeSpec
 from scoring.strategies import Evaluation
 
 MAX_EXTENDER_PRIORITY = 10
@@ -70,6 +71,11 @@ class PodIntent:
         Effective pod requests (max of the init containers and the sum of the containers).
     assigned_gpus : tuple of str
         UUIDs from ``gpufrac.io/assigned-gpus`` (set by gpufrac at bind).
+    assigned_gpu_milli : int or None
+        ``gpufrac.io/assigned-fraction`` in milli-GPU, None when absent or unreadable.
+    assigned_memory_mib : tuple of int
+        ``gpufrac.io/assigned-memory``, MiB per assigned GPU; empty when absent, unreadable
+        or not one per assigned GPU.
     """
 
     uid: str
@@ -85,6 +91,8 @@ class PodIntent:
     cpu_milli: int
     memory_mib: int
     assigned_gpus: tuple[str, ...] = ()
+    assigned_gpu_milli: int | None = None
+    assigned_memory_mib: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
@@ -231,6 +239,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
             )
         qos = _QOS_BY_NAME[raw]
     assigned = tuple(u for u in str(annotations.get(ann.ASSIGNED_GPUS, "")).split(",") if u)
+    assigned_milli, assigned_mem = _assigned_share(annotations, len(assigned))
     return PodIntent(
         uid=uid,
         namespace=namespace,
@@ -245,7 +254,62 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
         assigned_gpus=assigned,
+        assigned_gpu_milli=assigned_milli,
+        assigned_memory_mib=assigned_mem,
     )
+
+
+def _assigned_share(annotations: Mapping[str, Any], n_gpus: int) -> tuple[int | None, tuple[int, ...]]:
+    """Read back the share and memory gpufrac wrote at bind; lenient (None/() if unreadable).
+
+    These annotations are gpufrac's own record, not user input: if someone edited them into
+    nonsense the pod's request is used instead, and the allocation stays accounted.
+    """
+    milli: int | None = None
+    try:
+        milli = _fraction_milli(annotations[ann.ASSIGNED_FRACTION])
+    except (KeyError, PodSpecError):
+        pass
+    mem: tuple[int, ...] = ()
+    raw = annotations.get(ann.ASSIGNED_MEMORY)
+    if raw:
+        try:
+            values = tuple(math.ceil(_quantity(v, ann.ASSIGNED_MEMORY) / MIB) for v in str(raw).split(","))
+        except PodSpecError:
+            values = ()
+        if len(values) == n_gpus and all(v > 0 for v in values):
+            mem = values
+    return milli, mem
+
+
+def allocation_annotations(gpu_uuids: Sequence[str], gpu_milli: int,
+                           gpu_memory_mib: Sequence[int], at: datetime) -> dict[str, str]:
+    """The pod annotations gpufrac writes at bind: its allocation record.
+
+    Parameters
+    ----------
+    gpu_uuids : sequence of str
+        NVML UUIDs of the chosen GPUs (empty for a pod without GPUs).
+    gpu_milli : int
+        Share per GPU, milli-GPU.
+    gpu_memory_mib : sequence of int
+        GPU memory per chosen GPU, MiB.
+    at : datetime
+        Bind time (timezone-aware).
+
+    Returns
+    -------
+    dict of str to str
+        ``gpufrac.io/assigned-gpus`` (``,``-separated UUIDs), ``assigned-fraction`` (decimal,
+        e.g. ``0.25``), ``assigned-memory`` (``,``-separated quantities, e.g. ``4096Mi``),
+        ``assigned-at`` (RFC 3339, UTC).
+    """
+    return {
+        ann.ASSIGNED_GPUS: ",".join(gpu_uuids),
+        ann.ASSIGNED_FRACTION: str(Decimal(gpu_milli) / MILLI_PER_GPU),
+        ann.ASSIGNED_MEMORY: ",".join(f"{m}Mi" for m in gpu_memory_mib),
+        ann.ASSIGNED_AT: at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
 
 
 def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
@@ -308,6 +372,76 @@ def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[n
     return rows[~missing], [names[i] for i in np.flatnonzero(missing).tolist()]
 
 
+@dataclass(frozen=True, slots=True)
+class NodeObservation:
+    """A Node object as gpufrac needs it, before the heartbeat is judged.
+
+    Attributes
+    ----------
+    name : str
+    cpu_milli, memory_mib : int
+        ``status.allocatable`` cpu (milli-cores) and memory (MiB).
+    gpus : tuple of GpuSpec
+        From the ``gpufrac.io/inventory`` annotation, in index order; empty when absent or
+        invalid.
+    heartbeat : datetime or None
+        The inventory's heartbeat (timezone-aware); None when absent or invalid.
+    problem : str
+        Why the inventory is unusable (``""`` when it is fine), for logs.
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuSpec, ...]
+    heartbeat: datetime | None
+    problem: str = ""
+
+    def spec(self, now: datetime, stale_after_s: float) -> NodeSpec:
+        """The node for the core: ready only with a valid inventory at most ``stale_after_s`` old."""
+        fresh = (self.heartbeat is not None and not self.problem
+                 and (now - self.heartbeat).total_seconds() <= stale_after_s)
+        return NodeSpec(self.name, self.cpu_milli, self.memory_mib, self.gpus, ready=fresh)
+
+
+def node_observation(node: Mapping[str, Any]) -> NodeObservation:
+    """Parse a Node object (API JSON, from the node watch).
+
+    CPU and memory come from ``status.allocatable``; the GPUs from the ``gpufrac.io/inventory``
+    annotation. An invalid inventory does not raise: the node keeps its CPU and memory (CPU-only
+    pods still count there) and gets no usable GPUs, with the reason in ``problem``.
+
+    Raises
+    ------
+    ValueError
+        When the Node has no name.
+    """
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("Node.metadata.name: missing")
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        cpu_milli = math.floor(_quantity(alloc.get("cpu", "0"), "cpu") * 1000)
+        memory_mib = math.floor(_quantity(alloc.get("memory", "0"), "memory") / MIB)
+    except PodSpecError as exc:
+        return NodeObservation(name, 0, 0, (), None, f"status.allocatable.{exc}")
+    raw = (meta.get("annotations") or {}).get(ann.INVENTORY)
+    if raw is None:
+        return NodeObservation(name, cpu_milli, memory_mib, (), None, f"no {ann.INVENTORY} annotation")
+    try:
+        inv = ann.parse_inventory(raw)
+    except ValueError as exc:
+        return NodeObservation(name, cpu_milli, memory_mib, (), None, str(exc))
+    if inv.node != name:
+        return NodeObservation(name, cpu_milli, memory_mib, (), None,
+                               f"{ann.INVENTORY}: published for node {quote(inv.node)}")
+    gpus = tuple(GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy)
+                 for g in sorted(inv.gpus, key=lambda g: g.index))
+    heartbeat = inv.heartbeat if inv.heartbeat.tzinfo else inv.heartbeat.replace(tzinfo=UTC)
+    return NodeObservation(name, cpu_milli, memory_mib, gpus, heartbeat)
+
+
 UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY])
 """Reasons preemption cannot fix: kube-scheduler gets them in ``FailedAndUnresolvableNodes``."""
 
@@ -356,7 +490,8 @@ def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> st
     per_gpu = f"{k} GPU(s) with {share}" if k > 1 else share
     messages = {
         Reason.FITS: "fits",
-        Reason.NODE_NOT_READY: "node not ready for GPU pods (inventory stale or missing)",
+        Reason.NODE_NOT_READY: (f"inventory stale: no fresh, valid {ann.INVENTORY} from the node's "
+                                "gpufrac agent"),
         Reason.INSUFFICIENT_CPU: f"insufficient cpu (pod requests {request.cpu_milli}m)",
         Reason.INSUFFICIENT_MEMORY: f"insufficient memory (pod requests {request.memory_mib}Mi)",
         Reason.TOO_FEW_GPUS: f"node has fewer than {k} GPUs",

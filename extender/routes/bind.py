@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 
 from extender.cache import BindError
-from extender.deps import CacheDep, MetricsDep
+from extender.deps import BinderDep, MetricsDep
 from extender.routes.body import json_body
 from extender.routes.jsonresp import json_response
 from extender.wire import ExtenderBindingArgs, ExtenderBindingResult
@@ -17,15 +17,15 @@ _parse, _openapi = json_body(ExtenderBindingArgs)
 
 
 @router.post("/bind", openapi_extra=_openapi)
-def bind_pod(args: Annotated[ExtenderBindingArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
+def bind_pod(args: Annotated[ExtenderBindingArgs, Depends(_parse)], binder: BinderDep, metrics: MetricsDep) -> Response:
     """Answer ``ExtenderBindingResult``: empty ``Error`` when the allocation is recorded.
 
-    Standalone mode records the allocation in memory; the cluster mode additionally writes
-    the pod's allocation annotations and creates the Binding.
+    Standalone mode records the allocation in memory; cluster mode holds it as assumed,
+    writes the pod's allocation annotations and creates the Binding (``extender.kube``).
     """
     with metrics.timer("bind"):
         try:
-            cache.bind(args.PodUID, args.PodNamespace, args.PodName, args.Node)
+            binder(args.PodUID, args.PodNamespace, args.PodName, args.Node)
         except BindError as exc:
             metrics.binds.labels("error").inc()
             return json_response(ExtenderBindingResult(Error=str(exc)))

@@ -20,7 +20,7 @@ def healthz() -> Response:
 @router.get("/readyz")
 def readyz(request: Request, cache: CacheDep) -> Response:
     """200 once the cache has had its first full sync, else 503."""
-    ready = bool(request.app.state.ready)
+    ready = bool(request.app.state.ready())
     return json_response({"ready": ready, **cache.summary()}, status_code=200 if ready else 503)
 
 

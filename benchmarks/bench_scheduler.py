@@ -1,0 +1,160 @@
+"""Pods/s through the real kube-scheduler: no extender, a no-op extender, and gpufrac.
+
+One control plane (``benchmarks.controlplane``: etcd, kube-apiserver, kube-scheduler built
+from Go modules), one run, three setups side by side for each cluster size:
+
+- ``no extender``: kube-scheduler with the project's profile and the ``extenders`` section
+  removed;
+- ``no-op extender``: ``benchmarks.noop_extender`` (filter passes all, prioritize scores 0,
+  no bind verb): the cost of the protocol on the same HTTP stack;
+- ``gpufrac``: cluster mode, filter + prioritize + bind (annotation patch and Binding).
+
+For each, ``--pods`` fractional pods (0.25 GPU, 100m CPU) are created while no scheduler
+runs, then kube-scheduler starts and a pod watch records when each pod is first seen bound.
+Throughput = (bound - 1) / (last bound - first bound), so kube-scheduler's start-up is not
+counted. Pods are force-deleted between setups.
+
+Run: ``python -m benchmarks.bench_scheduler [--nodes 50,500] [--pods 1000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+from benchmarks.controlplane import (
+    LOOPBACK,
+    ControlPlane,
+    add_fake_node,
+    fake_node_gpus,
+    free_port,
+    kube_version,
+    start,
+    wait_until,
+)
+
+SCHEDULER = "gpufrac-scheduler"
+
+
+def make_pod(name: str, group: str) -> client.V1Pod:
+    """A 0.25-GPU pod for the benchmark's node group."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations={"gpufrac.io/fraction": "0.25"}),
+        spec=client.V1PodSpec(
+            scheduler_name=SCHEDULER, node_selector={"gpufrac.io/bench": group},
+            termination_grace_period_seconds=0,
+            containers=[client.V1Container(name="main", image="registry.k8s.io/pause:3.10",
+                                           resources=client.V1ResourceRequirements(
+                                               requests={"cpu": "100m", "memory": "64Mi"},
+                                               limits={"gpufrac.io/gpu": "1"}))]))
+
+
+def watch_binds(api: client.CoreV1Api, namespace: str, expected: int, stop: threading.Event,
+                out: dict[str, float]) -> None:
+    """Record ``time.monotonic()`` of each pod's first bound event into ``out``."""
+    w = watch.Watch()
+    while not stop.is_set() and len(out) < expected:
+        for ev in w.stream(api.list_namespaced_pod, namespace, timeout_seconds=5, deserialize=False):
+            obj = ev["object"]
+            if (obj.get("spec") or {}).get("nodeName"):
+                out.setdefault(obj["metadata"]["name"], time.monotonic())
+            if len(out) >= expected or stop.is_set():
+                w.stop()
+                break
+
+
+def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n_pods: int,
+              timeout_s: float) -> dict[str, Any]:
+    """One setup on one node group: create pods, start scheduler (+extender), time the binds."""
+    ns = f"bench-{group}-{setup.replace(' ', '-')}"
+    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    extender = None
+    port = free_port()
+    if setup == "gpufrac":
+        extender = cp.start_gpufrac(port, extra=["--inventory-stale-after-s", "3600", "--log-level", "warning"])
+    elif setup == "no-op extender":
+        extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks.noop_extender",
+                                                    str(port)], cp.workdir))
+        import httpx
+
+        wait_until(lambda: httpx.get(f"http://{LOOPBACK}:{port}/healthz", timeout=2).status_code == 200,
+                   30, "no-op extender", extender)
+    with cf.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: api.create_namespaced_pod(ns, make_pod(f"p{i:05d}", group)), range(n_pods)))
+    bound: dict[str, float] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_binds, args=(api, ns, n_pods, stop, bound), daemon=True)
+    watcher.start()
+    url = None if setup == "no extender" else f"http://{LOOPBACK}:{port}"
+    drop = ("bindVerb",) if setup == "no-op extender" else ()
+    sched = cp.start_scheduler(url, name=f"kube-scheduler-{ns}", qps=1000, drop_verbs=drop)
+    deadline = time.monotonic() + timeout_s
+    while len(bound) < n_pods and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    sched.stop()
+    if extender is not None:
+        extender.stop()
+    times = sorted(bound.values())
+    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
+    api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    wait_until(lambda: not api.list_namespaced_pod(ns, limit=1).items, 120, f"pods of {ns} deleted")
+    return {"setup": setup, "pods": n_pods, "bound": len(times), "pods_per_s": rate,
+            "bind_window_s": times[-1] - times[0] if times else 0.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", default="50,500", help="cluster sizes, comma-separated")
+    p.add_argument("--pods", type=int, default=1000)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--timeout-s", type=float, default=300)
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/scheduler-throughput.json"))
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.nodes.split(",")]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="gpufrac-bench-") as tmp:
+        cp = ControlPlane.up(Path(tmp))
+        try:
+            api = client.CoreV1Api(config.new_client_from_config(config_file=str(cp.admin_kubeconfig)))
+            for size in sizes:
+                group = f"n{size}"
+                with cf.ThreadPoolExecutor(8) as pool:
+                    def node(i: int, group: str = group) -> None:
+                        name = f"{group}-{i:04d}"
+                        add_fake_node(api, name, fake_node_gpus(name, args.gpus_per_node, replicas=8),
+                                      cpu="64", memory="256Gi")
+                        api.patch_node(name, {"metadata": {"labels": {"gpufrac.io/bench": group}}})
+                    list(pool.map(node, range(size)))
+                for setup in ("no extender", "no-op extender", "gpufrac"):
+                    row = run_setup(cp, api, setup, group, args.pods, args.timeout_s)
+                    row["nodes"] = size
+                    rows.append(row)
+                    print(f"{size:>5} nodes  {setup:<15} {row['bound']}/{row['pods']} bound  "
+                          f"{row['pods_per_s']:7.1f} pods/s", flush=True)
+                # The next size starts from an empty cluster.
+                api.delete_collection_node(label_selector=f"gpufrac.io/bench={group}")
+        finally:
+            cp.down()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": {"kubernetes": kube_version(), "python": platform.python_version(),
+                                             "machine": f"{platform.machine()}, {platform.system()}"},
+                                    "rows": rows}, indent=1))
+    print("\n| nodes | setup | pods/s |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['nodes']} | {r['setup']} | {r['pods_per_s']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""``gpufrac inspect``: the cluster's GPU allocation as recorded in the API.
+
+Like ``kubectl inspect gpushare``, with QoS, memory and replica slots: for every node with a
+``gpufrac.io/inventory``, each GPU's share, memory and replica slots used and free, and the
+pods on it. Read from the API (Nodes and Pods), not from a running extender, so it shows
+what survives a restart: the allocation record gpufrac writes on pods at bind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from extender import translate
+from scoring.request import MILLI_PER_GPU
+
+
+@dataclass
+class GpuReport:
+    """One GPU: capacity, what is allocated on it, and by whom."""
+
+    index: int
+    uuid: str
+    model: str
+    healthy: bool
+    memory_mib: int
+    replicas: int
+    share_used_milli: int = 0
+    memory_used_mib: int = 0
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def share_free_milli(self) -> int:
+        return MILLI_PER_GPU - self.share_used_milli
+
+    @property
+    def memory_free_mib(self) -> int:
+        return self.memory_mib - self.memory_used_mib
+
+    @property
+    def replicas_used(self) -> int:
+        return len(self.pods)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form, with the derived free amounts."""
+        return {**asdict(self), "share_free_milli": self.share_free_milli,
+                "memory_free_mib": self.memory_free_mib, "replicas_used": self.replicas_used,
+                "replicas_free": self.replicas - self.replicas_used}
+
+
+@dataclass
+class NodeReport:
+    """One node with an inventory."""
+
+    name: str
+    inventory_fresh: bool
+    problem: str
+    gpus: list[GpuReport]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "inventory_fresh": self.inventory_fresh, "problem": self.problem,
+                "gpus": [g.as_dict() for g in self.gpus]}
+
+
+def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+           stale_after_s: float, now: datetime | None = None) -> list[NodeReport]:
+    """Aggregate Node and Pod objects (API JSON) into per-GPU reports, sorted by node name.
+
+    A bound, unfinished pod counts on each GPU in ``gpufrac.io/assigned-gpus`` with its
+    recorded share and memory (``assigned-fraction``, ``assigned-memory``). Pods whose
+    annotations do not parse are left out (gpufrac never bound them).
+    """
+    now = now or datetime.now(UTC)
+    reports: dict[str, NodeReport] = {}
+    by_uuid: dict[str, GpuReport] = {}
+    for node in nodes:
+        obs = translate.node_observation(node)
+        if not obs.gpus and obs.problem.startswith("no "):
+            continue  # not a GPU node
+        gpus = [GpuReport(g.index, g.uuid, g.model, g.healthy, g.memory_mib, g.replicas) for g in obs.gpus]
+        by_uuid.update((g.uuid, g) for g in gpus)
+        reports[obs.name] = NodeReport(obs.name, obs.spec(now, stale_after_s).ready, obs.problem, gpus)
+    for pod in pods:
+        try:
+            intent = translate.pod_intent(pod)
+        except ValueError:
+            continue
+        if not intent.node_name or intent.finished or not intent.assigned_gpus:
+            continue
+        milli = intent.assigned_gpu_milli or intent.gpu_milli
+        mems = intent.assigned_memory_mib or (0,) * len(intent.assigned_gpus)
+        for uuid, mem in zip(intent.assigned_gpus, mems, strict=True):
+            gpu = by_uuid.get(uuid)
+            if gpu is None:
+                continue
+            gpu.share_used_milli += milli
+            gpu.memory_used_mib += mem
+            gpu.pods.append({"pod": intent.key, "qos": intent.qos.wire_name, "milli": milli, "memory_mib": mem})
+    return [reports[n] for n in sorted(reports)]
+
+
+def render_table(reports: list[NodeReport]) -> str:
+    """A fixed-width text table, one row per GPU, then cluster totals."""
+    header = ("NODE", "GPU", "MODEL", "SHARE USED/FREE", "MEM MiB USED/FREE", "REPLICAS USED/FREE", "PODS (QOS)")
+    rows: list[tuple[str, ...]] = []
+    used = total = 0
+    for node in reports:
+        flag = "" if node.inventory_fresh else " (stale)"
+        for g in node.gpus:
+            pods = ", ".join(f"{p['pod']}({p['qos']})" for p in g.pods) or "-"
+            health = "" if g.healthy else " UNHEALTHY"
+            rows.append((node.name + flag, str(g.index), g.model + health,
+                         f"{g.share_used_milli / 1000:.3g}/{g.share_free_milli / 1000:.3g}",
+                         f"{g.memory_used_mib}/{g.memory_free_mib}",
+                         f"{g.replicas_used}/{g.replicas - g.replicas_used}", pods))
+            used += g.share_used_milli
+            total += MILLI_PER_GPU
+        if not node.gpus:
+            rows.append((node.name + flag, "-", node.problem, "", "", "", ""))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+             for r in [header, *rows]]
+    pct = 100 * used / total if total else 0.0
+    lines.append(f"\n{len(reports)} nodes, {total // MILLI_PER_GPU} GPUs, "
+                 f"{used / 1000:.3f} GPUs allocated ({pct:.1f}%)")
+    return "\n".join(lines)

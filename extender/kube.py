@@ -1,0 +1,339 @@
+"""Cluster mode: the Kubernetes API side of the extender.
+
+``ClusterSync`` feeds the cache from the API: list-then-watch on Nodes and on Pods (from the
+list's ``resourceVersion``, with bookmarks; a new list on ``410 Gone``; bounded exponential
+backoff on any other error), plus a housekeeping loop that marks nodes whose inventory
+heartbeat went stale and frees assumed allocations that were never confirmed.
+
+``KubeBinder`` is the cluster-mode bind: hold the allocation as assumed in the cache (the fit
+re-checked under the cache lock), write the allocation record on the pod (annotations), then
+create the Binding. If either API call fails the annotations and the assumed allocation are
+rolled back and the error goes to kube-scheduler.
+
+Every object is handled as plain API JSON (``_preload_content=False``, watch events not
+deserialized): ``extender.translate`` reads it, as it reads the extender wire bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from extender import translate
+from extender.cache import BindError, GpuCache
+
+log = logging.getLogger(__name__)
+
+HTTP_GONE = 410
+HTTP_CONFLICT = 409
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    """Timing of cluster mode; all seconds.
+
+    Attributes
+    ----------
+    inventory_stale_after_s : float
+        A node whose inventory heartbeat is older is infeasible (reason ``inventory stale``).
+    assume_ttl_s : float
+        How long a bind's allocation is held before the pod watch confirms it.
+    watch_timeout_s : int
+        Server-side timeout of one watch request (then it is resumed from the last
+        ``resourceVersion``).
+    housekeeping_s : float
+        Period of the staleness and expiry checks.
+    backoff_max_s : float
+        Longest wait between retries after an API error (starting at 0.5 s, doubling).
+    """
+
+    inventory_stale_after_s: float = 180.0
+    assume_ttl_s: float = 60.0
+    watch_timeout_s: int = 300
+    housekeeping_s: float = 2.0
+    backoff_max_s: float = 30.0
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    return orjson.loads(resp.data)  # type: ignore[no-any-return]
+
+
+class ClusterSync:
+    """Keep a ``GpuCache`` equal to the API's Nodes and Pods.
+
+    Parameters
+    ----------
+    api : kubernetes.client.CoreV1Api
+    cache : GpuCache
+    options : SyncOptions
+    now : callable returning a timezone-aware datetime, optional
+        Wall clock for heartbeat ages (injected by tests).
+    """
+
+    def __init__(self, api: client.CoreV1Api, cache: GpuCache, options: SyncOptions,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._api = api
+        self._cache = cache
+        self._opts = options
+        self._now = now
+        self._stop = threading.Event()
+        self._observations: dict[str, translate.NodeObservation] = {}
+        self._obs_lock = threading.Lock()
+        self.nodes_synced = threading.Event()
+        self.pods_synced = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[watch.Watch] = []
+
+    @property
+    def synced(self) -> bool:
+        """True once Nodes and then Pods have each been listed in full."""
+        return self.nodes_synced.is_set() and self.pods_synced.is_set()
+
+    def start(self) -> None:
+        """Start the node watch, the pod watch (after the first node list) and housekeeping."""
+        for target, name in ((self._run_nodes, "gpufrac-nodes"), (self._run_pods, "gpufrac-pods"),
+                             (self._run_housekeeping, "gpufrac-housekeeping")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask every loop to stop and wait for them (watches are closed)."""
+        self._stop.set()
+        for w in list(self._watches):
+            w.stop()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    # -- loops ---------------------------------------------------------------------------
+
+    def _loop(self, list_and_watch: Callable[[], None], what: str) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                list_and_watch()
+                delay = 0.5
+            except _Gone:
+                log.info("%s watch expired (410 Gone); listing again", what)
+            except Exception as exc:  # noqa: BLE001 - any API or network failure: retry
+                log.warning("%s sync failed (%s); retrying in %.1fs", what, exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._opts.backoff_max_s)
+
+    def _run_nodes(self) -> None:
+        self._loop(self._list_and_watch_nodes, "node")
+
+    def _run_pods(self) -> None:
+        # Pods are accounted on known nodes only: list them after the nodes.
+        while not self.nodes_synced.wait(0.2):
+            if self._stop.is_set():
+                return
+        self._loop(self._list_and_watch_pods, "pod")
+
+    def _run_housekeeping(self) -> None:
+        while not self._stop.wait(self._opts.housekeeping_s):
+            try:
+                self.housekeeping()
+            except Exception:  # noqa: BLE001 - never let the loop die
+                log.exception("housekeeping failed")
+
+    def housekeeping(self) -> None:
+        """Re-judge inventory staleness and expire assumed allocations (one pass)."""
+        now = self._now()
+        with self._obs_lock:
+            specs = [obs.spec(now, self._opts.inventory_stale_after_s)
+                     for obs in self._observations.values()]
+        self._cache.upsert_nodes(specs)
+        for key in self._cache.expire_assumed():
+            log.warning("assumed allocation expired: pod %s never showed up bound", key)
+
+    def _stream(self, func: Callable[..., Any], rv: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watch from ``rv`` until the server's timeout; yields (type, object), raises _Gone."""
+        w = watch.Watch()
+        self._watches.append(w)
+        try:
+            while not self._stop.is_set():
+                stream = w.stream(func, resource_version=rv, allow_watch_bookmarks=True,
+                                  timeout_seconds=self._opts.watch_timeout_s, deserialize=False)
+                try:
+                    for event in stream:
+                        kind, obj = event["type"], event["object"]
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if kind != "BOOKMARK":
+                            yield kind, obj
+                except ApiException as exc:
+                    if exc.status == HTTP_GONE:
+                        raise _Gone() from None
+                    raise
+        finally:
+            self._watches.remove(w)
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def _observe(self, obj: Mapping[str, Any]) -> translate.NodeObservation:
+        obs = translate.node_observation(obj)
+        if obs.problem:
+            log.warning("node %s: no usable GPUs: %s", obs.name, obs.problem)
+        return obs
+
+    def _list_and_watch_nodes(self) -> None:
+        data = _json(self._api.list_node(_preload_content=False))
+        now = self._now()
+        observations = [self._observe(item) for item in data.get("items", [])]
+        with self._obs_lock:
+            self._observations = {o.name: o for o in observations}
+        self._cache.set_nodes([o.spec(now, self._opts.inventory_stale_after_s) for o in observations])
+        self.nodes_synced.set()
+        for kind, obj in self._stream(self._api.list_node, data["metadata"]["resourceVersion"]):
+            if kind == "DELETED":
+                name = obj["metadata"]["name"]
+                with self._obs_lock:
+                    self._observations.pop(name, None)
+                self._cache.remove_node(name)
+                continue
+            obs = self._observe(obj)
+            with self._obs_lock:
+                self._observations[obs.name] = obs
+            self._cache.upsert_node(obs.spec(self._now(), self._opts.inventory_stale_after_s))
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def _apply_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self._cache.remove_pod(str(meta.get("uid", "")))
+            return
+        try:
+            intent = translate.pod_intent(obj)
+        except ValueError as exc:
+            # Pending: filter reports it to the pod's events. Bound by another scheduler
+            # with bad gpufrac annotations: not counted (logged).
+            log.warning("pod %s/%s not accounted: %s", meta.get("namespace"), meta.get("name"), exc)
+            return
+        self._cache.apply_pod_event(kind, intent)  # type: ignore[arg-type]
+
+    def _list_and_watch_pods(self) -> None:
+        data = _json(self._api.list_pod_for_all_namespaces(_preload_content=False))
+        intents = []
+        for item in data.get("items", []):
+            try:
+                intents.append(translate.pod_intent(item))
+            except ValueError as exc:
+                meta = item.get("metadata") or {}
+                log.warning("pod %s/%s not accounted: %s", meta.get("namespace"), meta.get("name"), exc)
+        self._cache.set_pods(intents)
+        self.pods_synced.set()
+        for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,
+                                      data["metadata"]["resourceVersion"]):
+            self._apply_pod(kind, obj)
+
+
+class KubeBinder:
+    """Cluster-mode bind: assume, annotate, bind; roll back on any failure.
+
+    Parameters
+    ----------
+    api : kubernetes.client.CoreV1Api
+    cache : GpuCache
+    assume_ttl_s : float
+        Passed to ``GpuCache.assume``.
+    now : callable returning a timezone-aware datetime, optional
+        For the ``gpufrac.io/assigned-at`` timestamp.
+    """
+
+    def __init__(self, api: client.CoreV1Api, cache: GpuCache, assume_ttl_s: float,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._api = api
+        self._cache = cache
+        self._ttl = assume_ttl_s
+        self._now = now
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _node_lock(self, node: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(node, threading.Lock())
+
+    def _ensure_known(self, uid: str, namespace: str, name: str) -> None:
+        """Bind may come before the pod watch delivered the pod: read it once."""
+        if self._cache.knows_pod(uid):
+            return
+        try:
+            obj = _json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
+        if obj.get("metadata", {}).get("uid") != uid:
+            raise BindError(f"gpufrac: pod {namespace}/{name} has another UID than {uid} (recreated)")
+        self._cache.apply_pod_event("ADDED", translate.pod_intent(obj))
+
+    def bind(self, uid: str, namespace: str, name: str, node: str) -> None:
+        """Bind one pod to ``node`` with the GPUs gpufrac chooses there.
+
+        Raises
+        ------
+        BindError
+            The pod does not fit any more (another bind took the share), is unknown to the
+            API, or an API call failed; nothing stays held or written.
+        """
+        self._ensure_known(uid, namespace, name)
+        with self._node_lock(node):
+            rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
+            alloc = rec.allocation
+            assert alloc is not None
+            record = translate.allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
+                                                      alloc.gpu_memory_mib, self._now())
+            try:
+                self._patch_annotations(uid, namespace, name, dict(record))
+            except ApiException as exc:
+                self._cache.forget(uid)
+                raise BindError(f"gpufrac: writing allocation on pod {namespace}/{name}: "
+                                f"{exc.status} {exc.reason}") from None
+            try:
+                self._create_binding(uid, namespace, name, node)
+            except ApiException as exc:
+                if exc.status == HTTP_CONFLICT and self._bound_to(namespace, name) == node:
+                    return  # a retried bind whose first attempt went through
+                self._rollback(uid, namespace, name, record)
+                raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
+                                f"{exc.status} {exc.reason}") from None
+
+    def _patch_annotations(self, uid: str, namespace: str, name: str,
+                           annotations: dict[str, str | None]) -> None:
+        # metadata.uid in the patch makes it fail rather than annotate a recreated pod.
+        body = {"metadata": {"uid": uid, "annotations": annotations}}
+        self._api.patch_namespaced_pod(name, namespace, body, _content_type=MERGE_PATCH,
+                                       _preload_content=False)
+
+    def _create_binding(self, uid: str, namespace: str, name: str, node: str) -> None:
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
+        self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+
+    def _bound_to(self, namespace: str, name: str) -> str:
+        try:
+            obj = _json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException:
+            return ""
+        return str((obj.get("spec") or {}).get("nodeName") or "")
+
+    def _rollback(self, uid: str, namespace: str, name: str, record: Mapping[str, str]) -> None:
+        try:
+            self._patch_annotations(uid, namespace, name, dict.fromkeys(record))
+        except ApiException as exc:
+            # The pod is unbound, so the stale record is ignored and the next bind rewrites it.
+            log.warning("rollback of allocation annotations on %s/%s failed: %s", namespace, name, exc)
+        self._cache.forget(uid)

@@ -1,0 +1,86 @@
+"""deploy/ against the real API server, and ``gpufrac inspect`` over a live cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from benchmarks.controlplane import free_port
+from tests.e2e.conftest import Cluster, unique, wait_for_pods
+from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_deploy_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
+    # A dry-run namespace is not created, so its namespaced objects would be refused.
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
+    out = cluster.cp.kubectl("apply", "-k", str(ROOT / "deploy" / "base"), "--dry-run=server", "-o", "name")
+    created = set(out.stdout.split())
+    assert {"namespace/gpufrac-system", "serviceaccount/gpufrac-scheduler",
+            "clusterrole.rbac.authorization.k8s.io/gpufrac-extender",
+            "deployment.apps/gpufrac-scheduler"} <= created, out.stdout
+
+
+def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) -> None:
+    """Apply the RBAC for real and check what the service account may and may not do."""
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "serviceaccount.yaml"))
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "rbac.yaml"))
+    sa = "system:serviceaccount:gpufrac-system:gpufrac-scheduler"
+
+    def can(verb: str, resource: str) -> bool:
+        resource, _, sub = resource.partition("/")
+        extra = [f"--subresource={sub}"] if sub else []
+        r = cluster.cp.kubectl("auth", "can-i", verb, resource, *extra, f"--as={sa}",
+                               "--all-namespaces", check=False)
+        return r.stdout.strip() == "yes"
+
+    for verb, resource in [("watch", "nodes"), ("list", "pods"), ("patch", "pods"), ("create", "pods/binding")]:
+        assert can(verb, resource), (verb, resource)
+    for verb, resource in [("delete", "nodes"), ("patch", "nodes"), ("get", "secrets"), ("create", "pods")]:
+        assert not can(verb, resource), (verb, resource)
+
+    # And gpufrac really works as that identity: it syncs, and its bind goes through.
+    kubeconfig = cluster.cp.user_kubeconfig(sa, ["system:serviceaccounts", "system:serviceaccounts:gpufrac-system"])
+    port = free_port()
+    proc = cluster.cp.start_gpufrac(port, kubeconfig, extra=["--inventory-stale-after-s", "3600"],
+                                    name="gpufrac-least-privilege")
+    try:
+        group = unique("rbac")
+        node = make_nodes(cluster.api, group, count=1, gpus=1)[0]
+        ns = new_namespace(cluster.api, group)
+        pod = cluster.api.create_namespaced_pod(ns, gpu_pod("p", group, fraction="0.5", scheduler="nobody"))
+        body = {"PodName": "p", "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
+        reply = cluster.wait(lambda: httpx.post(f"http://127.0.0.1:{port}/bind", json=body, timeout=30).json(),
+                             30, "bind as the service account")
+        assert reply.get("Error", "") == ""
+        bound = cluster.api.read_namespaced_pod("p", ns)
+        assert bound.spec.node_name == node and bound.metadata.annotations["gpufrac.io/assigned-gpus"]
+    finally:
+        proc.stop()
+
+
+def test_inspect_shows_shares_memory_replicas_and_qos(cluster: Cluster) -> None:
+    group = unique("inspect")
+    node = make_nodes(cluster.api, group, count=1, gpus=1, replicas=4)[0]
+    ns = new_namespace(cluster.api, group)
+    cluster.api.create_namespaced_pod(ns, gpu_pod("a", group, fraction="0.5", memory="4Gi", qos="guaranteed"))
+    cluster.api.create_namespaced_pod(ns, gpu_pod("b", group, fraction="0.25", qos="best-effort"))
+    wait_for_pods(cluster, ns, ["a", "b"])
+    cmd = [sys.executable, "-m", "extender", "inspect", "--kubeconfig", str(cluster.cp.admin_kubeconfig)]
+    reports = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True).stdout)
+    (mine,) = [r for r in reports if r["name"] == node]
+    (gpu,) = mine["gpus"]
+    # 500 + 250 milli; 4096 MiB + 0.25 x 24576 = 6144 MiB; 2 of 4 replica slots.
+    assert (gpu["share_used_milli"], gpu["share_free_milli"]) == (750, 250)
+    assert (gpu["memory_used_mib"], gpu["memory_free_mib"]) == (10240, 24576 - 10240)
+    assert (gpu["replicas_used"], gpu["replicas_free"]) == (2, 2)
+    assert sorted((p["pod"], p["qos"]) for p in gpu["pods"]) == [(f"{ns}/a", "guaranteed"), (f"{ns}/b", "best-effort")]
+    table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    (row,) = [line for line in table.splitlines() if line.startswith(node)]
+    assert "0.75/0.25" in row and "10240/14336" in row and "2/2" in row and f"{ns}/a(guaranteed)" in row

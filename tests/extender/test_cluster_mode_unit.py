@@ -1,0 +1,228 @@
+"""Cluster-mode decision logic without a server: assumed allocations, rollback, node parsing.
+
+The API is a fake here (unit tests); ``tests/e2e`` runs the same code against the real
+kube-apiserver and kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from extender import annotations as ann
+from extender import translate
+from extender.cache import BindError, GpuCache
+from extender.kube import KubeBinder
+from extender.settings import scoring_config
+from scoring.strategies import build_scorer
+from tests.conftest import gpu_node, pod_json
+
+NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def cache_with(*nodes: Any) -> GpuCache:
+    c = GpuCache(build_scorer(scoring_config("default")))
+    c.set_nodes(list(nodes))
+    return c
+
+
+def pending(c: GpuCache, name: str, **kw: Any) -> translate.PodIntent:
+    intent = translate.pod_intent(pod_json(name, **kw))
+    c.apply_pod_event("ADDED", intent)
+    return intent
+
+
+# -- assume / forget / expire ------------------------------------------------------------
+
+def test_assume_holds_the_share_until_forgotten() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.6"})
+    pending(c, "b", annotations={ann.FRACTION: "0.6"})
+    rec = c.assume("uid-a", "default", "a", "n1", hold_s=60)
+    assert rec.assumed_until is not None and rec.gpu_uuids == ("GPU-n1-0",)
+    # 600 + 600 > 1000: b cannot have it while a's bind is in flight.
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        c.assume("uid-b", "default", "b", "n1", hold_s=60)
+    assert c.forget("uid-a") is True
+    assert c.summary()["gpu_allocated_milli"] == 0
+    assert c.assume("uid-b", "default", "b", "n1", hold_s=60).allocation is not None
+
+
+def test_concurrent_assumes_for_the_last_share_exactly_one_wins() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    for i in range(8):
+        pending(c, f"p{i}", annotations={ann.FRACTION: "0.6"})
+    barrier = threading.Barrier(8)
+    results: list[bool] = []
+
+    def bind(i: int) -> None:
+        barrier.wait()
+        try:
+            c.assume(f"uid-p{i}", "default", f"p{i}", "n1", hold_s=60)
+            results.append(True)
+        except BindError:
+            results.append(False)
+
+    threads = [threading.Thread(target=bind, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True]
+    assert c.summary()["gpu_allocated_milli"] == 600
+
+
+def test_watch_confirmation_stops_expiry_and_unconfirmed_expire() -> None:
+    c = cache_with(gpu_node("n1", 2))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    pending(c, "b", annotations={ann.FRACTION: "0.5"})
+    a = c.assume("uid-a", "default", "a", "n1", hold_s=10)
+    c.assume("uid-b", "default", "b", "n1", hold_s=10)
+    # The watch shows a bound to n1 with the annotations gpufrac wrote: confirmed.
+    record = translate.allocation_annotations(a.gpu_uuids, 500, a.allocation.gpu_memory_mib, NOW)
+    c.apply_pod_event("MODIFIED", translate.pod_intent(
+        pod_json("a", node="n1", phase="Running", annotations={ann.FRACTION: "0.5", **record})))
+    assert c.expire_assumed(now=a.assumed_until + 1) == ["default/b"]
+    assert [x["name"] for x in c.allocations()] == ["a"]
+    assert c.summary()["gpu_allocated_milli"] == 500
+
+
+def test_annotation_patch_event_before_binding_keeps_the_assumed_allocation() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    c.assume("uid-a", "default", "a", "n1", hold_s=10)
+    # The watch delivers the annotation patch (no nodeName yet) before the Binding.
+    c.apply_pod_event("MODIFIED", translate.pod_intent(pod_json("a", annotations={ann.FRACTION: "0.5"})))
+    assert c.summary()["gpu_allocated_milli"] == 500
+
+
+def test_rebuild_from_annotations_uses_the_recorded_share_and_memory() -> None:
+    c = cache_with(gpu_node("n1", 2, memory_mib=16384))
+    # Recorded at bind: 0.25 and 3000 MiB on GPU 1 (the request may have changed since).
+    record = translate.allocation_annotations(["GPU-n1-1"], 250, [3000], NOW)
+    c.set_pods([translate.pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
+    (alloc,) = c.allocations()
+    assert (alloc["gpu_indices"], alloc["gpu_milli"], alloc["gpu_memory_mib"]) == ([1], 250, [3000])
+
+
+def test_pod_listed_before_its_node_is_accounted_when_the_node_arrives() -> None:
+    c = cache_with()
+    record = translate.allocation_annotations(["GPU-n1-0"], 500, [8192], NOW)
+    c.set_pods([translate.pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
+    assert c.allocations() == []
+    c.upsert_node(gpu_node("n1", 1))
+    assert [a["gpu_milli"] for a in c.allocations()] == [500]
+
+
+def test_set_pods_forgets_vanished_pods_but_keeps_binds_in_flight() -> None:
+    c = cache_with(gpu_node("n1", 2))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    pending(c, "b", annotations={ann.FRACTION: "0.5"})
+    c.bind("uid-a", "default", "a", "n1")
+    c.assume("uid-b", "default", "b", "n1", hold_s=60)
+    c.set_pods([])  # a new list after a watch gap: a is gone, b's Binding is in flight
+    assert [x["name"] for x in c.allocations()] == ["b"]
+
+
+# -- node parsing ------------------------------------------------------------------------
+
+def node_json(name: str = "n1", inventory: str | None = None, cpu: str = "8", memory: str = "32Gi") -> dict:
+    annotations = {} if inventory is None else {ann.INVENTORY: inventory}
+    return {"metadata": {"name": name, "annotations": annotations},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, ann.RESOURCE_GPU: "8"}}}
+
+
+def inventory(node: str = "n1", heartbeat: dt.datetime = NOW, healthy: bool = True) -> str:
+    return ann.dump_inventory(ann.NodeInventory(node=node, heartbeat=heartbeat, gpus=[
+        ann.GpuInventory(index=1, uuid="GPU-b", model="A10", memory_mib=24576, replicas=4),
+        ann.GpuInventory(index=0, uuid="GPU-a", model="A10", memory_mib=24576, replicas=4,
+                         healthy=healthy, health_reason="" if healthy else "XID 79")]))
+
+
+def test_node_observation_reads_allocatable_and_inventory() -> None:
+    obs = translate.node_observation(node_json(inventory=inventory(healthy=False)))
+    # 8 cores = 8000 milli; 32 GiB = 32768 MiB; GPUs sorted by index.
+    assert (obs.cpu_milli, obs.memory_mib, obs.problem) == (8000, 32768, "")
+    assert [(g.index, g.uuid, g.healthy) for g in obs.gpus] == [(0, "GPU-a", False), (1, "GPU-b", True)]
+    assert obs.spec(NOW + dt.timedelta(seconds=180), 180).ready is True
+    assert obs.spec(NOW + dt.timedelta(seconds=181), 180).ready is False
+
+
+@pytest.mark.parametrize(("inv", "problem"), [
+    (None, "no gpufrac.io/inventory annotation"),
+    ("{not json", "gpufrac.io/inventory: (root): Invalid JSON"),
+    (inventory(node="other"), 'published for node "other"'),
+])
+def test_unusable_inventory_keeps_cpu_and_memory_but_no_gpus(inv: str | None, problem: str) -> None:
+    obs = translate.node_observation(node_json(inventory=inv))
+    assert problem in obs.problem
+    assert obs.gpus == () and obs.cpu_milli == 8000
+    assert obs.spec(NOW, 180).ready is False
+
+
+def test_allocation_annotations_round_trip() -> None:
+    record = translate.allocation_annotations(["GPU-a", "GPU-b"], 1000, [24576, 24576], NOW)
+    assert record == {ann.ASSIGNED_GPUS: "GPU-a,GPU-b", ann.ASSIGNED_FRACTION: "1",
+                      ann.ASSIGNED_MEMORY: "24576Mi,24576Mi", ann.ASSIGNED_AT: "2026-11-22T12:00:00Z"}
+    intent = translate.pod_intent(pod_json("a", gpus=2, node="n1", annotations=record))
+    assert (intent.assigned_gpus, intent.assigned_gpu_milli, intent.assigned_memory_mib) == (
+        ("GPU-a", "GPU-b"), 1000, (24576, 24576))
+
+
+# -- binder against a fake API -----------------------------------------------------------
+
+class FakeApi:
+    """Records calls; ``fail`` maps a method name to the ApiException status it raises."""
+
+    def __init__(self, fail: dict[str, int] | None = None) -> None:
+        self.fail = fail or {}
+        self.calls: list[tuple[str, Any]] = []
+
+    def _maybe_fail(self, method: str) -> None:
+        if method in self.fail:
+            raise ApiException(status=self.fail[method], reason="Injected")
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> None:
+        self.calls.append(("patch", body["metadata"]["annotations"]))
+        self._maybe_fail("patch")
+
+    def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> None:
+        self.calls.append(("binding", body.target.name))
+        self._maybe_fail("binding")
+
+
+def test_binding_failure_rolls_back_annotations_and_share() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi(fail={"binding": 500})
+    with pytest.raises(BindError, match="binding pod default/a to n1: 500"):
+        KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    (patch, _), (binding, _), (unpatch, removed) = api.calls
+    assert (patch, binding, unpatch) == ("patch", "binding", "patch")
+    assert removed == dict.fromkeys(
+        [ann.ASSIGNED_GPUS, ann.ASSIGNED_FRACTION, ann.ASSIGNED_MEMORY, ann.ASSIGNED_AT])
+    assert c.summary()["gpu_allocated_milli"] == 0 and c.allocations() == []
+
+
+def test_annotation_failure_binds_nothing() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi(fail={"patch": 409})
+    with pytest.raises(BindError, match="writing allocation on pod default/a: 409"):
+        KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    assert [k for k, _ in api.calls] == ["patch"]
+    assert c.summary()["gpu_allocated_milli"] == 0
+
+
+def test_successful_bind_is_assumed_until_the_watch_confirms() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi()
+    KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    assert api.calls[0][1][ann.ASSIGNED_GPUS] == "GPU-n1-0"
+    assert api.calls[1] == ("binding", "n1")
+    assert c.summary()["gpu_allocated_milli"] == 500
