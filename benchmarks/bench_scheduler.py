@@ -23,6 +23,7 @@ import argparse
 import concurrent.futures as cf
 import json
 import platform
+import signal
 import sys
 import tempfile
 import threading
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
 
 from benchmarks.controlplane import (
     LOOPBACK,
@@ -42,6 +44,7 @@ from benchmarks.controlplane import (
     start,
     wait_until,
 )
+from extender.kube import raw_watch_target
 
 SCHEDULER = "gpufrac-scheduler"
 
@@ -63,14 +66,21 @@ def watch_binds(api: client.CoreV1Api, namespace: str, expected: int, stop: thre
                 out: dict[str, float]) -> None:
     """Record ``time.monotonic()`` of each pod's first bound event into ``out``."""
     w = watch.Watch()
+    rv = api.list_namespaced_pod(namespace, limit=1).metadata.resource_version
     while not stop.is_set() and len(out) < expected:
-        for ev in w.stream(api.list_namespaced_pod, namespace, timeout_seconds=5, deserialize=False):
-            obj = ev["object"]
-            if (obj.get("spec") or {}).get("nodeName"):
-                out.setdefault(obj["metadata"]["name"], time.monotonic())
-            if len(out) >= expected or stop.is_set():
-                w.stop()
-                break
+        try:
+            for ev in w.stream(raw_watch_target(api.list_namespaced_pod), namespace, resource_version=rv,
+                               timeout_seconds=5):
+                obj = ev["object"]
+                rv = obj["metadata"].get("resourceVersion", rv)
+                if (obj.get("spec") or {}).get("nodeName"):
+                    out.setdefault(obj["metadata"]["name"], time.monotonic())
+                if len(out) >= expected or stop.is_set():
+                    w.stop()
+                    break
+        except ApiException:
+            # A loaded apiserver's watch cache may lag ("Too large resource version"): retry.
+            time.sleep(0.2)
 
 
 def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n_pods: int,
@@ -122,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/scheduler-throughput.json"))
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.nodes.split(",")]
+    # SIGTERM (a timeout, a Ctrl-C from a supervisor) still stops every process by PID.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpufrac-bench-") as tmp:
         cp = ControlPlane.up(Path(tmp))

@@ -190,7 +190,7 @@ class GpuCache:
                     self._pods[intent.uid] = replace(old, intent=intent, assumed_until=None)
                     return
                 if not intent.node_name:
-                    # Our bind is in flight (the watch shows the annotation patch first).
+                    # Our bind is in flight (the watch shows an older, unbound version).
                     self._pods[intent.uid] = replace(old, intent=replace(
                         intent, assigned_gpus=old.gpu_uuids))
                     return

@@ -35,13 +35,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _kube_api(kubeconfig: Path | None):  # type: ignore[no-untyped-def]
-    """CoreV1Api from a kubeconfig file, else the in-cluster service account."""
+    """CoreV1Api from a kubeconfig file, else the in-cluster service account.
+
+    The connection pool is sized for concurrent binds (each makes two API calls from its own
+    worker thread): with the client's default of 5 x CPUs, a burst of binds opens and
+    discards extra TLS connections, which costs more than the calls themselves.
+    """
     from kubernetes import client, config
 
+    cfg = client.Configuration()
     if kubeconfig is not None:
-        return client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    config.load_incluster_config()
-    return client.CoreV1Api()
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = 64
+    return client.CoreV1Api(client.ApiClient(cfg))
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -12,19 +12,19 @@ from extender.metrics import Metrics
 from extender.settings import Settings
 
 
-def _cache(request: Request) -> GpuCache:
+async def _cache(request: Request) -> GpuCache:
     return request.app.state.cache  # type: ignore[no-any-return]
 
 
-def _metrics(request: Request) -> Metrics:
+async def _metrics(request: Request) -> Metrics:
     return request.app.state.metrics  # type: ignore[no-any-return]
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def _binder(request: Request) -> Binder:
+async def _binder(request: Request) -> Binder:
     return request.app.state.binder  # type: ignore[no-any-return]
 
 

@@ -6,12 +6,13 @@ backoff on any other error), plus a housekeeping loop that marks nodes whose inv
 heartbeat went stale and frees assumed allocations that were never confirmed.
 
 ``KubeBinder`` is the cluster-mode bind: hold the allocation as assumed in the cache (the fit
-re-checked under the cache lock), write the allocation record on the pod (annotations), then
-create the Binding. If either API call fails the annotations and the assumed allocation are
-rolled back and the error goes to kube-scheduler.
+re-checked under the cache lock), then create the Binding carrying the allocation record as
+annotations, which the API server writes onto the pod together with ``spec.nodeName``. If
+the call fails the assumed allocation is given back and the error goes to kube-scheduler.
 
-Every object is handled as plain API JSON (``_preload_content=False``, watch events not
-deserialized): ``extender.translate`` reads it, as it reads the extender wire bodies.
+Every object is handled as plain API JSON (``_preload_content=False``; watch events not
+deserialized, see ``raw_watch_target``): ``extender.translate`` reads it, as it reads the
+extender wire bodies.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 
 HTTP_GONE = 410
 HTTP_CONFLICT = 409
-MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +63,36 @@ class SyncOptions:
     backoff_max_s: float = 30.0
 
 
+def raw_watch_target(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a ``list_*`` API method so that ``kubernetes.watch.Watch.stream`` yields plain dicts.
+
+    The watch infers the model to deserialize into from the method's docstring; a wrapper
+    without one makes it skip that (each event stays API JSON for ``translate``), while
+    ``ERROR`` events still become ``ApiException`` (its ``deserialize=False`` mode fails on
+    them with a KeyError instead).
+    """
+    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return func(*args, **kwargs)
+
+    return call
+
+
 class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
 
 def _json(resp: Any) -> dict[str, Any]:
-    return orjson.loads(resp.data)  # type: ignore[no-any-return]
+    """Body of a ``_preload_content=False`` response, its connection given back to the pool."""
+    data = resp.data
+    resp.release_conn()
+    return orjson.loads(data)  # type: ignore[no-any-return]
+
+
+def _drain(resp: Any) -> None:
+    """Read and release a response whose body we do not need (else its TLS connection is
+    never returned to the pool and every call pays a new handshake)."""
+    resp.data  # noqa: B018 - reading the body releases the connection
+    resp.release_conn()
 
 
 class ClusterSync:
@@ -166,8 +190,8 @@ class ClusterSync:
         self._watches.append(w)
         try:
             while not self._stop.is_set():
-                stream = w.stream(func, resource_version=rv, allow_watch_bookmarks=True,
-                                  timeout_seconds=self._opts.watch_timeout_s, deserialize=False)
+                stream = w.stream(raw_watch_target(func), resource_version=rv, allow_watch_bookmarks=True,
+                                  timeout_seconds=self._opts.watch_timeout_s)
                 try:
                     for event in stream:
                         kind, obj = event["type"], event["object"]
@@ -242,7 +266,7 @@ class ClusterSync:
 
 
 class KubeBinder:
-    """Cluster-mode bind: assume, annotate, bind; roll back on any failure.
+    """Cluster-mode bind: assume, then one Binding that also writes the allocation record.
 
     Parameters
     ----------
@@ -286,42 +310,42 @@ class KubeBinder:
         ------
         BindError
             The pod does not fit any more (another bind took the share), is unknown to the
-            API, or an API call failed; nothing stays held or written.
+            API, or the Binding failed; nothing stays held, and nothing was written.
         """
         self._ensure_known(uid, namespace, name)
         with self._node_lock(node):
+            # Choose and hold: serialized per node here and by the cache lock inside, so
+            # of two binds racing for the last share exactly one gets it.
             rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
-            alloc = rec.allocation
-            assert alloc is not None
-            record = translate.allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
-                                                      alloc.gpu_memory_mib, self._now())
-            try:
-                self._patch_annotations(uid, namespace, name, dict(record))
-            except ApiException as exc:
-                self._cache.forget(uid)
-                raise BindError(f"gpufrac: writing allocation on pod {namespace}/{name}: "
-                                f"{exc.status} {exc.reason}") from None
-            try:
-                self._create_binding(uid, namespace, name, node)
-            except ApiException as exc:
-                if exc.status == HTTP_CONFLICT and self._bound_to(namespace, name) == node:
-                    return  # a retried bind whose first attempt went through
-                self._rollback(uid, namespace, name, record)
-                raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
-                                f"{exc.status} {exc.reason}") from None
+        # The API call runs outside the node lock: the share is already held, and binds of
+        # other pods to the same node (best-fit sends many in a row) proceed in parallel.
+        alloc = rec.allocation
+        assert alloc is not None
+        record = translate.allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
+                                                  alloc.gpu_memory_mib, self._now())
+        try:
+            self._create_binding(uid, namespace, name, node, record)
+        except ApiException as exc:
+            if exc.status == HTTP_CONFLICT and self._bound_to(namespace, name) == node:
+                return  # a retried bind whose first attempt went through
+            self._cache.forget(uid)
+            raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
+                            f"{exc.status} {exc.reason}") from None
 
-    def _patch_annotations(self, uid: str, namespace: str, name: str,
-                           annotations: dict[str, str | None]) -> None:
-        # metadata.uid in the patch makes it fail rather than annotate a recreated pod.
-        body = {"metadata": {"uid": uid, "annotations": annotations}}
-        self._api.patch_namespaced_pod(name, namespace, body, _content_type=MERGE_PATCH,
-                                       _preload_content=False)
-
-    def _create_binding(self, uid: str, namespace: str, name: str, node: str) -> None:
+    def _create_binding(self, uid: str, namespace: str, name: str, node: str,
+                        annotations: Mapping[str, str]) -> None:
+        # One call, atomic: the API server copies a Binding's annotations onto the pod in
+        # the same write that sets spec.nodeName (BindingREST.setPodNodeAndMetadata in
+        # pkg/registry/core/pod/storage/storage.go). A pod is never bound without its
+        # allocation record, nor annotated without being bound, so a failure leaves nothing
+        # to undo in the API. metadata.uid makes it fail rather than bind a recreated pod.
         body = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid,
+                                         annotations=dict(annotations)),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
-        self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        # Not deserialized: the API answers a Status, which the client would misread as a
+        # V1Binding and reject.
+        _drain(self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
 
     def _bound_to(self, namespace: str, name: str) -> str:
         try:
@@ -329,11 +353,3 @@ class KubeBinder:
         except ApiException:
             return ""
         return str((obj.get("spec") or {}).get("nodeName") or "")
-
-    def _rollback(self, uid: str, namespace: str, name: str, record: Mapping[str, str]) -> None:
-        try:
-            self._patch_annotations(uid, namespace, name, dict.fromkeys(record))
-        except ApiException as exc:
-            # The pod is unbound, so the stale record is ignored and the next bind rewrites it.
-            log.warning("rollback of allocation annotations on %s/%s failed: %s", namespace, name, exc)
-        self._cache.forget(uid)

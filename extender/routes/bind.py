@@ -21,7 +21,7 @@ def bind_pod(args: Annotated[ExtenderBindingArgs, Depends(_parse)], binder: Bind
     """Answer ``ExtenderBindingResult``: empty ``Error`` when the allocation is recorded.
 
     Standalone mode records the allocation in memory; cluster mode holds it as assumed,
-    writes the pod's allocation annotations and creates the Binding (``extender.kube``).
+    then creates the Binding carrying the allocation annotations (``extender.kube``).
     """
     with metrics.timer("bind"):
         try:

@@ -19,7 +19,7 @@ _parse, _openapi = json_body(ExtenderArgs)
 
 
 @router.post("/filter", openapi_extra=_openapi)
-def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
+async def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``ExtenderFilterResult``; a bad pod gets ``Error`` naming annotation and rule."""
     with metrics.timer("filter"):
         try:

@@ -214,3 +214,20 @@ def _get(url: str) -> httpx.Response | None:
         return httpx.get(url, timeout=2)
     except httpx.HTTPError:
         return None
+
+
+def test_finished_pod_frees_its_share_and_a_vanished_node_its_gpus(cluster: Cluster) -> None:
+    group = unique("done")
+    node = make_nodes(cluster.api, group, count=1, gpus=1)[0]
+    ns = new_namespace(cluster.api, group)
+    cluster.api.create_namespaced_pod(ns, gpu_pod("job", group, fraction="0.75"))
+    wait_for_pods(cluster, ns, ["job"])
+    cluster.api.create_namespaced_pod(ns, gpu_pod("next", group, fraction="0.5"))
+    failed_scheduling_message(cluster, ns, "next")
+    # The kubelet would report the container's exit: the pod Succeeded, its share is free.
+    cluster.api.patch_namespaced_pod_status("job", ns, {"status": {"phase": "Succeeded"}})
+    wait_for_pods(cluster, ns, ["next"], timeout_s=90)
+
+    cluster.api.delete_node(node)
+    cluster.wait(lambda: all(a["node"] != node for a in cluster.allocations()), 30,
+                 "allocations on the deleted node dropped")

@@ -7,6 +7,7 @@ kube-apiserver and kube-scheduler.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from typing import Any
 
@@ -91,11 +92,11 @@ def test_watch_confirmation_stops_expiry_and_unconfirmed_expire() -> None:
     assert c.summary()["gpu_allocated_milli"] == 500
 
 
-def test_annotation_patch_event_before_binding_keeps_the_assumed_allocation() -> None:
+def test_unbound_pod_event_during_a_bind_keeps_the_assumed_allocation() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     c.assume("uid-a", "default", "a", "n1", hold_s=10)
-    # The watch delivers the annotation patch (no nodeName yet) before the Binding.
+    # The watch delivers an older, still unbound version of the pod while the Binding is in flight.
     c.apply_pod_event("MODIFIED", translate.pod_intent(pod_json("a", annotations={ann.FRACTION: "0.5"})))
     assert c.summary()["gpu_allocated_milli"] == 500
 
@@ -175,54 +176,61 @@ def test_allocation_annotations_round_trip() -> None:
 
 # -- binder against a fake API -----------------------------------------------------------
 
+class FakeResponse:
+    def __init__(self, body: dict[str, Any] | None = None) -> None:
+        self.data = json.dumps(body or {}).encode()
+
+    def release_conn(self) -> None:
+        pass
+
+
 class FakeApi:
-    """Records calls; ``fail`` maps a method name to the ApiException status it raises."""
+    """Records Binding calls; ``fail`` is the ApiException status the Binding raises."""
 
-    def __init__(self, fail: dict[str, int] | None = None) -> None:
-        self.fail = fail or {}
-        self.calls: list[tuple[str, Any]] = []
+    def __init__(self, fail: int | None = None, bound_to: str = "") -> None:
+        self.fail = fail
+        self.bound_to = bound_to
+        self.bindings: list[tuple[str, dict[str, str]]] = []
 
-    def _maybe_fail(self, method: str) -> None:
-        if method in self.fail:
-            raise ApiException(status=self.fail[method], reason="Injected")
+    def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
+        self.bindings.append((body.target.name, body.metadata.annotations))
+        if self.fail is not None:
+            raise ApiException(status=self.fail, reason="Injected")
+        return FakeResponse()
 
-    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> None:
-        self.calls.append(("patch", body["metadata"]["annotations"]))
-        self._maybe_fail("patch")
-
-    def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> None:
-        self.calls.append(("binding", body.target.name))
-        self._maybe_fail("binding")
+    def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
+        return FakeResponse({"metadata": {"name": name}, "spec": {"nodeName": self.bound_to}})
 
 
-def test_binding_failure_rolls_back_annotations_and_share() -> None:
-    c = cache_with(gpu_node("n1", 1))
-    pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    api = FakeApi(fail={"binding": 500})
-    with pytest.raises(BindError, match="binding pod default/a to n1: 500"):
-        KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
-    (patch, _), (binding, _), (unpatch, removed) = api.calls
-    assert (patch, binding, unpatch) == ("patch", "binding", "patch")
-    assert removed == dict.fromkeys(
-        [ann.ASSIGNED_GPUS, ann.ASSIGNED_FRACTION, ann.ASSIGNED_MEMORY, ann.ASSIGNED_AT])
-    assert c.summary()["gpu_allocated_milli"] == 0 and c.allocations() == []
-
-
-def test_annotation_failure_binds_nothing() -> None:
-    c = cache_with(gpu_node("n1", 1))
-    pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    api = FakeApi(fail={"patch": 409})
-    with pytest.raises(BindError, match="writing allocation on pod default/a: 409"):
-        KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
-    assert [k for k, _ in api.calls] == ["patch"]
-    assert c.summary()["gpu_allocated_milli"] == 0
-
-
-def test_successful_bind_is_assumed_until_the_watch_confirms() -> None:
+def test_bind_writes_the_allocation_record_with_the_binding() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     api = FakeApi()
     KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
-    assert api.calls[0][1][ann.ASSIGNED_GPUS] == "GPU-n1-0"
-    assert api.calls[1] == ("binding", "n1")
+    # One API call: the Binding carries the annotations the API server writes on the pod.
+    assert api.bindings == [("n1", translate.allocation_annotations(["GPU-n1-0"], 500, [8192], NOW))]
+    # Held as assumed until the pod watch shows the pod bound.
     assert c.summary()["gpu_allocated_milli"] == 500
+
+
+def test_binding_failure_gives_the_share_back() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi(fail=500)
+    with pytest.raises(BindError, match="binding pod default/a to n1: 500"):
+        KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    assert c.summary()["gpu_allocated_milli"] == 0 and c.allocations() == []
+    # The pod is pending again: a later bind may place it.
+    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    assert c.summary()["gpu_allocated_milli"] == 500
+
+
+def test_retried_bind_that_already_went_through_is_a_success() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    # kube-scheduler timed out and retries: the API says the pod is already bound (409).
+    KubeBinder(FakeApi(fail=409, bound_to="n1"), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    assert c.summary()["gpu_allocated_milli"] == 500
+    with pytest.raises(BindError, match="409"):
+        KubeBinder(FakeApi(fail=409, bound_to="n2"), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
