@@ -211,6 +211,10 @@ class Scorer:
         if k == 0:
             # CPU-only pods: nothing GPU-related to prefer; every feasible node scores 0.
             return Evaluation(ctx, np.zeros(m), np.zeros((m, 0), dtype=np.int64))
+        if ctx.gpu_fits.shape[1] < k:
+            # No node has k GPU columns (e.g. only nodes whose inventory has not arrived):
+            # fit already failed every row with TOO_FEW_GPUS; there is nothing to choose.
+            return Evaluation(ctx, np.zeros(m), np.full((m, k), -1, dtype=np.int64))
         per_gpu = [(strat, w, strat.gpu_score(ctx)) for strat, w in plan if strat.gpu_score]
         pref = np.zeros(ctx.gpu_fits.shape)
         for _, w, g in per_gpu:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scoring.fit import Reason
 from scoring.fragmentation import TaskTypes, fragmentation_rate, node_fragmentation_milli
+from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
 from scoring.strategies import ScoringConfig, build_scorer, validate_config
@@ -95,3 +97,15 @@ def test_derived_arrays_track_allocations(rng: np.random.Generator) -> None:
         np.testing.assert_array_equal(st.gpu_slots_free, st.gpu_replicas - st.gpu_pods)
         np.testing.assert_array_equal(st.node_gpu_total_milli, 1000 * st.gpu_exists.sum(axis=1))
         np.testing.assert_array_equal(st.node_gpu_used_milli, st.gpu_used_milli.sum(axis=1))
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_cluster_without_enough_gpu_columns_fails_every_node_without_crashing(k: int) -> None:
+    # Nodes whose inventory has not arrived have no GPU columns at all (max_gpus = 0), or
+    # fewer than the pod's k: every node is TOO_FEW_GPUS and nothing is chosen.
+    nodes = [NodeSpec("cpu-only", 8000, 32768)] if k == 1 else [gpu_node("one-gpu", 1)]
+    state = ClusterState.from_nodes(nodes)
+    ev = build_scorer(PRESETS["default"]).evaluate(state, PodRequest(gpu_count=k, gpu_milli=1000),
+                                                   np.arange(1))
+    assert ev.context.reason.tolist() == [Reason.TOO_FEW_GPUS]
+    assert ev.best() == -1 and ev.chosen_cols.tolist() == [[-1] * k]
