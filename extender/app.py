@@ -60,7 +60,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             raise ValueError("cluster mode needs a Kubernetes API client")
         sync = ClusterSync(kube_api, cache, SyncOptions(
             inventory_stale_after_s=settings.inventory_stale_after_s,
-            assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s))
+            assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
+            scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods))
         binder = KubeBinder(kube_api, cache, settings.assume_ttl_s).bind
     else:
         binder = cache.bind

@@ -171,29 +171,33 @@ class GpuCache:
 
     # -- pod events ----------------------------------------------------------------------
 
-    def apply_pod_event(self, event: EventType, intent: PodIntent) -> None:
+    def apply_pod_event(self, event: EventType, intent: PodIntent) -> bool:
         """The one path by which the cache learns of pods it did not bind itself.
 
         ``DELETED`` or a finished pod frees what it held. A bound pod (``node_name`` set)
         not yet accounted for is accounted for: its GPUs from ``gpufrac.io/assigned-gpus``,
         its CPU and memory always. A pending pod is remembered so that ``bind`` can place it.
         Replaying the same event twice changes nothing.
+
+        Returns
+        -------
+        bool
+            True if the event freed GPU share (the pod was deleted or finished).
         """
         with self._lock:
             old = self._pods.get(intent.uid)
             if event == "DELETED" or intent.finished:
-                self.remove_pod(intent.uid)
-                return
+                return self.remove_pod(intent.uid)
             if old is not None and old.allocation is not None:
                 if old.allocation.node == intent.node_name:
                     # Bound where we hold its allocation: confirmed (an assumed one stops expiring).
                     self._pods[intent.uid] = replace(old, intent=intent, assumed_until=None)
-                    return
+                    return False
                 if not intent.node_name:
                     # Our bind is in flight (the watch shows an older, unbound version).
                     self._pods[intent.uid] = replace(old, intent=replace(
                         intent, assigned_gpus=old.gpu_uuids))
-                    return
+                    return False
                 self._release(old)  # bound elsewhere than we assumed: the API is the truth
             rec = PodRecord(intent)
             if intent.node_name and intent.node_name in self._state.node_index:
@@ -202,6 +206,7 @@ class GpuCache:
             elif old is not None and old.allocation is not None:
                 self._generation += 1  # released above
             self._pods[intent.uid] = rec
+            return False
 
     def set_pods(self, intents: Iterable[PodIntent]) -> None:
         """A full pod list (start-up, or a new list after the watch expired).
@@ -220,13 +225,33 @@ class GpuCache:
             for intent in intents:
                 self.apply_pod_event("ADDED", intent)
 
-    def remove_pod(self, uid: str) -> None:
-        """Forget a pod (deleted) and free what it held; unknown UIDs are ignored."""
+    def remove_pod(self, uid: str) -> bool:
+        """Forget a pod (deleted) and free what it held; unknown UIDs are ignored.
+
+        Returns
+        -------
+        bool
+            True if GPU share was freed (pods waiting for a GPU may fit now).
+        """
         with self._lock:
             rec = self._pods.pop(uid, None)
             if rec is not None and rec.allocation is not None:
                 self._release(rec)
                 self._generation += 1
+                return bool(rec.allocation.gpu_cols)
+            return False
+
+    def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
+        """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
+        with self._lock:
+            out = []
+            for rec in self._pods.values():
+                i = rec.intent
+                if rec.allocation is None and i.gpu_count and not i.node_name and not i.finished:
+                    out.append(i)
+                    if len(out) >= limit:
+                        break
+            return out
 
     def knows_pod(self, uid: str) -> bool:
         """True if a pod event for ``uid`` has been applied (and the pod not deleted)."""

@@ -28,6 +28,7 @@ import orjson
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from extender import annotations as ann
 from extender import translate
 from extender.cache import BindError, GpuCache
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 HTTP_GONE = 410
 HTTP_CONFLICT = 409
+MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,12 @@ class SyncOptions:
         Period of the staleness and expiry checks.
     backoff_max_s : float
         Longest wait between retries after an API error (starting at 0.5 s, doubling).
+    scheduler_name : str
+        The kube-scheduler profile that calls this extender (whose pods are requeued).
+    requeue_max_pods : int
+        At most this many pending GPU pods are requeued per release (0: never).
+    requeue_delay_s : float
+        Releases within this window are coalesced into one requeue.
     """
 
     inventory_stale_after_s: float = 180.0
@@ -61,6 +69,9 @@ class SyncOptions:
     watch_timeout_s: int = 300
     housekeeping_s: float = 2.0
     backoff_max_s: float = 30.0
+    scheduler_name: str = "gpufrac-scheduler"
+    requeue_max_pods: int = 100
+    requeue_delay_s: float = 0.5
 
 
 def raw_watch_target(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,6 +131,8 @@ class ClusterSync:
         self.pods_synced = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
+        self._released = threading.Event()
+        self.requeued = 0
 
     @property
     def synced(self) -> bool:
@@ -129,7 +142,8 @@ class ClusterSync:
     def start(self) -> None:
         """Start the node watch, the pod watch (after the first node list) and housekeeping."""
         for target, name in ((self._run_nodes, "gpufrac-nodes"), (self._run_pods, "gpufrac-pods"),
-                             (self._run_housekeeping, "gpufrac-housekeeping")):
+                             (self._run_housekeeping, "gpufrac-housekeeping"),
+                             (self._run_requeue, "gpufrac-requeue")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -137,6 +151,7 @@ class ClusterSync:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Ask every loop to stop and wait for them (watches are closed)."""
         self._stop.set()
+        self._released.set()
         for w in list(self._watches):
             w.stop()
         for t in self._threads:
@@ -183,6 +198,37 @@ class ClusterSync:
         self._cache.upsert_nodes(specs)
         for key in self._cache.expire_assumed():
             log.warning("assumed allocation expired: pod %s never showed up bound", key)
+
+    def _run_requeue(self) -> None:
+        """Requeue pending GPU pods in kube-scheduler after GPU share is freed.
+
+        kube-scheduler retries a pod an extender rejected on the next cluster event of any
+        kind (``schedule_one.go``: the pod gets the ``Extender`` unschedulable plugin, whose
+        enqueue extension matches every event). The event that frees share, a pod deletion,
+        usually reaches kube-scheduler before gpufrac's own watch has applied it, so that
+        retry is refused again and the pod then waits for some unrelated event or
+        kube-scheduler's periodic flush of unschedulable pods (up to 5 minutes). Updating
+        an annotation on the waiting pods, after gpufrac has freed the share, is such an
+        event: they are retried against the up-to-date cache.
+        """
+        opts = self._opts
+        while not self._stop.is_set():
+            self._released.wait()
+            if self._stop.is_set() or opts.requeue_max_pods <= 0:
+                return
+            self._stop.wait(opts.requeue_delay_s)  # coalesce a burst of releases
+            self._released.clear()
+            stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+            pending = [i for i in self._cache.pending_gpu_pods(opts.requeue_max_pods * 4)
+                       if i.scheduler_name == opts.scheduler_name][:opts.requeue_max_pods]
+            for intent in pending:
+                body = {"metadata": {"uid": intent.uid, "annotations": {ann.REQUEUE: stamp}}}
+                try:
+                    _drain(self._api.patch_namespaced_pod(intent.name, intent.namespace, body,
+                                                          _content_type=MERGE_PATCH, _preload_content=False))
+                    self.requeued += 1
+                except ApiException as exc:
+                    log.info("requeue of %s skipped: %s %s", intent.key, exc.status, exc.reason)
 
     def _stream(self, func: Callable[..., Any], rv: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """Watch from ``rv`` until the server's timeout; yields (type, object), raises _Gone."""
@@ -238,7 +284,8 @@ class ClusterSync:
     def _apply_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         if kind == "DELETED":
-            self._cache.remove_pod(str(meta.get("uid", "")))
+            if self._cache.remove_pod(str(meta.get("uid", ""))):
+                self._released.set()
             return
         try:
             intent = translate.pod_intent(obj)
@@ -247,7 +294,8 @@ class ClusterSync:
             # with bad gpufrac annotations: not counted (logged).
             log.warning("pod %s/%s not accounted: %s", meta.get("namespace"), meta.get("name"), exc)
             return
-        self._cache.apply_pod_event(kind, intent)  # type: ignore[arg-type]
+        if self._cache.apply_pod_event(kind, intent):  # type: ignore[arg-type]
+            self._released.set()
 
     def _list_and_watch_pods(self) -> None:
         data = _json(self._api.list_pod_for_all_namespaces(_preload_content=False))

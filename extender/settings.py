@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     """Cluster mode: how long a bind's allocation is held before the pod watch confirms it."""
     watch_timeout_s: int = Field(300, ge=1)
     """Cluster mode: server-side timeout of one watch request (it is then resumed)."""
+    scheduler_name: str = "gpufrac-scheduler"
+    """Cluster mode: the kube-scheduler profile calling this extender (its pods are requeued)."""
+    requeue_max_pods: int = Field(100, ge=0)
+    """Cluster mode: pending GPU pods requeued when GPU share is freed (0: off)."""
 
 
 class ScoringFile(BaseModel):

@@ -76,6 +76,8 @@ class PodIntent:
     assigned_memory_mib : tuple of int
         ``gpufrac.io/assigned-memory``, MiB per assigned GPU; empty when absent, unreadable
         or not one per assigned GPU.
+    scheduler_name : str
+        ``spec.schedulerName``.
     """
 
     uid: str
@@ -93,6 +95,7 @@ class PodIntent:
     assigned_gpus: tuple[str, ...] = ()
     assigned_gpu_milli: int | None = None
     assigned_memory_mib: tuple[int, ...] = ()
+    scheduler_name: str = ""
 
     @property
     def key(self) -> str:
@@ -256,6 +259,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
         assigned_gpus=assigned,
         assigned_gpu_milli=assigned_milli,
         assigned_memory_mib=assigned_mem,
+        scheduler_name=str(spec.get("schedulerName") or ""),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -234,3 +235,38 @@ def test_retried_bind_that_already_went_through_is_a_success() -> None:
     assert c.summary()["gpu_allocated_milli"] == 500
     with pytest.raises(BindError, match="409"):
         KubeBinder(FakeApi(fail=409, bound_to="n2"), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+
+
+def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
+    from extender.kube import ClusterSync, SyncOptions
+
+    c = cache_with(gpu_node("n1", 1))
+    record = translate.allocation_annotations(["GPU-n1-0"], 1000, [16384], NOW)
+    bound = pod_json("holder", node="n1", phase="Running", annotations=record)
+    mine = pod_json("waiting", annotations={ann.FRACTION: "0.5"})
+    mine["spec"]["schedulerName"] = "gpufrac-scheduler"
+    other = pod_json("other-scheduler", annotations={ann.FRACTION: "0.5"})
+    for pod in (bound, mine, other):
+        c.apply_pod_event("ADDED", translate.pod_intent(pod))
+
+    class PatchApi:
+        def __init__(self) -> None:
+            self.patched: list[tuple[str, dict[str, Any]]] = []
+
+        def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
+            self.patched.append((name, body))
+            return FakeResponse()
+
+    api = PatchApi()
+    sync = ClusterSync(api, c, SyncOptions(requeue_delay_s=0.01))  # type: ignore[arg-type]
+    worker = threading.Thread(target=sync._run_requeue)
+    worker.start()
+    sync._apply_pod("DELETED", bound)   # frees the whole GPU
+    deadline = time.monotonic() + 5
+    while not api.patched and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sync.stop()
+    worker.join(5)
+    assert [name for name, _ in api.patched] == ["waiting"]
+    body = api.patched[0][1]
+    assert body["metadata"]["uid"] == "uid-waiting" and ann.REQUEUE in body["metadata"]["annotations"]
