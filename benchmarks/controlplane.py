@@ -474,7 +474,7 @@ def fake_node_gpus(node: str, n_gpus: int, model: str = "A10", memory_mib: int =
 
 def add_fake_node(api: Any, name: str, gpus: list[dict[str, Any]], cpu: str = "32",
                   memory: str = "128Gi", pods: int = 110,
-                  heartbeat: dt.datetime | None = None) -> None:
+                  heartbeat: dt.datetime | None = None, publish_inventory: bool = True) -> None:
     """Create a Node as a kubelet + agent would leave it: Ready, allocatable, inventory.
 
     Parameters
@@ -483,13 +483,16 @@ def add_fake_node(api: Any, name: str, gpus: list[dict[str, Any]], cpu: str = "3
     name : str
     gpus : list of dict
         ``GpuInventory`` fields per GPU (see ``fake_node_gpus``).
+    publish_inventory : bool
+        False leaves the ``gpufrac.io/inventory`` annotation to a running agent.
     """
     from kubernetes import client
 
     slots = sum(int(g.get("replicas", 1)) for g in gpus)
+    annotations = {"gpufrac.io/inventory": inventory_annotation(name, gpus, heartbeat)} if publish_inventory else {}
     api.create_node(client.V1Node(metadata=client.V1ObjectMeta(
         name=name, labels={"kubernetes.io/hostname": name, "gpufrac.io/test": "true"},
-        annotations={"gpufrac.io/inventory": inventory_annotation(name, gpus, heartbeat)})))
+        annotations=annotations)))
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods), "gpufrac.io/gpu": str(slots)}
     api.patch_node_status(name, {"status": {

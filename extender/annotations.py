@@ -33,11 +33,23 @@ ASSIGNED_MEMORY = f"{DOMAIN}/assigned-memory"
 ASSIGNED_AT = f"{DOMAIN}/assigned-at"
 """Pod annotations gpufrac writes at bind (the allocation record)."""
 
+REQUEUE = f"{DOMAIN}/requeue"
+"""Pod annotation gpufrac bumps on pending GPU pods when GPU share is freed (see extender.kube)."""
+
 INVENTORY = f"{DOMAIN}/inventory"
 """Node annotation holding the JSON ``NodeInventory``."""
 
 INVENTORY_SCHEMA_V1 = "gpufrac.io/inventory/v1"
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "inventory.v1.json"
+
+
+class PodGpuUsage(BaseModel):
+    """GPU memory the processes of one pod use on one GPU (NVML, mapped by cgroup)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uid: Annotated[str, Field(min_length=1, max_length=64, description="pod UID")]
+    memory_used_mib: Annotated[int, Field(ge=0)]
 
 
 class GpuInventory(BaseModel):
@@ -59,6 +71,13 @@ class GpuInventory(BaseModel):
     health_reason: Annotated[
         str, Field(max_length=256, description="why unhealthy, e.g. 'XID 79'")
     ] = ""
+    utilization_pct: Annotated[int, Field(ge=0, le=100, description="NVML GPU utilization, %")] = 0
+    mig_parent: Annotated[
+        str, Field(max_length=128, description="for a MIG device: the UUID of its GPU; else empty")
+    ] = ""
+    pods: Annotated[
+        list[PodGpuUsage], Field(max_length=256, description="GPU memory really used, per pod")
+    ] = Field(default_factory=list)
 
 
 class NodeInventory(BaseModel):
@@ -95,7 +114,7 @@ def parse_inventory(text: str) -> NodeInventory:
     ------
     ValueError
         With the field path of every problem, e.g. ``gpus.0.memory_mib: Input should be
-        greater than 0``; also on duplicate GPU indices or UUIDs.
+        greater than 0``; also on duplicate UUIDs, or duplicate indices among whole GPUs.
     """
     try:
         inv = NodeInventory.model_validate_json(text)
@@ -104,7 +123,8 @@ def parse_inventory(text: str) -> NodeInventory:
             f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
         )
         raise ValueError(f"{INVENTORY}: {problems}") from None
-    indices = [g.index for g in inv.gpus]
+    # MIG devices share their GPU's index; whole GPUs must not.
+    indices = [g.index for g in inv.gpus if not g.mig_parent]
     uuids = [g.uuid for g in inv.gpus]
     if len(set(indices)) != len(indices) or len(set(uuids)) != len(uuids):
         raise ValueError(f"{INVENTORY}: duplicate GPU index or UUID")

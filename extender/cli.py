@@ -85,6 +85,42 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    import yaml
+
+    from extender.agent.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend
+    from extender.agent.publisher import Publisher, PublishOptions
+
+    logging.basicConfig(level=args.log_level.upper())
+    try:
+        if args.nvml == "fake":
+            cfg = yaml.safe_load(args.fake_config.read_text()) if args.fake_config else {}
+            backend = FakeNvml.from_config({"node": args.node_name, **(cfg or {})})
+        else:
+            backend = PynvmlBackend()
+    except NvmlUnavailable as exc:
+        print(f"gpufrac agent: {exc}", file=sys.stderr)
+        return 3
+    opts = PublishOptions(replicas=args.replicas, heartbeat_s=args.heartbeat_s,
+                          min_interval_s=args.min_interval_s)
+    publisher = Publisher(_kube_api(args.kubeconfig), args.node_name, backend, opts)
+    if args.once:
+        print(publisher.inventory().model_dump_json(by_alias=True, indent=2))
+        backend.close()
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        publisher.run(stop)
+    finally:
+        backend.close()
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     from extender.annotations import inventory_json_schema
 
@@ -129,6 +165,18 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="JSON instead of the table")
     ins.add_argument("--inventory-stale-after-s", type=float, default=180.0)
     ins.set_defaults(func=_inspect)
+
+    agent = sub.add_parser("agent", help="node agent: publish this node's GPU inventory (NVML)")
+    agent.add_argument("--node-name", required=True, help="this node (the DaemonSet passes spec.nodeName)")
+    agent.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
+    agent.add_argument("--nvml", choices=("real", "fake"), default="real")
+    agent.add_argument("--fake-config", type=Path, help="YAML {gpus: [{name, memory_mib, count}]} for --nvml fake")
+    agent.add_argument("--replicas", type=int, default=4, help="time-slicing replicas per GPU (GFD label wins)")
+    agent.add_argument("--heartbeat-s", type=float, default=60.0)
+    agent.add_argument("--min-interval-s", type=float, default=10.0)
+    agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
+    agent.add_argument("--log-level", default="info")
+    agent.set_defaults(func=_agent)
 
     sch = sub.add_parser("inventory-schema", help="print the gpufrac.io/inventory v1 JSON Schema")
     sch.set_defaults(func=_schema)

@@ -1,0 +1,127 @@
+"""Publish the node's inventory as the ``gpufrac.io/inventory`` annotation, with a heartbeat.
+
+Writes when something changed (at most every ``min_interval_s``; a health change at once)
+and at least every ``heartbeat_s`` so the extender can tell a live agent from a dead one
+(``--inventory-stale-after-s`` there must exceed ``heartbeat_s`` here, with margin). API
+errors are retried with bounded exponential backoff; NVML is read fresh for each write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from kubernetes.client.rest import ApiException
+
+from extender.agent.inventory import HealthTracker, build_inventory, replicas_for, same_content
+from extender.agent.nvml import NvmlBackend
+from extender.annotations import INVENTORY, NodeInventory, dump_inventory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOptions:
+    """Timing and defaults of the agent; seconds.
+
+    Attributes
+    ----------
+    replicas : int
+        Time-slicing replicas per GPU unless the node has GFD's ``nvidia.com/gpu.replicas``.
+    heartbeat_s : float
+        Longest time between two writes.
+    min_interval_s : float
+        Shortest time between two writes for ordinary changes (memory used, processes).
+    backoff_max_s : float
+        Longest wait between retries after an API error (from 0.5 s, doubling).
+    """
+
+    replicas: int = 4
+    heartbeat_s: float = 60.0
+    min_interval_s: float = 10.0
+    backoff_max_s: float = 30.0
+
+
+class Publisher:
+    """Reads the GPUs, decides when to write, writes the node annotation.
+
+    Parameters
+    ----------
+    api : kubernetes.client.CoreV1Api
+    node : str
+        This node's name (the DaemonSet passes ``spec.nodeName``).
+    backend : NvmlBackend
+    options : PublishOptions
+    now, monotonic : callables, optional
+        Clocks (injected by tests).
+    """
+
+    def __init__(self, api: Any, node: str, backend: NvmlBackend, options: PublishOptions,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._api = api
+        self.node = node
+        self._backend = backend
+        self._opts = options
+        self._now = now
+        self._mono = monotonic
+        self.health = HealthTracker()
+        self._last: NodeInventory | None = None
+        self._last_at = float("-inf")
+        self.writes = 0
+
+    def _node_labels(self) -> dict[str, str]:
+        resp = self._api.read_node(self.node, _preload_content=False)
+        data = resp.data
+        resp.release_conn()
+        return dict((orjson.loads(data).get("metadata") or {}).get("labels") or {})
+
+    def inventory(self) -> NodeInventory:
+        """The inventory as it would be written now."""
+        replicas = replicas_for(self._node_labels(), self._opts.replicas)
+        return build_inventory(self.node, self._backend.read(), self.health, replicas, self._now())
+
+    def publish_once(self, force: bool = False) -> bool:
+        """Write the annotation if due; True if written.
+
+        Raises
+        ------
+        kubernetes.client.rest.ApiException
+            When reading or patching the Node fails (``run`` retries with backoff).
+        """
+        inv = self.inventory()
+        since = self._mono() - self._last_at
+        changed = not same_content(self._last, inv)
+        if not (force or since >= self._opts.heartbeat_s or (changed and since >= self._opts.min_interval_s)):
+            return False
+        body = {"metadata": {"annotations": {INVENTORY: dump_inventory(inv)}}}
+        resp = self._api.patch_node(self.node, body, _preload_content=False)
+        resp.data  # noqa: B018 - read, then give the connection back
+        resp.release_conn()
+        self._last, self._last_at = inv, self._mono()
+        self.writes += 1
+        return True
+
+    def run(self, stop: threading.Event, xid_poll_s: float = 1.0) -> None:
+        """Until ``stop``: wait for XID events (publishing at once on a health change),
+        publish when due, back off on API errors."""
+        delay = 0.5
+        force = True
+        while not stop.is_set():
+            event = self._backend.wait_xid(xid_poll_s)
+            if event is not None and self.health.observe(event):
+                log.warning("GPU %s unhealthy: XID %d", event.uuid, event.xid)
+                force = True
+            try:
+                self.publish_once(force=force)
+                force, delay = False, 0.5
+            except (ApiException, OSError) as exc:
+                log.warning("publishing inventory of %s failed (%s); retrying in %.1fs", self.node, exc, delay)
+                stop.wait(delay)
+                delay = min(delay * 2, self._opts.backoff_max_s)

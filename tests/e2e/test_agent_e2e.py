@@ -1,0 +1,44 @@
+"""The node agent (fake NVML) against the real API server, with the extender placing by it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import yaml
+
+from benchmarks.controlplane import add_fake_node, fake_node_gpus, start
+from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
+from tests.e2e.helpers import gpu_pod, new_namespace
+
+
+def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluster, tmp_path) -> None:
+    group = unique("agent")
+    node = f"{group}-000"
+    # A node as kubelet leaves it: allocatable slots, but no inventory until the agent runs.
+    add_fake_node(cluster.api, node, fake_node_gpus(node, 2, replicas=4), publish_inventory=False)
+    cluster.api.patch_node(node, {"metadata": {"labels": {"gpufrac.io/test-group": group,
+                                                          "nvidia.com/gpu.replicas": "4"}}})
+    ns = new_namespace(cluster.api, group)
+    cluster.api.create_namespaced_pod(ns, gpu_pod("early", group, fraction="0.5"))
+    assert "inventory stale" in failed_scheduling_message(cluster, ns, "early")
+
+    config = tmp_path / "gpus.yaml"
+    config.write_text(yaml.safe_dump({"gpus": [{"name": "A10", "memory_mib": 24576, "count": 2}]}))
+    agent = cluster.cp.track(start(f"agent-{node}", [
+        sys.executable, "-m", "extender", "agent", "--node-name", node, "--nvml", "fake",
+        "--fake-config", str(config), "--kubeconfig", str(cluster.cp.admin_kubeconfig),
+        "--heartbeat-s", "5"], tmp_path))
+    try:
+        def published() -> dict | None:
+            raw = (cluster.api.read_node(node).metadata.annotations or {}).get("gpufrac.io/inventory")
+            return json.loads(raw) if raw else None
+        inv = cluster.wait(published, 30, "agent's inventory annotation")
+        assert [g["uuid"] for g in inv["gpus"]] == [f"GPU-fake-{node}-0", f"GPU-fake-{node}-1"]
+        assert {g["replicas"] for g in inv["gpus"]} == {4}
+
+        pod = wait_for_pods(cluster, ns, ["early"], timeout_s=90)["early"]
+        assert pod.spec.node_name == node
+        assert pod.metadata.annotations["gpufrac.io/assigned-gpus"] in {g["uuid"] for g in inv["gpus"]}
+    finally:
+        agent.stop()
