@@ -105,7 +105,7 @@ def _agent(args: argparse.Namespace) -> int:
         print(f"gpufrac agent: {exc}", file=sys.stderr)
         return 3
     opts = PublishOptions(replicas=args.replicas, heartbeat_s=args.heartbeat_s,
-                          min_interval_s=args.min_interval_s)
+                          min_interval_s=args.min_interval_s, proc_root=args.proc_root)
     publisher = Publisher(_kube_api(args.kubeconfig), args.node_name, backend, opts)
     if args.once:
         print(publisher.inventory().model_dump_json(by_alias=True, indent=2))
@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--replicas", type=int, default=4, help="time-slicing replicas per GPU (GFD label wins)")
     agent.add_argument("--heartbeat-s", type=float, default=60.0)
     agent.add_argument("--min-interval-s", type=float, default=10.0)
+    agent.add_argument("--proc-root", type=Path, default=Path("/proc"),
+                       help="the host's /proc (PIDs from NVML are host PIDs)")
     agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
     agent.add_argument("--log-level", default="info")
     agent.set_defaults(func=_agent)

@@ -14,12 +14,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
 from kubernetes.client.rest import ApiException
 
-from extender.agent.inventory import HealthTracker, build_inventory, replicas_for, same_content
+from extender.agent.inventory import (
+    HealthTracker,
+    build_inventory,
+    pod_uid_of_pid,
+    replicas_for,
+    same_content,
+)
 from extender.agent.nvml import NvmlBackend
 from extender.annotations import INVENTORY, NodeInventory, dump_inventory
 
@@ -40,12 +47,16 @@ class PublishOptions:
         Shortest time between two writes for ordinary changes (memory used, processes).
     backoff_max_s : float
         Longest wait between retries after an API error (from 0.5 s, doubling).
+    proc_root : Path
+        Where the host's ``/proc`` is visible (NVML reports host PIDs; the DaemonSet mounts
+        the host's ``/proc`` read-only at ``/host/proc``).
     """
 
     replicas: int = 4
     heartbeat_s: float = 60.0
     min_interval_s: float = 10.0
     backoff_max_s: float = 30.0
+    proc_root: Path = Path("/proc")
 
 
 class Publisher:
@@ -85,7 +96,8 @@ class Publisher:
     def inventory(self) -> NodeInventory:
         """The inventory as it would be written now."""
         replicas = replicas_for(self._node_labels(), self._opts.replicas)
-        return build_inventory(self.node, self._backend.read(), self.health, replicas, self._now())
+        return build_inventory(self.node, self._backend.read(), self.health, replicas, self._now(),
+                               pod_of=lambda pid: pod_uid_of_pid(pid, self._opts.proc_root))
 
     def publish_once(self, force: bool = False) -> bool:
         """Write the annotation if due; True if written.

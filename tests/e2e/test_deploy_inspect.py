@@ -85,3 +85,10 @@ def test_inspect_shows_shares_memory_replicas_and_qos(cluster: Cluster) -> None:
     table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     (row,) = [line for line in table.splitlines() if line.startswith(node)]
     assert "0.75/0.25" in row and "10240/14336" in row and "2/2" in row and f"{ns}/a(guaranteed)" in row
+
+
+def test_agent_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
+    out = cluster.cp.kubectl("apply", "-k", str(ROOT / "deploy" / "agent"), "--dry-run=server", "-o", "name")
+    assert {"serviceaccount/gpufrac-agent", "clusterrole.rbac.authorization.k8s.io/gpufrac-agent",
+            "daemonset.apps/gpufrac-agent"} <= set(out.stdout.split()), out.stdout
