@@ -114,9 +114,37 @@ def _agent(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threads = []
+    if args.device_plugin:
+        from extender.agent.deviceplugin.plugin import PluginServer, slots_of
+        from extender.agent.deviceplugin.stubs import StubsUnavailable, load
+
+        try:
+            load()
+        except StubsUnavailable as exc:
+            print(f"gpufrac agent: {exc} (or pass --no-device-plugin)", file=sys.stderr)
+            return 3
+        api = publisher.api
+        node = args.node_name
+
+        def pods() -> list[dict]:
+            resp = api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
+                                                   _preload_content=False)
+            data = resp.data
+            resp.release_conn()
+            return json.loads(data)["items"]
+
+        plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir)
+        publisher.on_publish = plugin.changed.set
+        threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
+    for t in threads:
+        t.start()
     try:
         publisher.run(stop)
     finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
         backend.close()
     return 0
 
@@ -176,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--min-interval-s", type=float, default=10.0)
     agent.add_argument("--proc-root", type=Path, default=Path("/proc"),
                        help="the host's /proc (PIDs from NVML are host PIDs)")
+    agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
+                       help="serve the gpufrac.io/gpu device plugin to kubelet")
+    agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"))
     agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
     agent.add_argument("--log-level", default="info")
     agent.set_defaults(func=_agent)

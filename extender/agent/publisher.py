@@ -77,6 +77,7 @@ class Publisher:
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._api = api
+        self.api = api
         self.node = node
         self._backend = backend
         self._opts = options
@@ -84,6 +85,8 @@ class Publisher:
         self._mono = monotonic
         self.health = HealthTracker()
         self._last: NodeInventory | None = None
+        self.on_publish: Callable[[], None] = lambda: None
+        """Called after each write (the device plugin re-sends its device list)."""
         self._last_at = float("-inf")
         self.writes = 0
 
@@ -118,7 +121,12 @@ class Publisher:
         resp.release_conn()
         self._last, self._last_at = inv, self._mono()
         self.writes += 1
+        self.on_publish()
         return True
+
+    def published(self) -> NodeInventory | None:
+        """The inventory last written (what the extender sees)."""
+        return self._last
 
     def run(self, stop: threading.Event, xid_poll_s: float = 1.0) -> None:
         """Until ``stop``: wait for XID events (publishing at once on a health change),

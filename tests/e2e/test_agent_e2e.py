@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
+import grpc
 import yaml
 
 from benchmarks.controlplane import add_fake_node, fake_node_gpus, start
+from extender.agent.deviceplugin.stubs import load
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
+from tests.extender.kubelet import FakeKubelet
 
 
 def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluster, tmp_path) -> None:
@@ -23,12 +26,18 @@ def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluste
     cluster.api.create_namespaced_pod(ns, gpu_pod("early", group, fraction="0.5"))
     assert "inventory stale" in failed_scheduling_message(cluster, ns, "early")
 
+    # kubelet's device-plugin directory, with this test answering as kubelet's Registration.
+    plugin_dir = tmp_path / "device-plugins"
+    plugin_dir.mkdir()
+    stubs = load(generate_if_missing=True)
+    kubelet = FakeKubelet(plugin_dir, stubs)
+    kubelet.start()
     config = tmp_path / "gpus.yaml"
     config.write_text(yaml.safe_dump({"gpus": [{"name": "A10", "memory_mib": 24576, "count": 2}]}))
     agent = cluster.cp.track(start(f"agent-{node}", [
         sys.executable, "-m", "extender", "agent", "--node-name", node, "--nvml", "fake",
         "--fake-config", str(config), "--kubeconfig", str(cluster.cp.admin_kubeconfig),
-        "--heartbeat-s", "5"], tmp_path))
+        "--heartbeat-s", "5", "--plugin-dir", str(plugin_dir)], tmp_path))
     try:
         def published() -> dict | None:
             raw = (cluster.api.read_node(node).metadata.annotations or {}).get("gpufrac.io/inventory")
@@ -39,6 +48,23 @@ def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluste
 
         pod = wait_for_pods(cluster, ns, ["early"], timeout_s=90)["early"]
         assert pod.spec.node_name == node
-        assert pod.metadata.annotations["gpufrac.io/assigned-gpus"] in {g["uuid"] for g in inv["gpus"]}
+        chosen = pod.metadata.annotations["gpufrac.io/assigned-gpus"]
+        assert chosen in {g["uuid"] for g in inv["gpus"]}
+
+        # kubelet's side: the agent registered gpufrac.io/gpu, advertises 2 x 4 slots, and
+        # Allocate gives the container exactly the GPU gpufrac chose, at half its SMs.
+        cluster.wait(lambda: kubelet.requests, 30, "device plugin registration")
+        assert kubelet.requests[0].resource_name == "gpufrac.io/gpu"
+        pb, pb_grpc = stubs
+        with grpc.insecure_channel(f"unix://{plugin_dir / 'gpufrac.sock'}") as channel:
+            stub = pb_grpc.DevicePluginStub(channel)
+            devices = next(stub.ListAndWatch(pb.Empty(), timeout=10)).devices
+            assert len(devices) == 8
+            reply = stub.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=[devices[0].ID])]), timeout=10)
+            env = dict(reply.container_responses[0].envs)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == chosen
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     finally:
         agent.stop()
+        kubelet.stop()
