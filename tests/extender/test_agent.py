@@ -190,3 +190,30 @@ def test_process_outside_pods_or_gone_has_no_pod(tmp_path: Path) -> None:
     (tmp_path / "1" / "cgroup").write_text("0::/system.slice/sshd.service\n")
     assert pod_uid_of_pid(1, tmp_path) is None
     assert pod_uid_of_pid(99999, tmp_path) is None
+
+
+def test_missing_nvml_library_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml
+
+    from extender.agent.nvml import NvmlUnavailable, PynvmlBackend
+
+    def no_library() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_library)
+    with pytest.raises(NvmlUnavailable, match=r"^NVML could not be initialised \(NVML Shared Library Not Found\)"):
+        PynvmlBackend()
+
+
+def test_real_backend_calls_exist_in_pynvml() -> None:
+    # The real backend runs only on a GPU node; at least every NVML name it uses must exist
+    # in the installed pynvml (a typo would otherwise surface on the first GPU node).
+    import re
+
+    import pynvml
+
+    from extender.agent import nvml
+
+    used = set(re.findall(r"nv\.([A-Za-z_0-9]+)", Path(nvml.__file__).read_text()))
+    assert len(used) > 15
+    assert sorted(n for n in used if not hasattr(pynvml, n)) == []
