@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from scoring.fragmentation import TaskTypes
 from scoring.request import MILLI_PER_GPU, PodRequest
 from scoring.state import ClusterState
 
@@ -69,6 +70,9 @@ class FitContext:
         Allocated and total GPU share of the node's existing GPUs.
     cpu_free_milli, mem_host_free_mib : ndarray of shape (m,), int64
     cpu_alloc_milli, mem_host_alloc_mib : ndarray of shape (m,), int64
+    tasks : TaskTypes or None
+        The target workload for fragmentation (``ClusterState.workload``); None while the
+        cluster holds no GPU pod.
     """
 
     request: PodRequest
@@ -88,6 +92,7 @@ class FitContext:
     mem_host_free_mib: NDArray[np.int64]
     cpu_alloc_milli: NDArray[np.int64]
     mem_host_alloc_mib: NDArray[np.int64]
+    tasks: TaskTypes | None = None
 
 
 def gpu_memory_request_mib(
@@ -195,4 +200,5 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
         mem_host_free_mib=mem_host_free,
         cpu_alloc_milli=state.cpu_alloc_milli[rows],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
+        tasks=state.workload.task_types() if k > 0 else None,
     )

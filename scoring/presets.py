@@ -23,5 +23,6 @@ PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "bestfit": ScoringConfig({"gpu_best_fit": 1.0, "node_packing": 1.0}),
     "packing": ScoringConfig({"node_packing": 1.0}),
     "spread": ScoringConfig({"spread": 1.0}),
+    "fgd": ScoringConfig({"fgd": 1.0}),
 })
 """Preset name -> ScoringConfig."""

@@ -25,6 +25,33 @@ class ReferenceResult:
     cols: tuple[int, ...]
 
 
+def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState) -> float:
+    """``F_n`` of ``scoring.fgd`` / ``scoring.fragmentation``, task by task, GPU by GPU."""
+    tasks = state.workload.task_types()
+    assert tasks is not None
+    total = 0.0
+    for t in range(tasks.popularity.shape[0]):
+        r, k = int(tasks.gpu_milli[t]), int(tasks.gpu_count[t])
+        fitting = sum(1 for f in free if f >= r)
+        runs = fitting >= k and cpu_free >= int(tasks.cpu_milli[t]) and mem_free >= int(tasks.memory_mib[t])
+        part = sum(f for f in free if f < r) if runs else sum(free)
+        total += float(tasks.popularity[t]) * part
+    return total
+
+
+def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, ...]) -> float:
+    """``scoring.fgd`` for the pod on ``cols`` of ``row`` (1/2 without a workload)."""
+    if state.workload.task_types() is None:
+        return 0.5
+    free = [MILLI_PER_GPU - int(state.gpu_used_milli[row, c]) if state.gpu_exists[row, c] else 0
+            for c in range(state.max_gpus)]
+    cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
+    mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
+    after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
+    delta = _frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state) - _frag(free, cpu, mem, state)
+    return min(max(0.5 - delta / (2.0 * MILLI_PER_GPU * max(state.max_gpus, 1)), 0.0), 1.0)
+
+
 def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict[str, float]:
     free = MILLI_PER_GPU - int(state.gpu_used_milli[row, col])
     total_mem = int(state.gpu_mem_total_mib[row, col])
@@ -38,6 +65,7 @@ def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict
         "gpu_best_fit": 1.0 - (free - req.gpu_milli) / MILLI_PER_GPU,
         "memory_headroom": min(max((mem_free - mem_req) / total_mem, 0.0), 1.0),
         "qos_interference": 0.0 if conflict else 1.0,
+        "fgd": _fgd_score(state, row, req, (col,)),
     }
 
 
@@ -110,6 +138,7 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
                 pref[c] += weights[name] * terms[c][name]
     cols = tuple(sorted(fitting, key=lambda c: (-pref[c], c))[:k])
     node = _node_terms(state, row, req)
+    node["fgd"] = _fgd_score(state, row, req, cols)
     total = 0.0
     for name in names:
         if name in node:

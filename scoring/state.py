@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.request import MILLI_PER_GPU, N_QOS, QoSClass
+from scoring.workload import WorkloadModel
 
 I64 = np.int64
 
@@ -142,6 +143,8 @@ class ClusterState:
         Pods per QoS class (column = ``QoSClass`` value) on each GPU.
     gpu_uuid : list of list of str
         UUIDs, ``gpu_uuid[row][col]``; padding is ``""``.
+    workload : WorkloadModel
+        Task types of the GPU pods held, kept by ``apply`` (the ``fgd`` target workload).
     """
 
     node_names: list[str]
@@ -168,6 +171,7 @@ class ClusterState:
     node_gpu_total_milli: NDArray[np.int64]
     node_gpu_used_milli: NDArray[np.int64]
     gpu_uuid: list[list[str]] = field(default_factory=list)
+    workload: WorkloadModel = field(default_factory=WorkloadModel)
 
     @classmethod
     def from_nodes(cls, nodes: Sequence[NodeSpec]) -> ClusterState:
@@ -309,6 +313,7 @@ class ClusterState:
             self.gpu_pods[row, cols] += sign
             self.gpu_slots_free[row, cols] -= sign
             self.gpu_qos_pods[row, cols, int(alloc.qos)] += sign
+            self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib), sign)
 
     def copy(self) -> ClusterState:
         """Deep copy (arrays copied), for snapshots and what-if evaluation."""
@@ -337,4 +342,5 @@ class ClusterState:
             node_gpu_total_milli=self.node_gpu_total_milli.copy(),
             node_gpu_used_milli=self.node_gpu_used_milli.copy(),
             gpu_uuid=[list(r) for r in self.gpu_uuid],
+            workload=self.workload.copy(),
         )

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring import (
+    fgd,
     gpu_best_fit,
     memory_headroom,
     node_packing,
@@ -48,8 +49,9 @@ class Strategy:
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
-    if (module.gpu_score is None) == (module.node_score is None):
-        raise TypeError(f"{module.__name__}: define exactly one of gpu_score and node_score")
+    # Both defined (fgd): gpu_score picks the GPUs, node_score scores the node with them.
+    if module.gpu_score is None and module.node_score is None:
+        raise TypeError(f"{module.__name__}: define gpu_score, node_score or both")
     return Strategy(module.NAME, module.gpu_score, module.node_score)
 
 
@@ -57,7 +59,7 @@ STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in map(
         _strategy,
-        (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance),
+        (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd),
     )
 }
 """Registry: strategy name -> Strategy."""
@@ -229,8 +231,9 @@ class Scorer:
         chosen &= ctx.node_fits[:, None]
         total_w = sum(w for _, w in plan)
         score = np.zeros(m)
-        for _, w, g in per_gpu:
-            score += w * mean_at(g, cols)
+        for strat, w, g in per_gpu:
+            if strat.node_score is None:  # else its node_score below scores the node
+                score += w * mean_at(g, cols)
         for strat, w in plan:
             if strat.node_score is not None:
                 score += w * strat.node_score(ctx, chosen)

@@ -91,3 +91,27 @@ def test_resource_balance_without_gpus_is_zero() -> None:
     st = ClusterState.from_nodes([gpu_node("cpu-only", 0)])
     ctx = fit(st, PodRequest(0, cpu_milli=1000), np.array([0]))
     assert resource_balance.node_score(ctx, np.zeros((1, 0), dtype=bool)).tolist() == [0.0]
+
+
+def test_fgd_prefers_the_gpu_whose_fragment_no_typical_task_can_use() -> None:
+    from scoring import fgd
+
+    # One node, 2 GPUs. A pod of 600 milli (1 core, 1 GiB) holds GPU 0, so the learned
+    # workload is {(1 GPU, 600 milli, 1000m, 1024Mi): 1.0} and free = [400, 1000].
+    st = ClusterState.from_nodes([gpu_node("a", 2)])
+    st.apply(Allocation("a", (0,), 600, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    ctx = fit(st, PodRequest(gpu_count=1, gpu_milli=400, gpu_memory_mib=0), np.arange(1))
+    # Before: GPU 1 runs the task, GPU 0's 400 is too small for it: F = 400.
+    # On GPU 0 -> free [0, 1000]:   F = 0,   dF = -400, score = 1/2 + 400/(2*1000*2) = 0.6
+    # On GPU 1 -> free [400, 600]:  F = 400, dF = 0,    score = 1/2
+    assert fgd.gpu_score(ctx)[0].tolist() == pytest.approx([0.6, 0.5])
+    assert fgd.node_score(ctx, np.array([[True, False]])).tolist() == pytest.approx([0.6])
+
+
+def test_fgd_is_neutral_before_any_gpu_pod() -> None:
+    from scoring import fgd
+
+    st = ClusterState.from_nodes([gpu_node("a", 2)])
+    ctx = fit(st, PodRequest(gpu_count=1, gpu_milli=400), np.arange(1))
+    assert ctx.tasks is None
+    assert fgd.gpu_score(ctx)[0].tolist() == [0.5, 0.5]

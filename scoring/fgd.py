@@ -1,0 +1,115 @@
+"""FGD: place the pod where the node's fragmentation grows least.
+
+Notes
+-----
+Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
+Gradient Descent", USENIX ATC '23, section 4 (the measure is ``scoring.fragmentation``).
+For node ``n`` with free share ``f_g`` per GPU, free CPU ``C``, free memory ``M`` and the
+target workload ``{(k_t, r_t, c_t, q_t): p_t}``::
+
+    F_n = sum_t p_t * ( sum_g f_g                 if t cannot run on n
+                        sum_g f_g * [f_g < r_t]   otherwise )
+    dF  = F_n(after placing the pod) - F_n(before)
+    score = clip(1/2 - dF / (2 * 1000 * G), 0, 1)      (G = max GPUs per node)
+
+so the node (and GPU) with the smallest fragmentation increase scores highest; ``dF`` is in
+``[-1000 G, 1000 G]``, hence the bounds. The target workload is learned online
+(``scoring.workload``: the GPU pods currently placed) instead of being read from a trace;
+until a GPU pod is placed every node scores 1/2.
+
+Per GPU (the GPU choice) ``dF`` is evaluated as if the pod took that GPU alone, with the
+node's CPU and memory reduced by the pod's; the node score uses the GPUs actually chosen.
+Both are differences of per-task counts, so the kernel is ``O(m * t * G)`` with no loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring.fit import FitContext
+from scoring.fragmentation import TaskTypes
+from scoring.request import MILLI_PER_GPU
+
+NAME = "fgd"
+
+
+def _fragmentation(free: NDArray[np.int64], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
+                   tasks: TaskTypes) -> NDArray[np.float64]:
+    """``F_n`` for ``free`` of shape (m, G) -> (m,); see module notes."""
+    f = free[:, None, :]
+    fits = f >= tasks.gpu_milli[None, :, None]
+    run = ((fits.sum(axis=2) >= tasks.gpu_count[None, :])
+           & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
+           & (mem_free[:, None] >= tasks.memory_mib[None, :]))
+    small = np.where(fits, 0, f).sum(axis=2)
+    return np.where(run, small, free.sum(axis=1)[:, None]) @ tasks.popularity
+
+
+def _usable_free(ctx: FitContext) -> NDArray[np.int64]:
+    return np.where(ctx.gpu_exists, ctx.free_milli, 0)
+
+
+def _to_score(delta: NDArray[np.float64], n_gpus: int) -> NDArray[np.float64]:
+    return np.clip(0.5 - delta / (2.0 * MILLI_PER_GPU * max(n_gpus, 1)), 0.0, 1.0)
+
+
+def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
+    """Score per GPU of placing the pod's share on that GPU.
+
+    Parameters
+    ----------
+    ctx : FitContext
+
+    Returns
+    -------
+    ndarray of shape (m, max_gpus), float64
+        In [0, 1]; 0 where the GPU does not fit; 1/2 everywhere it fits while no workload
+        is known.
+    """
+    tasks, req = ctx.tasks, ctx.request
+    if tasks is None:
+        return np.where(ctx.gpu_fits, 0.5, 0.0)
+    free = _usable_free(ctx)
+    cpu_after = ctx.cpu_free_milli - req.cpu_milli
+    mem_after = ctx.mem_host_free_mib - req.memory_mib
+    before = _fragmentation(free, ctx.cpu_free_milli, ctx.mem_host_free_mib, tasks)
+
+    f = free[:, None, :]                                      # (m, 1, G)
+    r = tasks.gpu_milli[None, :, None]                        # (1, t, 1)
+    fits = f >= r                                             # (m, t, G)
+    cnt = fits.sum(axis=2)                                    # (m, t)
+    small = np.where(fits, 0, f).sum(axis=2)                  # (m, t)
+    fp = f - req.gpu_milli                                    # the share taken from GPU g
+    fits_new = fp >= r
+    cnt_g = cnt[:, :, None] - fits + fits_new                 # (m, t, G)
+    small_g = small[:, :, None] - np.where(fits, 0, f) + np.where(fits_new, 0, fp)
+    total_g = free.sum(axis=1)[:, None, None] - req.gpu_milli
+    run = ((cnt_g >= tasks.gpu_count[None, :, None])
+           & (cpu_after[:, None, None] >= tasks.cpu_milli[None, :, None])
+           & (mem_after[:, None, None] >= tasks.memory_mib[None, :, None]))
+    after = np.einsum("mtg,t->mg", np.where(run, small_g, total_g), tasks.popularity)
+    return np.where(ctx.gpu_fits, _to_score(after - before[:, None], free.shape[1]), 0.0)
+
+
+def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """Score of the node with the pod on the ``chosen`` GPUs.
+
+    Parameters
+    ----------
+    ctx : FitContext
+    chosen : ndarray of shape (m, max_gpus), bool
+
+    Returns
+    -------
+    ndarray of shape (m,), float64
+        In [0, 1]; 1/2 while no workload is known.
+    """
+    tasks, req = ctx.tasks, ctx.request
+    if tasks is None:
+        return np.full(chosen.shape[0], 0.5)
+    free = _usable_free(ctx)
+    before = _fragmentation(free, ctx.cpu_free_milli, ctx.mem_host_free_mib, tasks)
+    after = _fragmentation(np.where(chosen, free - req.gpu_milli, free),
+                           ctx.cpu_free_milli - req.cpu_milli, ctx.mem_host_free_mib - req.memory_mib, tasks)
+    return _to_score(after - before, free.shape[1])

@@ -1,0 +1,62 @@
+"""The workload distribution learned online: the GPU pods the cluster currently holds.
+
+FGD (Weng et al., USENIX ATC '23) measures fragmentation against a target workload, a
+distribution over task types. The paper takes it from the trace; gpufrac learns it from the
+pods actually placed: every GPU allocation added to the ``ClusterState`` counts its task
+type ``(gpu_count, gpu_milli, cpu_milli, memory_mib)``, every release uncounts it. The
+``max_types`` most frequent types, renormalised, form the ``TaskTypes`` the ``fgd``
+strategy uses (fewer types keep the kernel cheap; the tail carries little weight).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scoring.fragmentation import TaskTypes
+
+TaskKey = tuple[int, int, int, int]
+
+
+class WorkloadModel:
+    """Counts of task types among placed GPU pods.
+
+    Parameters
+    ----------
+    max_types : int
+        How many of the most frequent types ``task_types`` returns.
+    """
+
+    def __init__(self, max_types: int = 48) -> None:
+        self.max_types = max_types
+        self._counts: dict[TaskKey, int] = {}
+        self._cached: TaskTypes | None = None
+        self._dirty = False
+
+    def add(self, key: TaskKey, sign: int) -> None:
+        """Count (``sign=1``) or uncount (``sign=-1``) one pod of type ``key``."""
+        n = self._counts.get(key, 0) + sign
+        if n > 0:
+            self._counts[key] = n
+        else:
+            self._counts.pop(key, None)
+        self._dirty = True
+
+    def task_types(self) -> TaskTypes | None:
+        """The distribution (None while no GPU pod is placed)."""
+        if self._dirty:
+            self._dirty = False
+            if not self._counts:
+                self._cached = None
+            else:
+                top = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
+                rows = np.array([k for k, _ in top], dtype=np.int64)
+                weight = np.array([c for _, c in top], dtype=np.float64)
+                self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], weight / weight.sum())
+        return self._cached
+
+    def copy(self) -> WorkloadModel:
+        """An independent copy."""
+        out = WorkloadModel(self.max_types)
+        out._counts = dict(self._counts)
+        out._dirty = True
+        return out
