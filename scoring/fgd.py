@@ -43,7 +43,9 @@ def _fragmentation(free: NDArray[np.int64], cpu_free: NDArray[np.int64], mem_fre
            & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
            & (mem_free[:, None] >= tasks.memory_mib[None, :]))
     small = np.where(fits, 0, f).sum(axis=2)
-    return np.where(run, small, free.sum(axis=1)[:, None]) @ tasks.popularity
+    # Elementwise product then sum, not a matmul: BLAS blocking would make a node's value
+    # depend (in the last bit) on how many other rows are evaluated with it.
+    return (np.where(run, small, free.sum(axis=1)[:, None]) * tasks.popularity).sum(axis=1)
 
 
 def _usable_free(ctx: FitContext) -> NDArray[np.int64]:
@@ -70,10 +72,14 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     tasks, req = ctx.tasks, ctx.request
     if tasks is None:
         return np.where(ctx.gpu_fits, 0.5, 0.0)
-    free = _usable_free(ctx)
-    cpu_after = ctx.cpu_free_milli - req.cpu_milli
-    mem_after = ctx.mem_host_free_mib - req.memory_mib
-    before = _fragmentation(free, ctx.cpu_free_milli, ctx.mem_host_free_mib, tasks)
+    out = np.zeros(ctx.gpu_fits.shape)
+    rows = np.flatnonzero(ctx.node_fits)  # only feasible nodes: the kernel is O(rows * t * G)
+    if rows.size == 0:
+        return out
+    free = _usable_free(ctx)[rows]
+    cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
+    cpu_after, mem_after = cpu_free - req.cpu_milli, mem_free - req.memory_mib
+    before = _fragmentation(free, cpu_free, mem_free, tasks)
 
     f = free[:, None, :]                                      # (m, 1, G)
     r = tasks.gpu_milli[None, :, None]                        # (1, t, 1)
@@ -88,8 +94,9 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     run = ((cnt_g >= tasks.gpu_count[None, :, None])
            & (cpu_after[:, None, None] >= tasks.cpu_milli[None, :, None])
            & (mem_after[:, None, None] >= tasks.memory_mib[None, :, None]))
-    after = np.einsum("mtg,t->mg", np.where(run, small_g, total_g), tasks.popularity)
-    return np.where(ctx.gpu_fits, _to_score(after - before[:, None], free.shape[1]), 0.0)
+    after = (np.where(run, small_g, total_g) * tasks.popularity[None, :, None]).sum(axis=1)
+    out[rows] = _to_score(after - before[:, None], free.shape[1])
+    return np.where(ctx.gpu_fits, out, 0.0)
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
@@ -103,13 +110,17 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     Returns
     -------
     ndarray of shape (m,), float64
-        In [0, 1]; 1/2 while no workload is known.
+        In [0, 1]; 1/2 while no workload is known; 0 on infeasible nodes.
     """
     tasks, req = ctx.tasks, ctx.request
     if tasks is None:
         return np.full(chosen.shape[0], 0.5)
-    free = _usable_free(ctx)
-    before = _fragmentation(free, ctx.cpu_free_milli, ctx.mem_host_free_mib, tasks)
-    after = _fragmentation(np.where(chosen, free - req.gpu_milli, free),
-                           ctx.cpu_free_milli - req.cpu_milli, ctx.mem_host_free_mib - req.memory_mib, tasks)
-    return _to_score(after - before, free.shape[1])
+    out = np.zeros(chosen.shape[0])
+    rows = np.flatnonzero(ctx.node_fits)
+    free = _usable_free(ctx)[rows]
+    cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
+    before = _fragmentation(free, cpu_free, mem_free, tasks)
+    after = _fragmentation(np.where(chosen[rows], free - req.gpu_milli, free),
+                           cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
+    out[rows] = _to_score(after - before, free.shape[1])
+    return out

@@ -57,9 +57,12 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
         ns = new_namespace(cluster.api, group)
         pod = cluster.api.create_namespaced_pod(ns, gpu_pod("p", group, fraction="0.5", scheduler="nobody"))
         body = {"PodName": "p", "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
-        reply = cluster.wait(lambda: httpx.post(f"http://127.0.0.1:{port}/bind", json=body, timeout=30).json(),
-                             30, "bind as the service account")
-        assert reply.get("Error", "") == ""
+        # Retried until this fresh instance's watch has delivered the new node (before that
+        # bind answers "node not in gpufrac's cache").
+        def bind() -> bool:
+            reply = httpx.post(f"http://127.0.0.1:{port}/bind", json=body, timeout=30).json()
+            return reply.get("Error", "") == ""
+        cluster.wait(bind, 30, "bind as the service account")
         bound = cluster.api.read_namespaced_pod("p", ns)
         assert bound.spec.node_name == node and bound.metadata.annotations["gpufrac.io/assigned-gpus"]
     finally:
