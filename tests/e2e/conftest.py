@@ -99,3 +99,15 @@ def failed_scheduling_message(cl: Cluster, namespace: str, name: str, timeout_s:
 def unique(prefix: str) -> str:
     """A name unique in this session (tests share one cluster)."""
     return f"{prefix}-{time.monotonic_ns() % 10**9}"
+
+
+def wait_node_known(cl: Cluster, node: str, url: str | None = None, timeout_s: float = 30) -> None:
+    """Wait until gpufrac's node watch has delivered ``node`` (tests that call /bind directly)."""
+    pod = {"metadata": {"name": "probe", "namespace": "default", "uid": "probe"},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {"gpufrac.io/gpu": "1"}}}]}}
+
+    def known() -> bool:
+        reply = httpx.post(f"{url or cl.url}/filter", json={"Pod": pod, "Nodes": None, "NodeNames": [node]},
+                           timeout=10).json()
+        return "not in gpufrac's cache" not in str(reply.get("FailedNodes", {}).get(node, ""))
+    cl.wait(known, timeout_s, f"gpufrac knows node {node}")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
+from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods, wait_node_known
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
 
 
@@ -124,6 +124,8 @@ def test_two_binds_racing_for_the_last_share_one_wins(cluster: Cluster) -> None:
     for name in ("a", "b"):
         pod = cluster.api.create_namespaced_pod(ns, gpu_pod(name, group, fraction="0.6", scheduler="nobody"))
         uids[name] = pod.metadata.uid
+
+    wait_node_known(cluster, node)
 
     def bind(name: str) -> str:
         body = {"PodName": name, "PodNamespace": ns, "PodUID": uids[name], "Node": node}
