@@ -70,13 +70,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import orjson
-
     from extender import inspection
+    from extender.kubeio import response_json
 
     api = _kube_api(args.kubeconfig)
-    nodes = orjson.loads(api.list_node(_preload_content=False).data)["items"]
-    pods = orjson.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    nodes = response_json(api.list_node(_preload_content=False))["items"]
+    pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
     reports = inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s)
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
@@ -118,6 +117,7 @@ def _agent(args: argparse.Namespace) -> int:
     if args.device_plugin:
         from extender.agent.deviceplugin.plugin import PluginServer, slots_of
         from extender.agent.deviceplugin.stubs import StubsUnavailable, load
+        from extender.kubeio import response_json
 
         try:
             load()
@@ -128,11 +128,8 @@ def _agent(args: argparse.Namespace) -> int:
         node = args.node_name
 
         def pods() -> list[dict]:
-            resp = api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
-                                                   _preload_content=False)
-            data = resp.data
-            resp.release_conn()
-            return json.loads(data)["items"]
+            return response_json(api.list_pod_for_all_namespaces(  # type: ignore[no-any-return]
+                field_selector=f"spec.nodeName={node}", _preload_content=False))["items"]
 
         plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir)
         publisher.on_publish = plugin.changed.set

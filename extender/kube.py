@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from extender import annotations as ann
 from extender import translate
 from extender.cache import BindError, GpuCache
+from extender.kubeio import drain, response_json
 
 log = logging.getLogger(__name__)
 
@@ -90,20 +90,6 @@ def raw_watch_target(func: Callable[..., Any]) -> Callable[..., Any]:
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
-
-
-def _json(resp: Any) -> dict[str, Any]:
-    """Body of a ``_preload_content=False`` response, its connection given back to the pool."""
-    data = resp.data
-    resp.release_conn()
-    return orjson.loads(data)  # type: ignore[no-any-return]
-
-
-def _drain(resp: Any) -> None:
-    """Read and release a response whose body we do not need (else its TLS connection is
-    never returned to the pool and every call pays a new handshake)."""
-    resp.data  # noqa: B018 - reading the body releases the connection
-    resp.release_conn()
 
 
 class ClusterSync:
@@ -224,7 +210,7 @@ class ClusterSync:
             for intent in pending:
                 body = {"metadata": {"uid": intent.uid, "annotations": {ann.REQUEUE: stamp}}}
                 try:
-                    _drain(self._api.patch_namespaced_pod(intent.name, intent.namespace, body,
+                    drain(self._api.patch_namespaced_pod(intent.name, intent.namespace, body,
                                                           _content_type=MERGE_PATCH, _preload_content=False))
                     self.requeued += 1
                 except ApiException as exc:
@@ -260,7 +246,7 @@ class ClusterSync:
         return obs
 
     def _list_and_watch_nodes(self) -> None:
-        data = _json(self._api.list_node(_preload_content=False))
+        data = response_json(self._api.list_node(_preload_content=False))
         now = self._now()
         observations = [self._observe(item) for item in data.get("items", [])]
         with self._obs_lock:
@@ -298,7 +284,7 @@ class ClusterSync:
             self._released.set()
 
     def _list_and_watch_pods(self) -> None:
-        data = _json(self._api.list_pod_for_all_namespaces(_preload_content=False))
+        data = response_json(self._api.list_pod_for_all_namespaces(_preload_content=False))
         intents = []
         for item in data.get("items", []):
             try:
@@ -344,7 +330,7 @@ class KubeBinder:
         if self._cache.knows_pod(uid):
             return
         try:
-            obj = _json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
+            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException as exc:
             raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
         if obj.get("metadata", {}).get("uid") != uid:
@@ -393,11 +379,11 @@ class KubeBinder:
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
         # Not deserialized: the API answers a Status, which the client would misread as a
         # V1Binding and reject.
-        _drain(self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
+        drain(self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
 
     def _bound_to(self, namespace: str, name: str) -> str:
         try:
-            obj = _json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
+            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException:
             return ""
         return str((obj.get("spec") or {}).get("nodeName") or "")

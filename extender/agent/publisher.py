@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 from kubernetes.client.rest import ApiException
 
 from extender.agent.inventory import (
@@ -29,6 +28,7 @@ from extender.agent.inventory import (
 )
 from extender.agent.nvml import NvmlBackend
 from extender.annotations import INVENTORY, NodeInventory, dump_inventory
+from extender.kubeio import drain, response_json
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ class Publisher:
     def __init__(self, api: Any, node: str, backend: NvmlBackend, options: PublishOptions,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._api = api
         self.api = api
         self.node = node
         self._backend = backend
@@ -91,10 +90,8 @@ class Publisher:
         self.writes = 0
 
     def _node_labels(self) -> dict[str, str]:
-        resp = self._api.read_node(self.node, _preload_content=False)
-        data = resp.data
-        resp.release_conn()
-        return dict((orjson.loads(data).get("metadata") or {}).get("labels") or {})
+        node = response_json(self.api.read_node(self.node, _preload_content=False))
+        return dict((node.get("metadata") or {}).get("labels") or {})
 
     def inventory(self) -> NodeInventory:
         """The inventory as it would be written now."""
@@ -116,9 +113,7 @@ class Publisher:
         if not (force or since >= self._opts.heartbeat_s or (changed and since >= self._opts.min_interval_s)):
             return False
         body = {"metadata": {"annotations": {INVENTORY: dump_inventory(inv)}}}
-        resp = self._api.patch_node(self.node, body, _preload_content=False)
-        resp.data  # noqa: B018 - read, then give the connection back
-        resp.release_conn()
+        drain(self.api.patch_node(self.node, body, _preload_content=False))
         self._last, self._last_at = inv, self._mono()
         self.writes += 1
         self.on_publish()

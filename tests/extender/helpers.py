@@ -1,9 +1,11 @@
-"""An extender app on an in-memory cache, for route tests."""
+"""An extender app on an in-memory cache, for route tests; a raw API response for client fakes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -22,3 +24,13 @@ def client_for(nodes: list[NodeSpec], preset: str = "default") -> Iterator[tuple
     app = create_app(Settings(preset=preset), cache=cache)
     with TestClient(app) as client:
         yield client, cache
+
+
+class FakeResponse:
+    """What the kubernetes client returns with ``_preload_content=False`` (see extender.kubeio)."""
+
+    def __init__(self, body: dict[str, Any] | None = None) -> None:
+        self.data = json.dumps(body or {}).encode()
+
+    def release_conn(self) -> None:
+        pass

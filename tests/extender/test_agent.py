@@ -21,17 +21,10 @@ from extender.settings import scoring_config
 from scoring.fit import Reason
 from scoring.strategies import build_scorer
 from tests.conftest import pod_json
+from tests.extender.helpers import FakeResponse
 
 T0 = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 UID = "0b7e1a52-3c4d-4e5f-8a9b-0c1d2e3f4a5b"
-
-
-class FakeResponse:
-    def __init__(self, body: dict[str, Any]) -> None:
-        self.data = json.dumps(body).encode()
-
-    def release_conn(self) -> None:
-        pass
 
 
 class FakeNodeApi:

@@ -7,7 +7,6 @@ kube-apiserver and kube-scheduler.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from extender.kube import KubeBinder
 from extender.settings import scoring_config
 from scoring.strategies import build_scorer
 from tests.conftest import gpu_node, pod_json
+from tests.extender.helpers import FakeResponse
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -176,14 +176,6 @@ def test_allocation_annotations_round_trip() -> None:
 
 
 # -- binder against a fake API -----------------------------------------------------------
-
-class FakeResponse:
-    def __init__(self, body: dict[str, Any] | None = None) -> None:
-        self.data = json.dumps(body or {}).encode()
-
-    def release_conn(self) -> None:
-        pass
-
 
 class FakeApi:
     """Records Binding calls; ``fail`` is the ApiException status the Binding raises."""
