@@ -34,18 +34,34 @@ from scoring.request import MILLI_PER_GPU
 NAME = "fgd"
 
 
+def _per_task(free: NDArray[np.int64], tasks: TaskTypes) -> tuple[NDArray[np.bool_], NDArray[np.int64],
+                                                                   NDArray[np.int64], NDArray[np.int64]]:
+    """For ``free`` of shape (m, G): which GPUs fit each task (m, t, G), how many (m, t), the
+    share on GPUs too small for it (m, t), and the per-GPU too-small share (m, t, G)."""
+    f = free[:, None, :]
+    fits = f >= tasks.gpu_milli[None, :, None]
+    too_small = np.where(fits, 0, f)
+    return fits, fits.sum(axis=2), too_small.sum(axis=2), too_small
+
+
+def _expected(fragment: NDArray[np.int64], run: NDArray[np.bool_], total: NDArray[np.int64],
+              tasks: TaskTypes, task_axis: int) -> NDArray[np.float64]:
+    """``sum_t p_t * (fragment if t runs else total)`` over ``task_axis``."""
+    shape = [1] * run.ndim
+    shape[task_axis] = -1
+    # Elementwise product then sum, not a matmul: BLAS blocking would make a node's value
+    # depend (in the last bit) on how many other rows are evaluated with it.
+    return (np.where(run, fragment, total) * tasks.popularity.reshape(shape)).sum(axis=task_axis)
+
+
 def _fragmentation(free: NDArray[np.int64], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
                    tasks: TaskTypes) -> NDArray[np.float64]:
     """``F_n`` for ``free`` of shape (m, G) -> (m,); see module notes."""
-    f = free[:, None, :]
-    fits = f >= tasks.gpu_milli[None, :, None]
-    run = ((fits.sum(axis=2) >= tasks.gpu_count[None, :])
+    _, cnt, small, _ = _per_task(free, tasks)
+    run = ((cnt >= tasks.gpu_count[None, :])
            & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
            & (mem_free[:, None] >= tasks.memory_mib[None, :]))
-    small = np.where(fits, 0, f).sum(axis=2)
-    # Elementwise product then sum, not a matmul: BLAS blocking would make a node's value
-    # depend (in the last bit) on how many other rows are evaluated with it.
-    return (np.where(run, small, free.sum(axis=1)[:, None]) * tasks.popularity).sum(axis=1)
+    return _expected(small, run, free.sum(axis=1)[:, None], tasks, task_axis=1)
 
 
 def _usable_free(ctx: FitContext) -> NDArray[np.int64]:
@@ -79,22 +95,22 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     free = _usable_free(ctx)[rows]
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     cpu_after, mem_after = cpu_free - req.cpu_milli, mem_free - req.memory_mib
-    before = _fragmentation(free, cpu_free, mem_free, tasks)
+    # Counts of the current state, shared by "before" and every per-GPU "after".
+    fits, cnt, small, too_small = _per_task(free, tasks)     # (m,t,G), (m,t), (m,t), (m,t,G)
+    total = free.sum(axis=1)
+    run_before = ((cnt >= tasks.gpu_count[None, :])
+                  & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
+                  & (mem_free[:, None] >= tasks.memory_mib[None, :]))
+    before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
 
-    f = free[:, None, :]                                      # (m, 1, G)
-    r = tasks.gpu_milli[None, :, None]                        # (1, t, 1)
-    fits = f >= r                                             # (m, t, G)
-    cnt = fits.sum(axis=2)                                    # (m, t)
-    small = np.where(fits, 0, f).sum(axis=2)                  # (m, t)
-    fp = f - req.gpu_milli                                    # the share taken from GPU g
-    fits_new = fp >= r
+    fp = free[:, None, :] - req.gpu_milli                     # the share taken from GPU g
+    fits_new = fp >= tasks.gpu_milli[None, :, None]
     cnt_g = cnt[:, :, None] - fits + fits_new                 # (m, t, G)
-    small_g = small[:, :, None] - np.where(fits, 0, f) + np.where(fits_new, 0, fp)
-    total_g = free.sum(axis=1)[:, None, None] - req.gpu_milli
+    small_g = small[:, :, None] - too_small + np.where(fits_new, 0, fp)
     run = ((cnt_g >= tasks.gpu_count[None, :, None])
            & (cpu_after[:, None, None] >= tasks.cpu_milli[None, :, None])
            & (mem_after[:, None, None] >= tasks.memory_mib[None, :, None]))
-    after = (np.where(run, small_g, total_g) * tasks.popularity[None, :, None]).sum(axis=1)
+    after = _expected(small_g, run, (total - req.gpu_milli)[:, None, None], tasks, task_axis=1)
     out[rows] = _to_score(after - before[:, None], free.shape[1])
     return np.where(ctx.gpu_fits, out, 0.0)
 
