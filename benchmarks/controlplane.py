@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -503,8 +502,3 @@ def add_fake_node(api: Any, name: str, gpus: list[dict[str, Any]], cpu: str = "3
     # Admission adds node.kubernetes.io/not-ready; the node lifecycle controller would
     # remove it once Ready. There is no controller-manager here.
     api.patch_node(name, {"spec": {"taints": None}})
-
-
-def dump_json(obj: Any) -> str:
-    """Compact JSON (for annotations)."""
-    return json.dumps(obj, separators=(",", ":"))

@@ -118,7 +118,6 @@ class ClusterSync:
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self._released = threading.Event()
-        self.requeued = 0
 
     @property
     def synced(self) -> bool:
@@ -212,7 +211,6 @@ class ClusterSync:
                 try:
                     drain(self._api.patch_namespaced_pod(intent.name, intent.namespace, body,
                                                           _content_type=MERGE_PATCH, _preload_content=False))
-                    self.requeued += 1
                 except ApiException as exc:
                     log.info("requeue of %s skipped: %s %s", intent.key, exc.status, exc.reason)
 

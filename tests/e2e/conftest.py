@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ class Cluster:
     gpufrac_port: int
     gpufrac: Proc
     scheduler: Proc
-    restarts: list[Proc] = field(default_factory=list)
 
     @property
     def url(self) -> str:
