@@ -33,9 +33,13 @@ from tqdm import tqdm
 from benchmarks import trace
 from benchmarks.kube_scheduler import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
 from extender import annotations as ann
+from extender import translate
+from extender.cache import BindError, GpuCache
 from extender.clusterfile import load_cluster_file
+from extender.settings import load_admin_config, scoring_config
 from scoring.fragmentation import TaskTypes, fragmentation_rate
 from scoring.state import NodeSpec
+from scoring.strategies import ScoringConfig, build_scorer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SCHEDULER_CONFIG = REPO_ROOT / "scheduler-config.yaml"
@@ -81,6 +85,71 @@ class ExtenderClient:
         resp = self.http.get(f"{self.url}/{path}")
         return orjson.loads(resp.content)
 
+    def close(self) -> None:
+        """Close the keep-alive connection."""
+        self.http.close()
+
+
+class InProcessClient:
+    """The same verbs as ``ExtenderClient`` on a ``GpuCache`` in this process (``--in-process``).
+
+    Each verb runs the code path its HTTP route runs (``translate`` for the wire JSON, the
+    cache for the decision, ``translate.wire_scores`` for the 0..10 integers) minus the HTTP
+    and JSON layers, so placements are identical to the HTTP replay's and a seed takes
+    seconds: this is the pure-core replay used to explore weights.
+    """
+
+    def __init__(self, specs: list[NodeSpec], scoring: ScoringConfig) -> None:
+        self.cache = GpuCache(build_scorer(scoring))
+        self.cache.set_nodes(specs)
+
+    @staticmethod
+    def _args(args: dict[str, Any]) -> tuple[translate.PodIntent, list[str]]:
+        nodes = args.get("Nodes")
+        return translate.extender_args(args["Pod"], nodes["items"] if nodes else None,
+                                       args.get("NodeNames"))
+
+    def pod_events(self, events: list[dict[str, Any]]) -> None:
+        """Apply watch events in order (as ``/standalone/pod-events``)."""
+        for e in events:
+            self.cache.apply_pod_event(e["type"], translate.pod_intent(e["object"]))
+
+    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
+        intent, names = self._args(args)
+        ce = self.cache.evaluate(intent, names)
+        passed, failed, _ = translate.filter_result(ce.evaluation, intent, ce.names)
+        if args.get("Nodes") is not None:
+            keep = set(passed)
+            items = [it for it in args["Nodes"]["items"] if it["metadata"]["name"] in keep]
+            return {"Nodes": {"items": items}, "FailedNodes": failed, "Error": ""}
+        return {"NodeNames": passed, "FailedNodes": failed, "Error": ""}
+
+    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """``ExtenderArgs`` -> ``HostPriorityList``."""
+        intent, names = self._args(args)
+        ce = self.cache.evaluate(intent, names)
+        return [{"Host": n, "Score": s}
+                for n, s in zip(ce.names, translate.wire_scores(ce.evaluation), strict=True)]
+
+    def bind(self, pod: dict[str, Any], node: str) -> str:
+        """Record the allocation; the ``Error`` string (empty on success)."""
+        meta = pod["metadata"]
+        try:
+            self.cache.bind(meta["uid"], meta["namespace"], meta["name"], node)
+        except BindError as exc:
+            return str(exc)
+        return ""
+
+    def get(self, path: str) -> Any:
+        """``allocations`` or ``readyz`` (the parts of them the replay reads)."""
+        if path == "allocations":
+            return self.cache.allocations()
+        return self.cache.summary()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 def node_object(spec: NodeSpec) -> dict[str, Any]:
     """The Node JSON a nodeCacheCapable=false extender receives for a cluster-file node."""
@@ -119,11 +188,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_extender(nodes: Path, policy: str, replicas: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_extender(nodes: Path, policy: str, replicas: int,
+                   config: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``gpufrac serve`` (standalone) on a free loopback port; wait until ready."""
     port = free_port()
     cmd = [sys.executable, "-m", "extender", "serve", "--cluster-file", str(nodes),
            "--preset", policy, "--port", str(port), "--replicas-per-gpu", str(replicas)]
+    if config is not None:
+        cmd += ["--config", str(config)]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -156,7 +228,7 @@ def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any
     return free
 
 
-def replay_seed(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.TracePod],
+def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec], pods: list[trace.TracePod],
                 tasks: TaskTypes, seed: int, profile: Profile, out: Path,
                 progress: bool = True, limit: int | None = None, position: int = 0) -> SeedResult:
     """Replay one seed; write ``placements-<seed>.csv``; leave the extender empty."""
@@ -254,7 +326,7 @@ class ClusterNames:
                 "NodeNames": None}
 
 
-def _schedule_gpu_pod(client: ExtenderClient, view: SchedulerView, cluster: ClusterNames,
+def _schedule_gpu_pod(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
                       pod: dict[str, Any], tp: trace.TracePod, feasible: np.ndarray,
                       profile: Profile) -> int:
     res = client.filter(cluster.args(pod, feasible))
@@ -362,6 +434,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="default", help="weight preset (scoring.presets)")
     p.add_argument("--out", type=Path, default=Path("replay-out"))
     p.add_argument("--url", help="use a running standalone extender instead of starting one")
+    p.add_argument("--config", type=Path,
+                   help="admin config file for the extender (scoring weights; overrides --policy)")
+    p.add_argument("--in-process", action="store_true",
+                   help="pure-core replay: the extender's cache and translation in this process, "
+                        "no HTTP (same decisions, seconds per seed)")
     p.add_argument("--scheduler-config", type=Path, default=DEFAULT_SCHEDULER_CONFIG)
     p.add_argument("--replicas-per-gpu", type=int, default=20)
     p.add_argument("--node-cache-capable", choices=("true", "false"),
@@ -381,16 +458,21 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     tasks = TaskTypes.from_counts(np.array(
         [(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods], dtype=np.int64))
     proc = None
-    url = args.url
-    if url is None:
-        proc, url = start_extender(args.nodes, args.policy, args.replicas_per_gpu)
-    client = ExtenderClient(url)
+    client: ExtenderClient | InProcessClient
+    if args.in_process:
+        scoring = (load_admin_config(args.config) if args.config else scoring_config(args.policy))
+        client = InProcessClient(specs, scoring)
+    else:
+        url = args.url
+        if url is None:
+            proc, url = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config)
+        client = ExtenderClient(url)
     try:
         return [replay_seed(client, specs, pods, tasks, seed, profile, args.out,
                             progress=not args.no_progress, limit=args.limit, position=position)
                 for seed in seeds]
     finally:
-        client.http.close()
+        client.close()
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
@@ -420,7 +502,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize(results)
     summary["wall_seconds"] = wall
     result = {
-        "policy": args.policy, "nodes": str(args.nodes), "pods": str(args.pods),
+        "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes), "pods": str(args.pods),
         "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
         "median": summary,
         "seeds": {str(r.seed): {k: v for k, v in asdict(r).items() if k != "curve"} for r in results},

@@ -40,6 +40,17 @@ def test_replay_writes_the_contracted_files(replay_out: Path) -> None:
     assert len({(r["node"], r["gpu_indices"]) for r in frac}) < len(frac)
 
 
+def test_in_process_replay_places_exactly_as_the_http_replay(replay_out: Path, tmp_path: Path) -> None:
+    # Same seed and pods without HTTP: the pure-core replay used to tune weights must make
+    # the very decisions the served extender makes, or its numbers would say nothing.
+    rc = main(["replay", "--seeds", "42", "--limit", "600", "--in-process", "--out", str(tmp_path),
+               "--no-progress"])
+    assert rc == 0
+    http_rows = (replay_out / "placements-42.csv").read_text()
+    assert http_rows.count("\n") > 500
+    assert (tmp_path / "placements-42.csv").read_text() == http_rows
+
+
 def test_replay_placements_pass_the_independent_check(replay_out: Path) -> None:
     assert check_placements.check(NODES, PODS, replay_out / "placements-42.csv") == []
 
