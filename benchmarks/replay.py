@@ -449,6 +449,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="seeds replayed in parallel, each against its own extender (1 with --url)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--compare", type=lambda t: [x for x in t.split(",") if x],
+                   help="comma-separated policies (presets, or admin config files) to compare "
+                        "side by side; writes compare.md, compare.json and two plots")
+    p.add_argument("--variants", type=lambda t: [x for x in t.split(",") if x], default=["default"],
+                   help="with --compare: openb pod-list variants (default, cpu050, gpushare40, ...) "
+                        "or 'all' for default and the twelve the paper reports")
 
 
 def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], position: int) -> list[SeedResult]:
@@ -478,41 +484,63 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
             proc.wait(timeout=30)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the replay; print the report; write result.json, placements, allocation.png."""
+def profile_from_args(args: argparse.Namespace) -> Profile:
+    """The scheduler profile the replay emulates: the config file, with command-line overrides."""
     profile = Profile.from_file(args.scheduler_config)
     if args.node_cache_capable is not None:
         profile = Profile(**{**asdict(profile), "node_cache_capable": args.node_cache_capable == "true"})
     if args.percentage_of_nodes_to_score is not None:
         profile = Profile(**{**asdict(profile),
                              "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score})
+    return profile
+
+
+def replay_seeds(args: argparse.Namespace, profile: Profile) -> list[SeedResult]:
+    """Every seed of ``args.seeds`` for ``args.policy`` (or ``args.config``) on ``args.pods``.
+
+    Seeds are dealt round-robin to ``args.jobs`` processes, each with its own extender; each
+    seed still replays strictly in order, so results do not depend on the number of jobs.
+    """
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = 1 if args.url else max(1, min(args.jobs, len(args.seeds)))
-    started = time.perf_counter()
     if jobs == 1:
-        results = _run_job(args, profile, args.seeds, 0)
-    else:
-        # One extender process per job; seeds dealt round-robin. Each seed still replays
-        # strictly in order against its own extender, so results do not depend on jobs.
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_run_job, args, profile, args.seeds[j::jobs], j) for j in range(jobs)]
-            results = sorted((r for f in futures for r in f.result()), key=lambda r: r.seed)
-    wall = time.perf_counter() - started
+        return _run_job(args, profile, args.seeds, 0)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_job, args, profile, args.seeds[j::jobs], j) for j in range(jobs)]
+        return sorted((r for f in futures for r in f.result()), key=lambda r: r.seed)
+
+
+def result_record(args: argparse.Namespace, profile: Profile, results: list[SeedResult],
+                  wall_s: float) -> dict[str, Any]:
+    """What ``result.json`` holds for one policy on one pod list."""
     specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
     summary = summarize(results)
-    summary["wall_seconds"] = wall
-    result = {
-        "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes), "pods": str(args.pods),
-        "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
+    summary["wall_seconds"] = wall_s
+    return {
+        "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes),
+        "pods": str(args.pods), "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
         "median": summary,
         "seeds": {str(r.seed): {k: v for k, v in asdict(r).items() if k != "curve"} for r in results},
         "curve_grid_pct": GRID.tolist(),
         "curves": {str(r.seed): r.curve for r in results},
     }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the replay; print the report; write result.json, placements, allocation.png."""
+    profile = profile_from_args(args)
+    if args.compare:
+        from benchmarks import compare
+
+        return compare.run(args, profile)
+    started = time.perf_counter()
+    results = replay_seeds(args, profile)
+    wall = time.perf_counter() - started
+    result = result_record(args, profile, results, wall)
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
-    plot(args.out / "allocation.png", {args.policy: [r.curve for r in results]},
+    plot(args.out / "allocation.png", {result["policy"]: [r.curve for r in results]},
          f"{args.pods.name}, seeds {args.seeds[0]}..{args.seeds[-1]}")
-    print(report_table(args.policy, results, summary))
-    print(f"\n{len(results)} seeds in {wall:.0f} s wall ({jobs} jobs); wrote {args.out}/result.json, "
+    print(report_table(result["policy"], results, result["median"]))
+    print(f"\n{len(results)} seeds in {wall:.0f} s wall; wrote {args.out}/result.json, "
           f"placements-<seed>.csv, allocation.png")
     return 0

@@ -20,6 +20,7 @@ PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
         "resource_balance": 4.0,
         "qos_interference": 0.5,
     }),
+    "random": ScoringConfig({"random": 1.0}),
     "bestfit": ScoringConfig({"gpu_best_fit": 1.0, "node_packing": 1.0}),
     "packing": ScoringConfig({"node_packing": 1.0}),
     "spread": ScoringConfig({"spread": 1.0}),

@@ -52,6 +52,25 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     return min(max(0.5 - delta / (2.0 * MILLI_PER_GPU * max(state.max_gpus, 1)), 0.0), 1.0)
 
 
+def _splitmix64(x: int) -> int:
+    mask = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
+def _random_draw(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
+    """``scoring.random_fit`` for one GPU, in Python integers wrapped to 64 bits."""
+    mask = (1 << 64) - 1
+    pod_key = (req.cpu_milli * 8_191 + req.gpu_milli * 131 + req.gpu_count) & mask
+    cell = row * state.max_gpus + col
+    cpu_free = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
+    local = (int(state.gpu_free_milli[row, col]) * 1_000_003 + cpu_free) & mask
+    draw = _splitmix64(_splitmix64(cell) ^ _splitmix64(local) ^ pod_key)
+    return (draw >> 11) / float(1 << 53)
+
+
 def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict[str, float]:
     free = MILLI_PER_GPU - int(state.gpu_used_milli[row, col])
     total_mem = int(state.gpu_mem_total_mib[row, col])
@@ -66,6 +85,7 @@ def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict
         "memory_headroom": min(max((mem_free - mem_req) / total_mem, 0.0), 1.0),
         "qos_interference": 0.0 if conflict else 1.0,
         "fgd": _fgd_score(state, row, req, (col,)),
+        "random": _random_draw(state, row, col, req),
     }
 
 

@@ -27,6 +27,7 @@ from scoring import (
     memory_headroom,
     node_packing,
     qos_interference,
+    random_fit,
     resource_balance,
     spread,
 )
@@ -59,7 +60,8 @@ STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in map(
         _strategy,
-        (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd),
+        (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
+         random_fit),
     )
 }
 """Registry: strategy name -> Strategy."""

@@ -81,3 +81,33 @@ def test_cli_check_placements_exit_codes(replay_out: Path, tmp_path: Path) -> No
     bad = tmp_path / "bad.csv"
     bad.write_text("pod_name,node,gpu_indices,gpu_milli\nopenb-pod-0000,openb-node-0000,0|1,1000\n")
     assert main(["check-placements", str(bad), "--nodes", str(NODES), "--pods", str(PODS)]) == 1
+
+
+def test_compare_writes_table_json_and_plots(tmp_path: Path) -> None:
+    # Two policies on two variants, 300 pods each, in process: the table has a row per
+    # variant and a column per policy, and its numbers are the cells' own medians.
+    rc = main(["replay", "--compare", "bestfit,random", "--variants", "default,gpushare40",
+               "--seeds", "42", "--limit", "300", "--in-process", "--out", str(tmp_path),
+               "--no-progress"])
+    assert rc == 0
+    cells = json.loads((tmp_path / "compare.json").read_text())
+    assert set(cells) == {"default", "gpushare40"} and set(cells["default"]) == {"bestfit", "random"}
+    table = (tmp_path / "compare.md").read_text()
+    for variant in ("default", "gpushare40"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| {variant} |"))
+        for policy in ("bestfit", "random"):
+            assert f"{cells[variant][policy]['median']['unallocated_pct_100']:.2f}" in row
+    assert "| gpushare40 |" in table and "6.04 |" in table  # published FGD beside it
+    for png in ("compare-allocation.png", "compare-variants.png"):
+        assert (tmp_path / png).stat().st_size > 10_000
+    # each cell's placements are feasible
+    for variant in ("default", "gpushare40"):
+        for policy in ("bestfit", "random"):
+            pods = trace.TRACE_DIR / f"openb_pod_list_{variant}.csv"
+            assert check_placements.check(NODES, pods, tmp_path / variant / policy / "placements-42.csv") == []
+
+
+def test_compare_rejects_an_unknown_variant(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no pod list"):
+        main(["replay", "--compare", "bestfit", "--variants", "gpushare99", "--seeds", "42",
+              "--limit", "10", "--in-process", "--out", str(tmp_path), "--no-progress"])
