@@ -1,10 +1,13 @@
 """Named weight presets: the shipped default and baselines for comparison.
 
-``default`` was chosen on the openb default trace (pure-core replay, seeds 43-47, see
-``benchmarks/README.md``): best-fit on the GPU, packing on the node, and resource balance
-so that CPU does not run out before the GPUs it serves. ``memory_headroom`` is off: even at
-weight 0.1 it pulled fractional pods onto emptier GPUs and left 14% of GPUs unallocated
-instead of 5.3% (seed 42, original pods only).
+``default`` was chosen on the openb default trace with ``gpufrac replay --in-process``
+(the extender's own decisions without HTTP; weight sweep in ``benchmarks/README.md``):
+best-fit on the GPU, and resource balance so that CPU and memory do not run out before the
+GPUs they serve. Node packing is off: it drew fractional pods onto nodes whose CPU was
+already spent and stranded their remaining GPUs (seeds 42-43, unallocated at 100% arrived:
+node_packing 1 -> 5.19 %, 0 -> 4.50 %, 3 -> 9.02 %); the lowest-row tie-break already fills
+nodes in name order. ``memory_headroom`` is off: even at weight 0.1 it pulled fractional
+pods onto emptier GPUs and left 14% of GPUs unallocated instead of 5.3% (seed 42).
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ from scoring.strategies import ScoringConfig
 
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "default": ScoringConfig({
-        "gpu_best_fit": 2.0,
-        "node_packing": 1.0,
+        "gpu_best_fit": 4.0,
         "resource_balance": 4.0,
         "qos_interference": 0.5,
     }),
