@@ -3,10 +3,11 @@
 ``default`` was chosen on the openb default trace with ``gpufrac replay --in-process``
 (the extender's own decisions without HTTP; weight sweep in ``benchmarks/README.md``):
 best-fit on the GPU, and resource balance so that CPU and memory do not run out before the
-GPUs they serve. Node packing is off: it drew fractional pods onto nodes whose CPU was
-already spent and stranded their remaining GPUs (seeds 42-43, unallocated at 100% arrived:
-node_packing 1 -> 5.19 %, 0 -> 4.50 %, 3 -> 9.02 %); the lowest-row tie-break already fills
-nodes in name order. ``memory_headroom`` is off: even at weight 0.1 it pulled fractional
+GPUs they serve. Node packing is kept small: at weight 1 it drew fractional pods onto
+nodes whose CPU was already spent and stranded their remaining GPUs (seeds 42-43,
+unallocated at 100% arrived: node_packing 1 -> 5.19 %, 0.2 -> 4.68 %, 0 -> 4.50 %, 3 ->
+9.02 %), but at 0 resource balance alone spread the first pods over every CPU-rich 8-GPU
+node and an 8-GPU, 120-core pod found no free node at 7 % load (seed 42, pod 6602). ``memory_headroom`` is off: even at weight 0.1 it pulled fractional
 pods onto emptier GPUs and left 14% of GPUs unallocated instead of 5.3% (seed 42).
 """
 
@@ -19,6 +20,7 @@ from scoring.strategies import ScoringConfig
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "default": ScoringConfig({
         "gpu_best_fit": 4.0,
+        "node_packing": 0.2,
         "resource_balance": 4.0,
         "qos_interference": 0.5,
     }),
