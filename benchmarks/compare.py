@@ -39,10 +39,6 @@ PUBLISHED_FGD_UNALLOCATED_PCT = {
 """FGD's unallocated GPU % at 100 % arrived (Weng et al., ATC '23; default: median of 10 seeds,
 variants: mean of 10 seeds), as listed in the trace's README."""
 
-PUBLISHED_DEFAULT_UNALLOCATED_PCT = {"random": 13.75, "packing": 8.19, "bestfit": 7.09, "fgd": 4.77}
-"""The paper's default-trace results for the baselines gpufrac has presets for."""
-
-
 def variant_names(requested: list[str]) -> list[str]:
     """Expand ``all``; check that every variant's pod list exists.
 
@@ -63,13 +59,17 @@ def pods_path(variant: str) -> Path:
     return trace.TRACE_DIR / f"openb_pod_list_{variant}.csv"
 
 
+def _is_config_file(policy: str) -> bool:
+    return policy.endswith((".yaml", ".yml"))
+
+
 def policy_label(policy: str) -> str:
     """A preset's name, or an admin config file's stem."""
-    return Path(policy).stem if policy.endswith((".yaml", ".yml")) else policy
+    return Path(policy).stem if _is_config_file(policy) else policy
 
 
 def _cell_args(args: argparse.Namespace, variant: str, policy: str) -> argparse.Namespace:
-    is_file = policy.endswith((".yaml", ".yml"))
+    is_file = _is_config_file(policy)
     return argparse.Namespace(**{
         **vars(args), "pods": pods_path(variant), "compare": None,
         "policy": "default" if is_file else policy, "config": Path(policy) if is_file else None,

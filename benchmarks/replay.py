@@ -94,7 +94,7 @@ class InProcessClient:
     """The same verbs as ``ExtenderClient`` on a ``GpuCache`` in this process (``--in-process``).
 
     Each verb runs the code path its HTTP route runs (``translate`` for the wire JSON, the
-    cache for the decision, ``translate.wire_scores`` for the 0..10 integers) minus the HTTP
+    cache for the decision, ``translate.filter_reply`` / ``prioritize_reply`` for the replies) minus the HTTP
     and JSON layers, so placements are identical to the HTTP replay's and a seed takes
     seconds: this is the pure-core replay used to explore weights.
     """
@@ -115,22 +115,18 @@ class InProcessClient:
             self.cache.apply_pod_event(e["type"], translate.pod_intent(e["object"]))
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
+        """``ExtenderArgs`` -> ``ExtenderFilterResult`` (``translate.filter_reply``, as the route)."""
         intent, names = self._args(args)
         ce = self.cache.evaluate(intent, names)
-        passed, failed, _ = translate.filter_result(ce.evaluation, intent, ce.names)
-        if args.get("Nodes") is not None:
-            keep = set(passed)
-            items = [it for it in args["Nodes"]["items"] if it["metadata"]["name"] in keep]
-            return {"Nodes": {"items": items}, "FailedNodes": failed, "Error": ""}
-        return {"NodeNames": passed, "FailedNodes": failed, "Error": ""}
+        nodes = args.get("Nodes")
+        return translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown,
+                                      nodes["items"] if nodes else None)
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList``."""
+        """``ExtenderArgs`` -> ``HostPriorityList`` (``translate.prioritize_reply``, as the route)."""
         intent, names = self._args(args)
         ce = self.cache.evaluate(intent, names)
-        return [{"Host": n, "Score": s}
-                for n, s in zip(ce.names, translate.wire_scores(ce.evaluation), strict=True)]
+        return translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown)
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """Record the allocation; the ``Error`` string (empty on success)."""

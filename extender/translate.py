@@ -487,6 +487,50 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     )
 
 
+def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str],
+                 unknown: Sequence[str],
+                 node_items: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The ``ExtenderFilterResult`` JSON for an evaluation.
+
+    Built as a plain dict: validating thousands of entries through pydantic would cost more
+    than the placement decision.
+
+    Parameters
+    ----------
+    evaluation, intent, names
+        As for ``filter_result``.
+    unknown : sequence of str
+        Candidates not in gpufrac's cache; they fail with ``NODE_UNKNOWN_MESSAGE``.
+    node_items : sequence of mapping or None
+        ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false): the passing ones are echoed in
+        ``Nodes``; None: passing names go in ``NodeNames``.
+
+    Returns
+    -------
+    dict
+        ``Nodes``, ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``.
+    """
+    passed, failed, unresolvable = filter_result(evaluation, intent, names)
+    failed.update(dict.fromkeys(unknown, NODE_UNKNOWN_MESSAGE))
+    nodes: dict[str, Any] | None = None
+    node_names: list[str] | None = passed
+    if node_items is not None:
+        keep = set(passed)
+        nodes = {"metadata": {},
+                 "items": [it for it in node_items if it.get("metadata", {}).get("name") in keep]}
+        node_names = None
+    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+
+def prioritize_reply(evaluation: Evaluation, names: Sequence[str],
+                     unknown: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``HostPriorityList`` JSON: ``wire_scores`` per candidate, 0 for unknown nodes."""
+    out = [{"Host": n, "Score": s} for n, s in zip(names, wire_scores(evaluation), strict=True)]
+    out.extend({"Host": n, "Score": 0} for n in unknown)
+    return out
+
+
 def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> str:
     """The user-facing text of one ``Reason`` for one pod."""
     k, milli = request.gpu_count, request.gpu_milli

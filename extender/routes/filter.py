@@ -22,9 +22,9 @@ _parse, _openapi = json_body(ExtenderArgs)
 async def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``ExtenderFilterResult``; a bad pod gets ``Error`` naming annotation and rule."""
     with metrics.timer("filter"):
+        node_items = args.Nodes.items if args.Nodes is not None else None
         try:
-            intent, names = translate.extender_args(
-                args.Pod, args.Nodes.items if args.Nodes is not None else None, args.NodeNames)
+            intent, names = translate.extender_args(args.Pod, node_items, args.NodeNames)
         except ValueError as exc:
             metrics.filter_errors.inc()
             return json_response(ExtenderFilterResult(Error=str(exc)))
@@ -36,15 +36,4 @@ async def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: Ca
                 metrics.filter_nodes.labels(label).inc(count)
         if ce.unknown:
             metrics.filter_nodes.labels("node_unknown").inc(len(ce.unknown))
-        passed, failed, unresolvable = translate.filter_result(ce.evaluation, intent, ce.names)
-        failed.update(dict.fromkeys(ce.unknown, translate.NODE_UNKNOWN_MESSAGE))
-        if args.Nodes is not None:
-            keep = set(passed)
-            items = [it for it in args.Nodes.items if it.get("metadata", {}).get("name") in keep]
-            nodes, node_names = {"metadata": {}, "items": items}, None
-        else:
-            nodes, node_names = None, passed
-        # Built as a plain dict (the ExtenderFilterResult shape): validating thousands of
-        # entries through pydantic would cost more than the placement decision.
-        return json_response({"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
-                              "FailedAndUnresolvableNodes": unresolvable, "Error": ""})
+        return json_response(translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown, node_items))

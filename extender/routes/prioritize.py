@@ -27,7 +27,4 @@ async def prioritize_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache
             # kube-scheduler ignores prioritize errors; say why anyway.
             return json_response({"Error": str(exc)}, status_code=400)
         ce = cache.evaluate(intent, names)
-        wire = translate.wire_scores(ce.evaluation)
-        out = [{"Host": n, "Score": s} for n, s in zip(ce.names, wire, strict=True)]
-        out.extend({"Host": n, "Score": 0} for n in ce.unknown)
-        return json_response(out)
+        return json_response(translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown))
