@@ -63,22 +63,36 @@ def _is_config_file(policy: str) -> bool:
     return policy.endswith((".yaml", ".yml"))
 
 
-def policy_label(policy: str) -> str:
-    """A preset's name, or an admin config file's stem."""
-    return Path(policy).stem if _is_config_file(policy) else policy
+def split_policy(entry: str) -> tuple[str, Path | None]:
+    """``POLICY[@SCHEDULER_CONFIG]`` -> (policy, scheduler config or None for ``--scheduler-config``)."""
+    policy, _, sched = entry.partition("@")
+    return policy, Path(sched) if sched else None
 
 
-def _cell_args(args: argparse.Namespace, variant: str, policy: str) -> argparse.Namespace:
+def policy_label(entry: str) -> str:
+    """A preset's name or an admin config file's stem, ``@`` the scheduler config's stem if given."""
+    policy, sched = split_policy(entry)
+    label = Path(policy).stem if _is_config_file(policy) else policy
+    return f"{label}@{sched.stem.removeprefix('scheduler-config-')}" if sched else label
+
+
+def _cell_args(args: argparse.Namespace, variant: str, entry: str) -> argparse.Namespace:
+    policy, sched = split_policy(entry)
     is_file = _is_config_file(policy)
     return argparse.Namespace(**{
         **vars(args), "pods": pods_path(variant), "compare": None,
         "policy": "default" if is_file else policy, "config": Path(policy) if is_file else None,
-        "out": args.out / variant / policy_label(policy),
+        "scheduler_config": sched or args.scheduler_config,
+        "out": args.out / variant / policy_label(entry),
     })
 
 
 def run(args: argparse.Namespace, profile: Profile) -> int:
-    """Replay every policy on every variant; write the table, JSON and plots; print the table."""
+    """Replay every policy on every variant; write the table, JSON and plots; print the table.
+
+    A policy written ``POLICY@FILE`` is replayed under the kube-scheduler profile in ``FILE``
+    (e.g. ``bestfit@benchmarks/scheduler-config-simulator.yaml``), the others under ``profile``.
+    """
     from benchmarks import replay
 
     variants = variant_names(args.variants)
@@ -87,9 +101,10 @@ def run(args: argparse.Namespace, profile: Profile) -> int:
     for variant in variants:
         for policy in args.compare:
             cell = _cell_args(args, variant, policy)
+            cell_profile = replay.profile_from_args(cell) if split_policy(policy)[1] else profile
             started = time.perf_counter()
-            results = replay.replay_seeds(cell, profile)
-            record = replay.result_record(cell, profile, results, time.perf_counter() - started)
+            results = replay.replay_seeds(cell, cell_profile)
+            record = replay.result_record(cell, cell_profile, results, time.perf_counter() - started)
             cells.setdefault(variant, {})[policy_label(policy)] = record
             (args.out / "compare.json").write_text(json.dumps(cells, indent=1))
             print(f"{variant} / {policy_label(policy)}: median unallocated @100% "

@@ -53,6 +53,9 @@ class Profile:
     fit_weight: int = 1
     balanced_weight: int = 1
     fit_resources: dict[str, int] = field(default_factory=lambda: {"cpu": 1, "memory": 1})
+    extender_all_pods: bool = False
+    """No ``managedResources``: kube-scheduler sends every pod, CPU-only ones included, to the
+    extender (``HTTPExtender.IsInterested``), which then filters, scores and binds them."""
 
     @classmethod
     def from_file(cls, path: Path) -> Profile:
@@ -94,6 +97,7 @@ class Profile:
             fit_weight=weights["NodeResourcesFit"],
             balanced_weight=weights["NodeResourcesBalancedAllocation"],
             fit_resources={k: v for k, v in resources.items() if k in ("cpu", "memory")},
+            extender_all_pods=not ext.get("managedResources"),
         )
 
 

@@ -4,7 +4,8 @@ For each pod: the pod-event endpoint hears of it (as the pod watch would), the e
 kube-scheduler filters CPU/memory/slots in-tree, then (GPU pods) calls ``/filter``,
 ``/prioritize`` (skipped when one node is left, as kube-scheduler does) and ``/bind``, and
 combines scores as ``benchmarks.kube_scheduler`` describes. CPU-only pods are placed by the
-in-tree plugins alone and reported to the extender as bound. After each seed every pod is
+in-tree plugins alone and reported to the extender as bound, unless the scheduler config's
+extender lists no ``managedResources`` (then kube-scheduler sends them to the extender too). After each seed every pod is
 deleted through the same event path, and the extender must be back to empty.
 """
 
@@ -251,13 +252,13 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
         arrived += tp.gpu_request_milli
         feasible = view.feasible(tp.cpu_milli, tp.memory_mib, tp.num_gpu)
         node = -1
-        if feasible.shape[0] and tp.num_gpu == 0:
+        if feasible.shape[0] and tp.num_gpu == 0 and not profile.extender_all_pods:
             node = view.select(feasible, view.in_tree_scores(feasible, tp.cpu_milli, tp.memory_mib))
             bound = {**pod, "spec": {**pod["spec"], "nodeName": names[node]},
                      "status": {"phase": "Running"}}
             client.pod_events([{"type": "MODIFIED", "object": bound}])
         elif feasible.shape[0]:
-            node = _schedule_gpu_pod(client, view, cluster, pod, tp, feasible, profile)
+            node = _schedule_with_extender(client, view, cluster, pod, tp, feasible, profile)
             if node >= 0:
                 err = client.bind(pod, names[node])
                 if err:
@@ -322,7 +323,7 @@ class ClusterNames:
                 "NodeNames": None}
 
 
-def _schedule_gpu_pod(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
+def _schedule_with_extender(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
                       pod: dict[str, Any], tp: trace.TracePod, feasible: np.ndarray,
                       profile: Profile) -> int:
     res = client.filter(cluster.args(pod, feasible))
@@ -447,7 +448,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--compare", type=lambda t: [x for x in t.split(",") if x],
                    help="comma-separated policies (presets, or admin config files) to compare "
-                        "side by side; writes compare.md, compare.json and two plots")
+                        "side by side, each optionally @ a scheduler config to replay it under "
+                        "(bestfit@benchmarks/scheduler-config-simulator.yaml); writes compare.md, "
+                        "compare.json and two plots")
     p.add_argument("--variants", type=lambda t: [x for x in t.split(",") if x], default=["default"],
                    help="with --compare: openb pod-list variants (default, cpu050, gpushare40, ...) "
                         "or 'all' for default and the twelve the paper reports")

@@ -200,5 +200,5 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
         mem_host_free_mib=mem_host_free,
         cpu_alloc_milli=state.cpu_alloc_milli[rows],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
-        tasks=state.workload.task_types() if k > 0 else None,
+        tasks=state.workload.task_types(),
     )

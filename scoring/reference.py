@@ -7,6 +7,7 @@ beside ``cdist``). Not used by the extender.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
     delta = _frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state) - _frag(free, cpu, mem, state)
-    return min(max(0.5 - delta / (2.0 * MILLI_PER_GPU * max(state.max_gpus, 1)), 0.0), 1.0)
+    return math.trunc(100 / (1.0 + math.exp(delta / 1000.0))) / 100
 
 
 def _splitmix64(x: int) -> int:
@@ -82,6 +83,7 @@ def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict
     conflict = (req.qos == QoSClass.BEST_EFFORT and g > 0) or (req.qos == QoSClass.GUARANTEED and b > 0)
     return {
         "gpu_best_fit": 1.0 - (free - req.gpu_milli) / MILLI_PER_GPU,
+        "best_fit": 1.0 - (free - req.gpu_milli) / MILLI_PER_GPU,
         "memory_headroom": min(max((mem_free - mem_req) / total_mem, 0.0), 1.0),
         "qos_interference": 0.0 if conflict else 1.0,
         "fgd": _fgd_score(state, row, req, (col,)),
@@ -102,7 +104,11 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         u_mem = (int(state.mem_used_mib[row]) + req.memory_mib) / ma
         u_gpu = after / total
         balance = min(max(1.0 - max(abs(u_cpu - u_gpu), abs(u_mem - u_gpu)), 0.0), 1.0)
+    gpu_free = total - used
+    left = ((int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row]) - req.cpu_milli) / 128_000 * 0.5
+            + (gpu_free - req.gpu_count * req.gpu_milli) / 8_000 * 0.5)
     return {
+        "best_fit": min(max(math.trunc((1.0 - left) * 100) / 100, 0.0), 1.0),
         "node_packing": util,
         "spread": 1.0 - util if total else 0.0,
         "resource_balance": balance,
@@ -146,9 +152,12 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
                 break
     if reason != Reason.FITS:
         return ReferenceResult(False, reason, 0.0, ())
-    if k == 0:
-        return ReferenceResult(True, reason, 0.0, ())
     names = sorted(w for w in weights if weights[w] > 0)
+    if k == 0:  # CPU-only: only the node-level terms score; per-GPU terms count 0
+        node = _node_terms(state, row, req)
+        node["fgd"] = _fgd_score(state, row, req, ())
+        total = sum(weights[n] * node[n] for n in names if n in node)
+        return ReferenceResult(True, reason, min(max(total / sum(weights[n] for n in names), 0.0), 1.0), ())
     fitting = [c for c, p in enumerate(gpu_checks) if p == 6]
     terms = {c: _gpu_terms(state, row, c, req) for c in fitting}
     pref = dict.fromkeys(fitting, 0.0)

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring import (
+    best_fit,
     fgd,
     gpu_best_fit,
     memory_headroom,
@@ -61,7 +62,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit),
+         random_fit, best_fit),
     )
 }
 """Registry: strategy name -> Strategy."""
@@ -213,8 +214,17 @@ class Scorer:
         plan = self._plans[request.qos]
         m, k = ctx.rows.shape[0], request.gpu_count
         if k == 0:
-            # CPU-only pods: nothing GPU-related to prefer; every feasible node scores 0.
-            return Evaluation(ctx, np.zeros(m), np.zeros((m, 0), dtype=np.int64))
+            # CPU-only pods (a profile that sends every pod to the extender): the node-level
+            # strategies score the node (FGD: how taking CPU strands GPUs; best fit: how little
+            # is left); per-GPU strategies have nothing to prefer and count 0.
+            none = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+            score = np.zeros(m)
+            for strat, w in plan:
+                if strat.node_score is not None:
+                    score += w * strat.node_score(ctx, none)
+            total_w = sum(w for _, w in plan)
+            score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
+            return Evaluation(ctx, score, np.zeros((m, 0), dtype=np.int64))
         if ctx.gpu_fits.shape[1] < k:
             # No node has k GPU columns (e.g. only nodes whose inventory has not arrived):
             # fit already failed every row with TOO_FEW_GPUS; there is nothing to choose.

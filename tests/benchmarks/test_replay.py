@@ -5,13 +5,20 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from benchmarks import check_placements, trace
+from benchmarks import check_placements, replay, trace
+from benchmarks.kube_scheduler import Profile
 from extender.cli import main
+from extender.clusterfile import load_cluster_file
+from extender.settings import scoring_config
+from scoring.fragmentation import TaskTypes
 
 NODES, PODS = trace.DEFAULT_NODES, trace.DEFAULT_PODS
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -86,23 +93,29 @@ def test_cli_check_placements_exit_codes(replay_out: Path, tmp_path: Path) -> No
 def test_compare_writes_table_json_and_plots(tmp_path: Path) -> None:
     # Two policies on two variants, 300 pods each, in process: the table has a row per
     # variant and a column per policy, and its numbers are the cells' own medians.
-    rc = main(["replay", "--compare", "bestfit,random", "--variants", "default,gpushare40",
+    # bestfit runs under the simulator's profile (every pod through the extender).
+    sim = REPO / "benchmarks" / "scheduler-config-simulator.yaml"
+    rc = main(["replay", "--compare", f"bestfit@{sim},random", "--variants", "default,gpushare40",
                "--seeds", "42", "--limit", "300", "--in-process", "--out", str(tmp_path),
                "--no-progress"])
     assert rc == 0
     cells = json.loads((tmp_path / "compare.json").read_text())
-    assert set(cells) == {"default", "gpushare40"} and set(cells["default"]) == {"bestfit", "random"}
+    assert set(cells) == {"default", "gpushare40"}
+    assert set(cells["default"]) == {"bestfit@simulator", "random"}
+    assert cells["default"]["bestfit@simulator"]["profile"]["extender_all_pods"] is True
+    assert cells["default"]["random"]["profile"]["extender_all_pods"] is False
+    # Under the simulator profile the extender bound the CPU-only pods too (no GPU indices).
     table = (tmp_path / "compare.md").read_text()
     for variant in ("default", "gpushare40"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {variant} |"))
-        for policy in ("bestfit", "random"):
+        for policy in ("bestfit@simulator", "random"):
             assert f"{cells[variant][policy]['median']['unallocated_pct_100']:.2f}" in row
     assert "| gpushare40 |" in table and "6.04 |" in table  # published FGD beside it
     for png in ("compare-allocation.png", "compare-variants.png"):
         assert (tmp_path / png).stat().st_size > 10_000
     # each cell's placements are feasible
     for variant in ("default", "gpushare40"):
-        for policy in ("bestfit", "random"):
+        for policy in ("bestfit@simulator", "random"):
             pods = trace.TRACE_DIR / f"openb_pod_list_{variant}.csv"
             assert check_placements.check(NODES, pods, tmp_path / variant / policy / "placements-42.csv") == []
 
@@ -111,3 +124,30 @@ def test_compare_rejects_an_unknown_variant(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no pod list"):
         main(["replay", "--compare", "bestfit", "--variants", "gpushare99", "--seeds", "42",
               "--limit", "10", "--in-process", "--out", str(tmp_path), "--no-progress"])
+
+
+@pytest.mark.parametrize(("config", "cpu_pods_filtered"), [
+    ("scheduler-config.yaml", False),                         # managedResources: gpufrac.io/gpu
+    ("benchmarks/scheduler-config-simulator.yaml", True),     # no managedResources: every pod
+])
+def test_the_profile_decides_which_pods_reach_the_extender(tmp_path: Path, config: str,
+                                                           cpu_pods_filtered: bool) -> None:
+    filtered: set[str] = set()
+
+    class Counting(replay.InProcessClient):
+        def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+            filtered.add(args["Pod"]["metadata"]["name"])
+            return super().filter(args)
+
+    specs = load_cluster_file(NODES, replicas_per_gpu=20)
+    pods = trace.load_pods(PODS)
+    client = Counting(specs, scoring_config("bestfit"))
+    profile = Profile.from_file(REPO / config)
+    tasks = TaskTypes.from_counts(np.array([(1, 500, 1000, 1024)], dtype=np.int64))
+    res = replay.replay_seed(client, specs, pods, tasks, 42, profile, tmp_path, progress=False, limit=200)
+    seq = trace.arrival_sequence(pods, 42, 1000 * sum(len(s.gpus) for s in specs))[:200]
+    gpu_pods = {p.name for p in seq if p.num_gpu}
+    cpu_pods = {p.name for p in seq if not p.num_gpu}
+    assert cpu_pods and res.gpu_pods_failed == 0
+    assert gpu_pods <= filtered
+    assert (cpu_pods <= filtered) if cpu_pods_filtered else not (cpu_pods & filtered)

@@ -102,10 +102,10 @@ def test_fgd_prefers_the_gpu_whose_fragment_no_typical_task_can_use() -> None:
     st.apply(Allocation("a", (0,), 600, (0,), QoSClass.BURSTABLE, 1000, 1024))
     ctx = fit(st, PodRequest(gpu_count=1, gpu_milli=400, gpu_memory_mib=0), np.arange(1))
     # Before: GPU 1 runs the task, GPU 0's 400 is too small for it: F = 400.
-    # On GPU 0 -> free [0, 1000]:   F = 0,   dF = -400, score = 1/2 + 400/(2*1000*2) = 0.6
-    # On GPU 1 -> free [400, 600]:  F = 400, dF = 0,    score = 1/2
-    assert fgd.gpu_score(ctx)[0].tolist() == pytest.approx([0.6, 0.5])
-    assert fgd.node_score(ctx, np.array([[True, False]])).tolist() == pytest.approx([0.6])
+    # On GPU 0 -> free [0, 1000]:   F = 0,   dF = -400, sigmoid(0.4) = 0.5987 -> trunc(59.87) = 59
+    # On GPU 1 -> free [400, 600]:  F = 400, dF = 0,    sigmoid(0) = 0.5     -> 50
+    assert fgd.gpu_score(ctx)[0].tolist() == pytest.approx([0.59, 0.5])
+    assert fgd.node_score(ctx, np.array([[True, False]])).tolist() == pytest.approx([0.59])
 
 
 def test_fgd_is_neutral_before_any_gpu_pod() -> None:
@@ -115,3 +115,33 @@ def test_fgd_is_neutral_before_any_gpu_pod() -> None:
     ctx = fit(st, PodRequest(gpu_count=1, gpu_milli=400), np.arange(1))
     assert ctx.tasks is None
     assert fgd.gpu_score(ctx)[0].tolist() == [0.5, 0.5]
+
+
+def test_best_fit_as_published() -> None:
+    from scoring import best_fit
+
+    # pod 1 GPU x 300 milli, 8000m CPU. left = (C - c)/128000 * 0.5 + (F - r)/8000 * 0.5
+    # a: C = 64000 - 32000 = 32000, F = 400 + 1000 = 1400
+    #    left = 24000/128000*0.5 + 1100/8000*0.5 = 0.09375 + 0.06875 = 0.1625 -> trunc(83.75) = 83
+    # b: C = 64000, F = 4000
+    #    left = 56000/128000*0.5 + 3700/8000*0.5 = 0.21875 + 0.23125 = 0.45   -> trunc(55.0) = 55
+    ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000))
+    chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+    np.testing.assert_allclose(best_fit.node_score(ctx, chosen), [0.83, 0.55])
+    # inside the node: the tightest GPU, as gpu_best_fit (a/GPU0 left 100 -> 0.9)
+    np.testing.assert_allclose(best_fit.gpu_score(ctx), [[0.9, 0.3, 0.0, 0.0], [0.3, 0.3, 0.3, 0.3]])
+
+
+def test_cpu_only_pods_are_scored_by_the_node_strategies() -> None:
+    from scoring.strategies import ScoringConfig, build_scorer
+
+    # CPU-only pod, 8000m: a: left = 24000/128000*0.5 + 1400/8000*0.5 = 0.18125 -> 81
+    #                      b: left = 56000/128000*0.5 + 4000/8000*0.5 = 0.46875 -> 53
+    req = PodRequest(0, cpu_milli=8000)
+    ev = build_scorer(ScoringConfig({"best_fit": 1.0})).evaluate(two_node_state(), req, np.array([0, 1]))
+    np.testing.assert_allclose(ev.score, [0.81, 0.53])
+    assert ev.chosen_cols.shape == (2, 0)
+    # A per-GPU strategy has nothing to prefer for it: gpu_best_fit 1 adds 0 at half the weight.
+    ev = build_scorer(ScoringConfig({"best_fit": 1.0, "gpu_best_fit": 1.0})).evaluate(
+        two_node_state(), req, np.array([0, 1]))
+    np.testing.assert_allclose(ev.score, [0.405, 0.265])
