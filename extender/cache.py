@@ -78,6 +78,18 @@ class _Candidates:
         return out if (out >= 0).all() else None
 
 
+
+def _is_pending(rec: PodRecord) -> bool:
+    """A GPU pod waiting for a node (what ``pending_gpu_pods`` lists)."""
+    i = rec.intent
+    return rec.allocation is None and bool(i.gpu_count) and not i.node_name and not i.finished
+
+
+def _task_key(intent: PodIntent) -> tuple[int, int, int, int]:
+    """The pod's task type, as ``ClusterState.apply`` counts an allocation."""
+    return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib)
+
+
 class GpuCache:
     """Thread-safe owner of the cluster arrays and pod allocations."""
 
@@ -159,7 +171,27 @@ class GpuCache:
                 alloc = replace(alloc, gpu_cols=cols)
                 self._pods[uid] = replace(rec, allocation=alloc)
             state.apply(alloc)
+        for rec in self._pods.values():
+            if _is_pending(rec):
+                state.workload.add(_task_key(rec.intent), 1)
         self._generation += 1
+
+    def _store(self, uid: str, rec: PodRecord | None) -> None:
+        """Set (or with None, drop) a pod's record; keep pending GPU pods in the workload.
+
+        FGD's target workload (``ClusterState.workload``) is the demand: the GPU pods held
+        (``ClusterState.apply`` counts them) and the GPU pods waiting to be placed (counted
+        here), so a pod that fits nowhere still shapes what fragmentation means.
+        """
+        old = self._pods.get(uid)
+        if old is not None and _is_pending(old):
+            self._state.workload.add(_task_key(old.intent), -1)
+        if rec is None:
+            self._pods.pop(uid, None)
+            return
+        if _is_pending(rec):
+            self._state.workload.add(_task_key(rec.intent), 1)
+        self._pods[uid] = rec
 
     @staticmethod
     def _cols_for_uuids(state: ClusterState, node: str, uuids: Iterable[str]) -> tuple[int, ...] | None:
@@ -191,12 +223,12 @@ class GpuCache:
             if old is not None and old.allocation is not None:
                 if old.allocation.node == intent.node_name:
                     # Bound where we hold its allocation: confirmed (an assumed one stops expiring).
-                    self._pods[intent.uid] = replace(old, intent=intent, assumed_until=None)
+                    self._store(intent.uid, replace(old, intent=intent, assumed_until=None))
                     return False
                 if not intent.node_name:
                     # Our bind is in flight (the watch shows an older, unbound version).
-                    self._pods[intent.uid] = replace(old, intent=replace(
-                        intent, assigned_gpus=old.gpu_uuids))
+                    self._store(intent.uid, replace(old, intent=replace(
+                        intent, assigned_gpus=old.gpu_uuids)))
                     return False
                 self._release(old)  # bound elsewhere than we assumed: the API is the truth
             rec = PodRecord(intent)
@@ -205,7 +237,7 @@ class GpuCache:
                 self._generation += 1
             elif old is not None and old.allocation is not None:
                 self._generation += 1  # released above
-            self._pods[intent.uid] = rec
+            self._store(intent.uid, rec)
             return False
 
     def set_pods(self, intents: Iterable[PodIntent]) -> None:
@@ -234,7 +266,8 @@ class GpuCache:
             True if GPU share was freed (pods waiting for a GPU may fit now).
         """
         with self._lock:
-            rec = self._pods.pop(uid, None)
+            rec = self._pods.get(uid)
+            self._store(uid, None)
             if rec is not None and rec.allocation is not None:
                 self._release(rec)
                 self._generation += 1
@@ -247,7 +280,7 @@ class GpuCache:
             out = []
             for rec in self._pods.values():
                 i = rec.intent
-                if rec.allocation is None and i.gpu_count and not i.node_name and not i.finished:
+                if _is_pending(rec):
                     out.append(i)
                     if len(out) >= limit:
                         break
@@ -376,7 +409,7 @@ class GpuCache:
             self._generation += 1
             until = None if hold_s is None else time.monotonic() + hold_s
             bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids, until)
-            self._pods[uid] = bound
+            self._store(uid, bound)
             return bound
 
     def forget(self, uid: str) -> bool:
@@ -394,7 +427,7 @@ class GpuCache:
                 return False
             self._release(rec)
             intent = replace(rec.intent, node_name="", assigned_gpus=())
-            self._pods[uid] = PodRecord(intent)
+            self._store(uid, PodRecord(intent))
             self._generation += 1
             return True
 

@@ -54,6 +54,35 @@ def test_assume_holds_the_share_until_forgotten() -> None:
     assert c.assume("uid-b", "default", "b", "n1", hold_s=60).allocation is not None
 
 
+def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
+    def counts(c: GpuCache) -> dict[tuple[int, int, int, int], float]:
+        tt = c.state_copy().workload.task_types()
+        if tt is None:
+            return {}
+        rows = zip(tt.gpu_count.tolist(), tt.gpu_milli.tolist(), tt.cpu_milli.tolist(),
+                   tt.memory_mib.tolist(), strict=True)
+        return dict(zip(rows, tt.popularity.tolist(), strict=True))
+
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.6"})      # 1 GPU x 600, 1 core, 1 GiB
+    pending(c, "b", annotations={ann.FRACTION: "0.6"})
+    pending(c, "cpu", gpus=None)                           # CPU-only: not a GPU task
+    pending(c, "w", annotations={})                       # 1 whole GPU
+    # three GPU pods waiting: 2 of type (1, 600) and 1 of (1, 1000)
+    assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
+    c.assume("uid-a", "default", "a", "n1", hold_s=60)   # placed: still counted once
+    assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
+    c.forget("uid-a")                                    # pending again: still once
+    assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
+    c.set_nodes([gpu_node("n1", 1), gpu_node("n2", 2)])  # state rebuilt: pending re-counted
+    assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
+    c.remove_pod("uid-b")
+    c.remove_pod("uid-w")
+    assert counts(c) == {(1, 600, 1000, 1024): 1.0}
+    c.remove_pod("uid-a")
+    assert counts(c) == {}
+
+
 def test_concurrent_assumes_for_the_last_share_exactly_one_wins() -> None:
     c = cache_with(gpu_node("n1", 1))
     for i in range(8):
