@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from scoring import gpu_best_fit
 from scoring.fit import FitContext
-from scoring.request import MILLI_PER_GPU
 
 NAME = "best_fit"
 
@@ -41,20 +41,8 @@ SCORE_LEVELS = 100
 """The simulator's integer score range (kube-scheduler's ``MaxNodeScore``)."""
 
 
-def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
-    """Tightness of fit per GPU (picks the GPUs inside the node).
-
-    Parameters
-    ----------
-    ctx : FitContext
-
-    Returns
-    -------
-    ndarray of shape (m, max_gpus), float64
-        ``1 - (f_g - r) / 1000`` in [0, 1]; 0 where the GPU does not fit.
-    """
-    left = ctx.free_milli - ctx.request.gpu_milli
-    return np.where(ctx.gpu_fits, 1.0 - left / MILLI_PER_GPU, 0.0)
+gpu_score = gpu_best_fit.gpu_score
+"""The tightest GPU inside the node: ``1 - (f_g - r) / 1000`` (``scoring.gpu_best_fit``)."""
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
