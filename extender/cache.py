@@ -21,6 +21,7 @@ import numpy as np
 from extender import translate
 from extender.translate import PodIntent
 from scoring.fit import Reason, gpu_memory_request_mib
+from scoring.request import model_mask
 from scoring.state import Allocation, ClusterState, NodeSpec
 from scoring.strategies import Evaluation, Scorer
 
@@ -85,9 +86,14 @@ def _is_pending(rec: PodRecord) -> bool:
     return rec.allocation is None and bool(i.gpu_count) and not i.node_name and not i.finished
 
 
-def _task_key(intent: PodIntent) -> tuple[int, int, int, int]:
+def _task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int, int]:
     """The pod's task type, as ``ClusterState.apply`` counts an allocation."""
-    return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib)
+    return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib,
+            _model_mask(intent, state))
+
+
+def _model_mask(intent: PodIntent, state: ClusterState) -> int:
+    return model_mask(translate.pod_request(intent, state).allowed_models)
 
 
 class GpuCache:
@@ -169,11 +175,13 @@ class GpuCache:
                     self._pods[uid] = replace(rec, allocation=None, gpu_uuids=())
                     continue
                 alloc = replace(alloc, gpu_cols=cols)
-                self._pods[uid] = replace(rec, allocation=alloc)
+            # Model ids are positions in this state's model list: re-resolve the mask too.
+            alloc = replace(alloc, model_mask=_model_mask(rec.intent, state))
+            self._pods[uid] = replace(rec, allocation=alloc)
             state.apply(alloc)
         for rec in self._pods.values():
             if _is_pending(rec):
-                state.workload.add(_task_key(rec.intent), 1)
+                state.workload.add(_task_key(rec.intent, state), 1)
         self._generation += 1
 
     def _store(self, uid: str, rec: PodRecord | None) -> None:
@@ -185,12 +193,12 @@ class GpuCache:
         """
         old = self._pods.get(uid)
         if old is not None and _is_pending(old):
-            self._state.workload.add(_task_key(old.intent), -1)
+            self._state.workload.add(_task_key(old.intent, self._state), -1)
         if rec is None:
             self._pods.pop(uid, None)
             return
         if _is_pending(rec):
-            self._state.workload.add(_task_key(rec.intent), 1)
+            self._state.workload.add(_task_key(rec.intent, self._state), 1)
         self._pods[uid] = rec
 
     @staticmethod
@@ -312,7 +320,8 @@ class GpuCache:
                     req = replace(translate.pod_request(intent, state), gpu_milli=milli)
                     per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
                     mem = tuple(int(x) for x in per_gpu[0])
-        alloc = Allocation(node, cols, milli, mem, intent.qos, intent.cpu_milli, intent.memory_mib)
+        alloc = Allocation(node, cols, milli, mem, intent.qos, intent.cpu_milli, intent.memory_mib,
+                           _model_mask(intent, state))
         state.apply(alloc)
         return PodRecord(intent, alloc, uuids)
 
@@ -403,7 +412,7 @@ class GpuCache:
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)
             alloc = Allocation(node, cols, request.gpu_milli if cols else 0, mem, request.qos,
-                               request.cpu_milli, request.memory_mib)
+                               request.cpu_milli, request.memory_mib, model_mask(request.allowed_models))
             uuids = tuple(state.gpu_uuid[row][c] for c in cols)
             state.apply(alloc)
             self._generation += 1

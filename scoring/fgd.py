@@ -5,10 +5,12 @@ Notes
 Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
 Gradient Descent", USENIX ATC '23, section 4 (the measure is ``scoring.fragmentation``).
 For node ``n`` with free share ``f_g`` per GPU, free CPU ``C``, free memory ``M`` and the
-target workload ``{(k_t, r_t, c_t, q_t): p_t}``::
+target workload ``{(k_t, r_t, c_t, q_t, A_t): p_t}`` (``A_t``: the GPU models type ``t``
+accepts, from ``gpu_spec``)::
 
-    F_n = sum_t p_t * ( sum_g f_g                 if t cannot run on n
-                        sum_g f_g * [f_g < r_t]   otherwise )
+    u_tg = [f_g >= r_t] * [model of g in A_t]                     (GPU g usable by t)
+    F_n  = sum_t p_t * ( sum_g f_g                 if t cannot run on n
+                         sum_g f_g * (1 - u_tg)    otherwise )
     dF  = F_n(after placing the pod) - F_n(before)
     score = trunc(100 * sigmoid(-dF / 1000)) / 100
 
@@ -20,8 +22,10 @@ MaxNodeScore)``). The truncation matters: nodes within one step tie, and the pub
 (lowest cluster row; rows are in node-name order). With exact float scores instead, FGD
 left 5.78 % of GPUs unallocated at 100 % arrived against 5.02 % (openb seed 42, all pods
 through the extender, ``benchmarks/README.md``). The target workload is learned online
-(``scoring.workload``: the GPU pods currently placed) instead of being read from a trace;
-until a GPU pod is placed every node scores 1/2.
+(``scoring.workload``: the GPU pods placed or waiting) instead of being read from a trace;
+until a GPU pod is known every node scores 1/2. "Cannot run" means fewer than ``k_t`` usable
+GPUs, or too little CPU or memory; a node of a model ``t`` does not accept is all fragment
+for ``t`` (the simulator's ``NoAccess``).
 
 Per GPU (the GPU choice) ``dF`` is evaluated as if the pod took that GPU alone, with the
 node's CPU and memory reduced by the pod's; the node score uses the GPUs actually chosen.
@@ -42,12 +46,19 @@ SCORE_LEVELS = 100
 """The simulator's integer score range (kube-scheduler's ``MaxNodeScore``)."""
 
 
-def _per_task(free: NDArray[np.int64], tasks: TaskTypes) -> tuple[NDArray[np.bool_], NDArray[np.int64],
-                                                                   NDArray[np.int64], NDArray[np.int64]]:
-    """For ``free`` of shape (m, G): which GPUs fit each task (m, t, G), how many (m, t), the
-    share on GPUs too small for it (m, t), and the per-GPU too-small share (m, t, G)."""
+def _fits(share: NDArray[np.int64], tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.bool_]:
+    """``share`` of shape (m, 1, G) or (m, t, G) -> GPUs each task can use (m, t, G)."""
+    fits = share >= tasks.gpu_milli[None, :, None]
+    return fits if allowed is None else fits & allowed
+
+
+def _per_task(free: NDArray[np.int64], tasks: TaskTypes,
+              allowed: NDArray[np.bool_] | None) -> tuple[NDArray[np.bool_], NDArray[np.int64],
+                                                          NDArray[np.int64], NDArray[np.int64]]:
+    """For ``free`` of shape (m, G): which GPUs each task can use (m, t, G), how many (m, t),
+    the share on GPUs it cannot use (m, t), and that share per GPU (m, t, G)."""
     f = free[:, None, :]
-    fits = f >= tasks.gpu_milli[None, :, None]
+    fits = _fits(f, tasks, allowed)
     too_small = np.where(fits, 0, f)
     return fits, fits.sum(axis=2), too_small.sum(axis=2), too_small
 
@@ -63,9 +74,9 @@ def _expected(fragment: NDArray[np.int64], run: NDArray[np.bool_], total: NDArra
 
 
 def _fragmentation(free: NDArray[np.int64], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
-                   tasks: TaskTypes) -> NDArray[np.float64]:
+                   tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.float64]:
     """``F_n`` for ``free`` of shape (m, G) -> (m,); see module notes."""
-    _, cnt, small, _ = _per_task(free, tasks)
+    _, cnt, small, _ = _per_task(free, tasks, allowed)
     run = ((cnt >= tasks.gpu_count[None, :])
            & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
            & (mem_free[:, None] >= tasks.memory_mib[None, :]))
@@ -104,7 +115,8 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     cpu_after, mem_after = cpu_free - req.cpu_milli, mem_free - req.memory_mib
     # Counts of the current state, shared by "before" and every per-GPU "after".
-    fits, cnt, small, too_small = _per_task(free, tasks)     # (m,t,G), (m,t), (m,t), (m,t,G)
+    allowed = tasks.allowed(ctx.gpu_model[rows])               # (m, t, G) or None
+    fits, cnt, small, too_small = _per_task(free, tasks, allowed)  # (m,t,G), (m,t), (m,t), (m,t,G)
     total = free.sum(axis=1)
     run_before = ((cnt >= tasks.gpu_count[None, :])
                   & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
@@ -112,7 +124,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
 
     fp = free[:, None, :] - req.gpu_milli                     # the share taken from GPU g
-    fits_new = fp >= tasks.gpu_milli[None, :, None]
+    fits_new = _fits(fp, tasks, allowed)
     cnt_g = cnt[:, :, None] - fits + fits_new                 # (m, t, G)
     small_g = small[:, :, None] - too_small + np.where(fits_new, 0, fp)
     run = ((cnt_g >= tasks.gpu_count[None, :, None])
@@ -143,8 +155,9 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     rows = np.flatnonzero(ctx.node_fits)
     free = _usable_free(ctx)[rows]
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
-    before = _fragmentation(free, cpu_free, mem_free, tasks)
+    allowed = tasks.allowed(ctx.gpu_model[rows])
+    before = _fragmentation(free, cpu_free, mem_free, tasks, allowed)
     after = _fragmentation(np.where(chosen[rows], free - req.gpu_milli, free),
-                           cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
+                           cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks, allowed)
     out[rows] = _to_score(after - before)
     return out

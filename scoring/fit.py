@@ -70,6 +70,8 @@ class FitContext:
         Allocated and total GPU share of the node's existing GPUs.
     cpu_free_milli, mem_host_free_mib : ndarray of shape (m,), int64
     cpu_alloc_milli, mem_host_alloc_mib : ndarray of shape (m,), int64
+    gpu_model : ndarray of shape (m, max_gpus), int64
+        Model id per GPU (-1 for padding).
     tasks : TaskTypes or None
         The target workload for fragmentation (``ClusterState.workload``); None while the
         cluster holds no GPU pod.
@@ -92,6 +94,7 @@ class FitContext:
     mem_host_free_mib: NDArray[np.int64]
     cpu_alloc_milli: NDArray[np.int64]
     mem_host_alloc_mib: NDArray[np.int64]
+    gpu_model: NDArray[np.int64] | None = None
     tasks: TaskTypes | None = None
 
 
@@ -200,5 +203,6 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
         mem_host_free_mib=mem_host_free,
         cpu_alloc_milli=state.cpu_alloc_milli[rows],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
+        gpu_model=state.gpu_model[rows],
         tasks=state.workload.task_types(),
     )

@@ -40,6 +40,9 @@ class TaskTypes:
     memory_mib : ndarray of int64
     popularity : ndarray of float64
         Sums to 1.
+    model_mask : ndarray of int64 or None
+        GPU models each type accepts, as ``scoring.request.model_mask`` bit masks (bit j:
+        model id j); None when every type accepts any model.
     """
 
     gpu_count: NDArray[np.int64]
@@ -47,6 +50,25 @@ class TaskTypes:
     cpu_milli: NDArray[np.int64]
     memory_mib: NDArray[np.int64]
     popularity: NDArray[np.float64]
+    model_mask: NDArray[np.int64] | None = None
+
+    def allowed(self, gpu_model: NDArray[np.int64]) -> NDArray[np.bool_] | None:
+        """Which GPUs each type may use.
+
+        Parameters
+        ----------
+        gpu_model : ndarray of shape (m, G), int64
+            Model id per GPU (``ClusterState.gpu_model``; -1 padding is treated as id 0,
+            padding GPUs have no free share anyway).
+
+        Returns
+        -------
+        ndarray of shape (m, t, G), bool, or None when every type accepts any model.
+        """
+        if self.model_mask is None:
+            return None
+        ids = np.clip(gpu_model, 0, 62)
+        return ((self.model_mask[None, :, None] >> ids[:, None, :]) & 1).astype(bool)
 
     @classmethod
     def from_counts(cls, rows: NDArray[np.int64]) -> TaskTypes:

@@ -26,16 +26,18 @@ class ReferenceResult:
     cols: tuple[int, ...]
 
 
-def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState) -> float:
-    """``F_n`` of ``scoring.fgd`` / ``scoring.fragmentation``, task by task, GPU by GPU."""
+def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, row: int) -> float:
+    """``F_n`` of ``scoring.fgd``, task by task, GPU by GPU."""
     tasks = state.workload.task_types()
     assert tasks is not None
+    models = [int(state.gpu_model[row, c]) for c in range(len(free))]
     total = 0.0
     for t in range(tasks.popularity.shape[0]):
         r, k = int(tasks.gpu_milli[t]), int(tasks.gpu_count[t])
-        fitting = sum(1 for f in free if f >= r)
-        runs = fitting >= k and cpu_free >= int(tasks.cpu_milli[t]) and mem_free >= int(tasks.memory_mib[t])
-        part = sum(f for f in free if f < r) if runs else sum(free)
+        mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
+        usable = [f >= r and (mask >> max(mdl, 0)) & 1 == 1 for f, mdl in zip(free, models, strict=True)]
+        runs = sum(usable) >= k and cpu_free >= int(tasks.cpu_milli[t]) and mem_free >= int(tasks.memory_mib[t])
+        part = sum(f for f, u in zip(free, usable, strict=True) if not u) if runs else sum(free)
         total += float(tasks.popularity[t]) * part
     return total
 
@@ -49,7 +51,8 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
-    delta = _frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state) - _frag(free, cpu, mem, state)
+    delta = (_frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state, row)
+             - _frag(free, cpu, mem, state, row))
     return math.trunc(100 / (1.0 + math.exp(delta / 1000.0))) / 100
 
 

@@ -92,3 +92,27 @@ class PodRequest:
     def is_whole(self) -> bool:
         """True when every GPU of the pod is used whole (never shared)."""
         return self.gpu_milli == MILLI_PER_GPU
+
+
+ANY_MODEL_MASK = -1
+"""``model_mask`` of a pod that accepts any GPU model (every bit set)."""
+
+
+def model_mask(allowed_models: frozenset[int] | None) -> int:
+    """The allowed model ids as a bit mask: bit ``j`` set when model id ``j`` is allowed.
+
+    Parameters
+    ----------
+    allowed_models : frozenset of int or None
+        ``PodRequest.allowed_models``.
+
+    Returns
+    -------
+    int
+        ``ANY_MODEL_MASK`` for None, or when an id is past 62 (a cluster with more than 63
+        GPU models: the workload model then treats the pod as accepting any model).
+    """
+    if allowed_models is None or any(m > 62 for m in allowed_models):
+        return ANY_MODEL_MASK
+    return sum(1 << m for m in allowed_models)
+

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring.request import MILLI_PER_GPU, N_QOS, QoSClass
+from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU, N_QOS, QoSClass
 from scoring.workload import WorkloadModel
 
 I64 = np.int64
@@ -97,6 +97,9 @@ class Allocation:
         The pod's QoS class.
     cpu_milli, memory_mib : int
         Host CPU (milli-cores) and memory (MiB) of the pod.
+    model_mask : int
+        The GPU models the pod accepts (``scoring.request.model_mask``); counted in the
+        ``workload`` so fragmentation knows which GPUs each task type can use.
     """
 
     node: str
@@ -106,6 +109,7 @@ class Allocation:
     qos: QoSClass
     cpu_milli: int
     memory_mib: int
+    model_mask: int = ANY_MODEL_MASK
 
 
 @dataclass(eq=False)
@@ -313,7 +317,8 @@ class ClusterState:
             self.gpu_pods[row, cols] += sign
             self.gpu_slots_free[row, cols] -= sign
             self.gpu_qos_pods[row, cols, int(alloc.qos)] += sign
-            self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib), sign)
+            self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
+                               alloc.model_mask), sign)
 
     def copy(self) -> ClusterState:
         """Deep copy (arrays copied), for snapshots and what-if evaluation."""

@@ -3,7 +3,7 @@
 FGD (Weng et al., USENIX ATC '23) measures fragmentation against a target workload, a
 distribution over task types. The paper takes it from the trace; gpufrac learns it from the
 demand: every GPU allocation added to the ``ClusterState`` counts its task type
-``(gpu_count, gpu_milli, cpu_milli, memory_mib)``, every release uncounts it, and the
+``(gpu_count, gpu_milli, cpu_milli, memory_mib, model_mask)``, every release uncounts it, and the
 extender's cache counts the GPU pods still waiting for a node the same way (a pod that fits
 nowhere is exactly the kind fragmentation must serve). Counting the waiting pods too moved
 FGD from 5.02 % to 4.87 % unallocated at 100 % arrived (openb seed 42). The
@@ -16,12 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from scoring.fragmentation import TaskTypes
+from scoring.request import ANY_MODEL_MASK
 
-TaskKey = tuple[int, int, int, int]
+TaskKey = tuple[int, int, int, int, int]
+"""``(gpu_count, gpu_milli, cpu_milli, memory_mib, model_mask)``."""
 
 
 class WorkloadModel:
-    """Counts of task types among placed GPU pods.
+    """Counts of task types among GPU pods (placed, and pending ones the cache adds).
 
     Parameters
     ----------
@@ -54,7 +56,9 @@ class WorkloadModel:
                 top = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
                 rows = np.array([k for k, _ in top], dtype=np.int64)
                 weight = np.array([c for _, c in top], dtype=np.float64)
-                self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], weight / weight.sum())
+                masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
+                self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
+                                         weight / weight.sum(), masks)
         return self._cached
 
     def copy(self) -> WorkloadModel:

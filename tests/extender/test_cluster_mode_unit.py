@@ -83,6 +83,20 @@ def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
     assert counts(c) == {}
 
 
+def test_fgd_workload_knows_which_models_a_pod_accepts() -> None:
+    c = cache_with(gpu_node("n1", 1), gpu_node("n2", 1, model="V100M32", memory_mib=32768))
+    pending(c, "v", annotations={ann.GPU_MODEL: "V100M32"})
+    c.assume("uid-v", "default", "v", "n2", hold_s=60)
+    st = c.state_copy()
+    tt = st.workload.task_types()
+    assert tt is not None and tt.model_mask is not None
+    assert tt.model_mask.tolist() == [1 << st.models.index("V100M32")]
+    # The T4 is of no use to that task type: all of n1's share counts as its fragment.
+    allowed = tt.allowed(st.gpu_model)
+    assert allowed is not None
+    assert allowed[:, 0, 0].tolist() == [False, True]
+
+
 def test_concurrent_assumes_for_the_last_share_exactly_one_wins() -> None:
     c = cache_with(gpu_node("n1", 1))
     for i in range(8):

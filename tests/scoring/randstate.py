@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.request import PodRequest, QoSClass
+from scoring.request import ANY_MODEL_MASK, PodRequest, QoSClass, model_mask
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
 
 MODELS = ("T4", "V100M32", "A10")
@@ -40,7 +40,10 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
             cols = (col,)
         mem_gpu = tuple(int(milli * st.gpu_mem_total_mib[row, c] // 1000) for c in cols)
         qos = QoSClass(int(rng.integers(3)))
-        st.apply(Allocation(st.node_names[row], cols, milli, mem_gpu, qos, cpu, mem))
+        # a third of the pods accept only some models (gpu_spec), as in openb
+        mask = model_mask(frozenset(int(x) for x in rng.choice(len(st.models), size=int(rng.integers(
+            1, len(st.models) + 1)), replace=False))) if st.models and rng.random() < 0.35 else ANY_MODEL_MASK
+        st.apply(Allocation(st.node_names[row], cols, milli, mem_gpu, qos, cpu, mem, mask))
     return st
 
 

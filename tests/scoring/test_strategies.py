@@ -145,3 +145,21 @@ def test_cpu_only_pods_are_scored_by_the_node_strategies() -> None:
     ev = build_scorer(ScoringConfig({"best_fit": 1.0, "gpu_best_fit": 1.0})).evaluate(
         two_node_state(), req, np.array([0, 1]))
     np.testing.assert_allclose(ev.score, [0.405, 0.265])
+
+
+def test_fgd_counts_gpus_of_a_model_a_task_cannot_use_as_fragments() -> None:
+    from scoring import fgd
+    from scoring.request import model_mask
+
+    # a: 1 x T4, b: 1 x V100M32. The only task type so far accepts V100M32 only (gpu_spec):
+    # a 500-milli pod on b. Now a 200-milli pod that accepts either model.
+    st = ClusterState.from_nodes([gpu_node("a", 1), gpu_node("b", 1, model="V100M32", memory_mib=32768)])
+    v100 = st.models.index("V100M32")
+    st.apply(Allocation("b", (0,), 500, (0,), QoSClass.BURSTABLE, 1000, 1024, model_mask(frozenset({v100}))))
+    ctx = fit(st, PodRequest(gpu_count=1, gpu_milli=200, gpu_memory_mib=0, cpu_milli=1000, memory_mib=1024),
+              np.arange(2))
+    # a: the task cannot use a T4: all free share is fragment. F 1000 -> 800, dF = -200,
+    #    sigmoid(0.2) = 0.5498 -> 54.  (Blind to models it would be F 0 -> 0: 50.)
+    # b: F 0 (500 free fits the task) -> 300 (too small), dF = +300, sigmoid(-0.3) = 0.4256 -> 42
+    assert fgd.gpu_score(ctx)[:, 0].tolist() == pytest.approx([0.54, 0.42])
+    assert fgd.node_score(ctx, np.array([[True], [True]])).tolist() == pytest.approx([0.54, 0.42])
