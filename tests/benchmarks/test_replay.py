@@ -58,6 +58,19 @@ def test_in_process_replay_places_exactly_as_the_http_replay(replay_out: Path, t
     assert (tmp_path / "placements-42.csv").read_text() == http_rows
 
 
+def test_simulator_profile_places_the_same_through_http_and_in_process(tmp_path: Path) -> None:
+    # Under the simulator profile CPU-only pods go through filter and bind too.
+    sim = str(REPO / "benchmarks" / "scheduler-config-simulator.yaml")
+    common = ["replay", "--seeds", "42", "--limit", "300", "--policy", "bestfit", "--jobs", "1",
+              "--scheduler-config", sim, "--no-progress"]
+    assert main([*common, "--out", str(tmp_path / "http")]) == 0
+    assert main([*common, "--in-process", "--out", str(tmp_path / "core")]) == 0
+    http_rows = (tmp_path / "http" / "placements-42.csv").read_text()
+    assert http_rows == (tmp_path / "core" / "placements-42.csv").read_text()
+    # the extender bound CPU-only pods too: rows without GPU indices
+    assert any(line.split(",")[2] == "" for line in http_rows.splitlines()[1:])
+
+
 def test_replay_placements_pass_the_independent_check(replay_out: Path) -> None:
     assert check_placements.check(NODES, PODS, replay_out / "placements-42.csv") == []
 
