@@ -67,7 +67,7 @@ def test_simulator_profile_places_the_same_through_http_and_in_process(tmp_path:
     assert main([*common, "--in-process", "--out", str(tmp_path / "core")]) == 0
     http_rows = (tmp_path / "http" / "placements-42.csv").read_text()
     assert http_rows == (tmp_path / "core" / "placements-42.csv").read_text()
-    # the extender bound CPU-only pods too: rows without GPU indices
+    # CPU-only pods are among the identical placements (rows without GPU indices)
     assert any(line.split(",")[2] == "" for line in http_rows.splitlines()[1:])
 
 
