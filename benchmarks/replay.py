@@ -243,11 +243,12 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
     frag_100 = float("nan")
     curve_x: list[float] = [0.0]
     curve_y: list[float] = [0.0]
-    placed: list[dict[str, Any]] = []
+    sent: list[dict[str, Any]] = []  # every pod, placed or not: all are deleted at the end
     start = time.perf_counter()
     for tp in tqdm(seq, desc=f"seed {seed}", unit="pod", disable=not progress, mininterval=1.0,
                    position=position, leave=position == 0):
         pod = tp.pod_object(seed)
+        sent.append(pod)
         client.pod_events([{"type": "ADDED", "object": pod}])
         arrived += tp.gpu_request_milli
         feasible = view.feasible(tp.cpu_milli, tp.memory_mib, tp.num_gpu)
@@ -267,7 +268,6 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
         if node >= 0:
             view.assume(node, tp.cpu_milli, tp.memory_mib, tp.num_gpu)
             allocated += tp.gpu_request_milli
-            placed.append(pod)
         elif tp.num_gpu:
             gpu_failed += 1
         else:
@@ -287,11 +287,13 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
         marks.setdefault(m, 100.0 * allocated / capacity)
     allocs = client.get("allocations")
     _write_placements(out / f"placements-{seed}.csv", allocs)
-    # Leave the extender empty, through the same event path the pod watch uses.
-    for i in range(0, len(placed), 500):
-        client.pod_events([{"type": "DELETED", "object": p} for p in placed[i:i + 500]])
+    # Leave the extender empty, through the same event path the pod watch uses. Pods that
+    # failed are deleted too: a pending pod left behind would still count in the next seed's
+    # FGD workload (the demand).
+    for i in range(0, len(sent), 500):
+        client.pod_events([{"type": "DELETED", "object": p} for p in sent[i:i + 500]])
     left = client.get("readyz")
-    if left.get("pods_bound") or left.get("gpu_allocated_milli"):
+    if left.get("pods") or left.get("pods_bound") or left.get("gpu_allocated_milli"):
         raise RuntimeError(f"extender not empty after deleting every pod: {left}")
     curve = np.interp(GRID, np.array(curve_x), np.array(curve_y)).round(3).tolist()
     return SeedResult(seed, len(seq), gpu_failed, cpu_failed, bind_errors, marks,
