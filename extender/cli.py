@@ -153,6 +153,24 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_validate(args: argparse.Namespace) -> int:
+    """Validate an admin config file as ``serve`` would; print the effective weights."""
+    from extender.settings import ConfigError, build_scorer, load_admin_config
+
+    try:
+        config = load_admin_config(args.file)
+        build_scorer(config)
+    except (ConfigError, ValueError) as exc:
+        print(f"gpufrac: {args.file}: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    weights = {k: v for k, v in config.weights.items() if v}
+    print(f"{args.file}: valid")
+    print("weights: " + ", ".join(f"{k}={v:g}" for k, v in sorted(weights.items())))
+    for qos, over in sorted(config.qos_overrides.items()):
+        print(f"{qos}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(over.items())))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="gpufrac", description=__doc__)
@@ -207,6 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
     agent.add_argument("--log-level", default="info")
     agent.set_defaults(func=_agent)
+
+    cfg = sub.add_parser("config", help="admin config file tools")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    val = cfg_sub.add_parser("validate", help="check an admin config file (exit 2 with field paths if invalid)")
+    val.add_argument("file", type=Path)
+    val.set_defaults(func=_config_validate)
 
     sch = sub.add_parser("inventory-schema", help="print the gpufrac.io/inventory v1 JSON Schema")
     sch.set_defaults(func=_schema)

@@ -47,3 +47,17 @@ def test_serve_refuses_invalid_config_before_listening(tmp_path: Path, capsys: p
     path = write(tmp_path, "scoring:\n  weights:\n    spread: -1\n")
     assert main(["serve", "--config", str(path), "--port", "0"]) == 2
     assert "scoring.weights.spread" in capsys.readouterr().err
+
+
+def test_config_validate_for_admins_and_ci(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write(tmp_path, "scoring:\n  preset: default\n  weights:\n    node_packing: 2\n"
+                           "  qos_overrides:\n    best-effort: {node_packing: 3}\n")
+    assert main(["config", "validate", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and "node_packing=2" in out and "best-effort: node_packing=3" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scoring:\n  preset: default\n  weights:\n    spread: -1\n    nope: 1\n")
+    assert main(["config", "validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "scoring.weights.spread: must be a finite number >= 0, got -1.0" in err
+    assert "nope" in err
