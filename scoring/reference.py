@@ -110,8 +110,16 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
     gpu_free = total - used
     left = ((int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row]) - req.cpu_milli) / 128_000 * 0.5
             + (gpu_free - req.gpu_count * req.gpu_milli) / 8_000 * 0.5)
+    tasks = state.workload.task_types()
+    share = 0.0
+    if tasks is not None:
+        demand = [float(tasks.popularity[t]) * int(tasks.gpu_count[t]) * int(tasks.gpu_milli[t])
+                  for t in range(tasks.popularity.shape[0])]
+        multi = sum(d for t, d in enumerate(demand) if int(tasks.gpu_count[t]) >= 2)
+        share = multi / sum(demand) if sum(demand) > 0 else 0.0
     return {
         "best_fit": min(max(math.trunc((1.0 - left) * 100) / 100, 0.0), 1.0),
+        "multi_gpu_reserve": util * min(1.0, (share / 0.5) ** 2),
         "node_packing": util,
         "spread": 1.0 - util if total else 0.0,
         "resource_balance": balance,

@@ -26,6 +26,7 @@ from scoring import (
     fgd,
     gpu_best_fit,
     memory_headroom,
+    multi_gpu_reserve,
     node_packing,
     qos_interference,
     random_fit,
@@ -62,7 +63,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit),
+         random_fit, best_fit, multi_gpu_reserve),
     )
 }
 """Registry: strategy name -> Strategy."""

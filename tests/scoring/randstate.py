@@ -31,7 +31,10 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
             continue
         cols: tuple[int, ...] = ()
         milli = 0
-        if n_gpus and rng.random() < 0.8:
+        empty = [c for c in range(n_gpus) if st.gpu_used_milli[row, c] == 0 and st.gpu_pods[row, c] < st.gpu_replicas[row, c]]
+        if len(empty) >= 2 and rng.random() < 0.15:  # a multi-GPU pod (whole GPUs)
+            cols, milli = tuple(sorted(int(c) for c in rng.choice(empty, size=2, replace=False))), 1000
+        elif n_gpus and rng.random() < 0.8:
             col = int(rng.integers(n_gpus))
             free = 1000 - int(st.gpu_used_milli[row, col])
             if free <= 0 or st.gpu_pods[row, col] >= st.gpu_replicas[row, col]:

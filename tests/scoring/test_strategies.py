@@ -163,3 +163,26 @@ def test_fgd_counts_gpus_of_a_model_a_task_cannot_use_as_fragments() -> None:
     # b: F 0 (500 free fits the task) -> 300 (too small), dF = +300, sigmoid(-0.3) = 0.4256 -> 42
     assert fgd.gpu_score(ctx)[:, 0].tolist() == pytest.approx([0.54, 0.42])
     assert fgd.node_score(ctx, np.array([[True], [True]])).tolist() == pytest.approx([0.54, 0.42])
+
+
+def test_multi_gpu_reserve_packs_in_proportion_to_multi_gpu_demand() -> None:
+    from scoring import multi_gpu_reserve
+
+    # Demand: four pods of 1 whole GPU and one of 2 whole GPUs.
+    # s = (1/5 * 2 * 1000) / (1/5 * 2000 + 4/5 * 1000) = 400 / 1200 = 1/3
+    # strength = min(1, (s / 0.5)^2) = (2/3)^2 = 0.4444
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 8)])
+    st.apply(Allocation("b", (0, 1), 1000, (0, 0), QoSClass.BURSTABLE, 1000, 1024))
+    st.apply(Allocation("a", (0,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    for col in (2, 3, 4):
+        st.apply(Allocation("b", (col,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    ctx = fit(st, PodRequest(1), np.arange(2))
+    assert multi_gpu_reserve.multi_gpu_share(ctx.tasks) == pytest.approx(1 / 3)
+    # a: (1000 + 1000) / 2000 = 1.0 -> 0.4444 ; b: (5000 + 1000) / 8000 = 0.75 -> 0.3333
+    chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+    np.testing.assert_allclose(multi_gpu_reserve.node_score(ctx, chosen), [4 / 9, 0.75 * 4 / 9])
+    # Only single-GPU demand: the term is off.
+    st1 = ClusterState.from_nodes([gpu_node("a", 2)])
+    st1.apply(Allocation("a", (0,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    ctx1 = fit(st1, PodRequest(1), np.arange(1))
+    assert multi_gpu_reserve.node_score(ctx1, np.zeros(ctx1.gpu_fits.shape, dtype=bool)).tolist() == [0.0]
