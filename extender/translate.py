@@ -78,6 +78,8 @@ class PodIntent:
         or not one per assigned GPU.
     scheduler_name : str
         ``spec.schedulerName``.
+    priority : int
+        ``spec.priority`` (resolved from the PriorityClass at admission), 0 when absent.
     """
 
     uid: str
@@ -96,6 +98,7 @@ class PodIntent:
     assigned_gpu_milli: int | None = None
     assigned_memory_mib: tuple[int, ...] = ()
     scheduler_name: str = ""
+    priority: int = 0
 
     @property
     def key(self) -> str:
@@ -241,6 +244,9 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
                 f"{', '.join(q.wire_name for q in QoSClass)}"
             )
         qos = _QOS_BY_NAME[raw]
+    priority = spec.get("priority") or 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise PodSpecError(f"Pod.spec.priority: {quote(priority)} must be an integer")
     assigned = tuple(u for u in str(annotations.get(ann.ASSIGNED_GPUS, "")).split(",") if u)
     assigned_milli, assigned_mem = _assigned_share(annotations, len(assigned))
     return PodIntent(
@@ -260,6 +266,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
         assigned_gpu_milli=assigned_milli,
         assigned_memory_mib=assigned_mem,
         scheduler_name=str(spec.get("schedulerName") or ""),
+        priority=priority,
     )
 
 
@@ -440,7 +447,8 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
     if inv.node != name:
         return NodeObservation(name, cpu_milli, memory_mib, (), None,
                                f"{ann.INVENTORY}: published for node {quote(inv.node)}")
-    gpus = tuple(GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy)
+    gpus = tuple(GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy,
+                         g.memory_used_mib)
                  for g in sorted(inv.gpus, key=lambda g: g.index))
     heartbeat = inv.heartbeat if inv.heartbeat.tzinfo else inv.heartbeat.replace(tzinfo=UTC)
     return NodeObservation(name, cpu_milli, memory_mib, gpus, heartbeat)
@@ -489,7 +497,8 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
 
 def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str],
                  unknown: Sequence[str],
-                 node_items: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+                 node_items: Sequence[Mapping[str, Any]] | None,
+                 rejected: str | None = None) -> dict[str, Any]:
     """The ``ExtenderFilterResult`` JSON for an evaluation.
 
     Built as a plain dict: validating thousands of entries through pydantic would cost more
@@ -504,13 +513,21 @@ def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str]
     node_items : sequence of mapping or None
         ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false): the passing ones are echoed in
         ``Nodes``; None: passing names go in ``NodeNames``.
+    rejected : str or None
+        The pod's tenant may not place it (``extender.tenants``): every candidate fails with
+        this message in ``FailedAndUnresolvableNodes`` (preempting others cannot help).
 
     Returns
     -------
     dict
         ``Nodes``, ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``.
     """
-    passed, failed, unresolvable = filter_result(evaluation, intent, names)
+    if rejected is not None:
+        passed, failed = [], {}
+        unresolvable = dict.fromkeys([*names, *unknown], rejected)
+        unknown = ()
+    else:
+        passed, failed, unresolvable = filter_result(evaluation, intent, names)
     failed.update(dict.fromkeys(unknown, NODE_UNKNOWN_MESSAGE))
     nodes: dict[str, Any] | None = None
     node_names: list[str] | None = passed
@@ -524,9 +541,11 @@ def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str]
 
 
 def prioritize_reply(evaluation: Evaluation, names: Sequence[str],
-                     unknown: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``HostPriorityList`` JSON: ``wire_scores`` per candidate, 0 for unknown nodes."""
-    out = [{"Host": n, "Score": s} for n, s in zip(names, wire_scores(evaluation), strict=True)]
+                     unknown: Sequence[str], rejected: str | None = None) -> list[dict[str, Any]]:
+    """The ``HostPriorityList`` JSON: ``wire_scores`` per candidate, 0 for unknown nodes (and
+    for every node when the tenant may not place the pod, ``rejected``)."""
+    scores = [0] * len(names) if rejected is not None else wire_scores(evaluation)
+    out = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
     out.extend({"Host": n, "Score": 0} for n in unknown)
     return out
 
@@ -554,6 +573,9 @@ def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> st
                else f"{milli / MILLI_PER_GPU:g} of the GPU's memory")
             + " on a GPU with enough share"),
         Reason.NO_REPLICA_SLOT: "no free time-slicing replica slot on the GPUs that fit",
+        Reason.QOS_ISOLATION: (
+            f"QoS isolation: a {request.qos.wire_name} pod does not share a GPU with "
+            f"{'best-effort' if request.qos == QoSClass.GUARANTEED else 'guaranteed'} pods"),
     }
     return "gpufrac: " + messages[reason]
 

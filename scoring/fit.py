@@ -1,7 +1,8 @@
 """Feasibility of one pod on candidate nodes: per GPU, per node, with a reason per node.
 
-A GPU fits when it exists, is of an allowed model, is healthy, has the share, the memory and
-a free time-slicing replica slot. A node fits when it is ready, has the pod's CPU and host
+A GPU fits when it exists, is of an allowed model, is healthy, may hold the pod's QoS class
+(isolation), has the share and the memory the class may take (``scoring.request.QosPolicy``)
+and a free time-slicing replica slot. A node fits when it is ready, has the pod's CPU and host
 memory free, and at least ``gpu_count`` GPUs fit. The first failing check names the reason.
 """
 
@@ -14,12 +15,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fragmentation import TaskTypes
-from scoring.request import MILLI_PER_GPU, PodRequest
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
 
 
 class Reason(enum.IntEnum):
-    """Why a node is infeasible; checks run in this order and the first failure wins."""
+    """Why a node is infeasible; the first failing check wins.
+
+    Checks run in value order, except ``QOS_ISOLATION``, which runs after ``GPU_UNHEALTHY``
+    (it was added later; values are stable codes).
+    """
 
     FITS = 0
     NODE_NOT_READY = 1
@@ -31,12 +36,14 @@ class Reason(enum.IntEnum):
     INSUFFICIENT_GPU_SHARE = 7
     INSUFFICIENT_GPU_MEMORY = 8
     NO_REPLICA_SLOT = 9
+    QOS_ISOLATION = 10
 
 
 _REASON_BY_STAGE = np.array([
     Reason.TOO_FEW_GPUS,            # stopped before "exists": fewer than k GPU columns
     Reason.GPU_MODEL_MISMATCH,
     Reason.GPU_UNHEALTHY,
+    Reason.QOS_ISOLATION,
     Reason.INSUFFICIENT_GPU_SHARE,
     Reason.INSUFFICIENT_GPU_MEMORY,
     Reason.NO_REPLICA_SLOT,
@@ -64,6 +71,8 @@ class FitContext:
     mem_req_mib : ndarray of shape (m, max_gpus), int64
         GPU memory the pod would take on each GPU.
     mem_free_mib, mem_total_mib : ndarray of shape (m, max_gpus), int64
+        Free memory is what allocations leave (for guaranteed pods: what the larger of the
+        allocated and the NVML-used memory leaves).
     gpu_exists : ndarray of shape (m, max_gpus), bool
     qos_pods : ndarray of shape (m, max_gpus, 3), int64
     node_used_milli, node_total_milli : ndarray of shape (m,), int64
@@ -125,7 +134,57 @@ def gpu_memory_request_mib(
     return (request.gpu_milli * mem_total_mib) // MILLI_PER_GPU
 
 
-def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> FitContext:
+DEFAULT_QOS_POLICY = QosPolicy()
+
+
+def share_fits(request: PodRequest, used: NDArray[np.int64], best_effort: NDArray[np.int64],
+               qos_pods: NDArray[np.int64], policy: QosPolicy) -> NDArray[np.bool_]:
+    """Whether each GPU has the share the pod's QoS class may take (``QosPolicy`` rules).
+
+    Parameters
+    ----------
+    request : PodRequest
+    used, best_effort : ndarray of shape (m, g), int64
+        Allocated share, and its best-effort part, milli-GPU.
+    qos_pods : ndarray of shape (m, g, 3), int64
+        Pods per QoS class on each GPU.
+    policy : QosPolicy
+
+    Returns
+    -------
+    ndarray of shape (m, g), bool
+    """
+    after = used + request.gpu_milli
+    holds_guaranteed = qos_pods[..., QoSClass.GUARANTEED] > 0
+    if request.qos == QoSClass.GUARANTEED:
+        return after <= MILLI_PER_GPU
+    if request.qos == QoSClass.BURSTABLE:
+        return (after - best_effort <= MILLI_PER_GPU) & (~holds_guaranteed | (after <= MILLI_PER_GPU))
+    return after <= np.where(holds_guaranteed, MILLI_PER_GPU, policy.best_effort_cap_milli)
+
+
+def isolation_ok(request: PodRequest, qos_pods: NDArray[np.int64],
+                 policy: QosPolicy) -> NDArray[np.bool_] | None:
+    """GPUs the pod may join under ``policy.isolate_guaranteed``; None when nothing is excluded.
+
+    Parameters
+    ----------
+    request : PodRequest
+    qos_pods : ndarray of shape (m, g, 3), int64
+    policy : QosPolicy
+
+    Returns
+    -------
+    ndarray of shape (m, g), bool, or None
+    """
+    if not policy.isolate_guaranteed or request.qos == QoSClass.BURSTABLE:
+        return None
+    other = QoSClass.BEST_EFFORT if request.qos == QoSClass.GUARANTEED else QoSClass.GUARANTEED
+    return qos_pods[..., other] == 0
+
+
+def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
+        policy: QosPolicy = DEFAULT_QOS_POLICY) -> FitContext:
     """Decide feasibility of ``request`` on the nodes ``rows``.
 
     Parameters
@@ -135,6 +194,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
     request : PodRequest
     rows : ndarray of shape (m,), int64
         Candidate node rows; may be empty.
+    policy : QosPolicy
+        What each QoS class may share.
 
     Returns
     -------
@@ -145,7 +206,11 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
     exists = state.gpu_exists[rows]
     mem_total = state.gpu_mem_total_mib[rows]
     mem_free = state.gpu_mem_free_mib[rows]
+    if request.qos == QoSClass.GUARANTEED:
+        # Guaranteed pods reserve memory: what NVML sees in use counts when it is larger.
+        mem_free = np.minimum(mem_free, mem_total - state.gpu_mem_nvml_used_mib[rows])
     free_milli = state.gpu_free_milli[rows]
+    qos_pods = state.gpu_qos_pods[rows]
     mem_req = gpu_memory_request_mib(request, mem_total)
     cpu_free = state.cpu_alloc_milli[rows] - state.cpu_used_milli[rows]
     mem_host_free = state.mem_alloc_mib[rows] - state.mem_used_mib[rows]
@@ -158,17 +223,20 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
         allowed = np.fromiter(request.allowed_models, dtype=np.int64)
         model_ok = exists & np.isin(state.gpu_model[rows], allowed)
     healthy = model_ok & state.gpu_healthy[rows]
-    share_ok = healthy & (free_milli >= request.gpu_milli)
+    isolated = isolation_ok(request, qos_pods, policy)
+    qos_ok = healthy if isolated is None else healthy & isolated
+    share_ok = qos_ok & share_fits(request, state.gpu_used_milli[rows],
+                                   state.gpu_best_effort_milli[rows], qos_pods, policy)
     mem_ok = share_ok & (mem_free >= mem_req)
     slot_ok = mem_ok & (state.gpu_slots_free[rows] > 0)
 
     m = rows.shape[0]
     if k > 0:
         # The checks are nested, so the number each GPU passes is the stage it reached
-        # (0..6). A node fits GPU-wise when its k-th best GPU reached stage 6; otherwise the
+        # (0..7). A node fits GPU-wise when its k-th best GPU reached stage 7; otherwise the
         # stage its k-th best GPU stopped at names the reason.
         stage = (exists.view(np.int8) + model_ok.view(np.int8) + healthy.view(np.int8)
-                 + share_ok.view(np.int8) + mem_ok.view(np.int8) + slot_ok.view(np.int8))
+                 + qos_ok.view(np.int8) + share_ok.view(np.int8) + mem_ok.view(np.int8) + slot_ok.view(np.int8))
         if k > stage.shape[1]:
             kth = np.zeros(m, dtype=np.int8)
         elif k == 1:
@@ -196,7 +264,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Fi
         mem_free_mib=mem_free,
         mem_total_mib=mem_total,
         gpu_exists=exists,
-        qos_pods=state.gpu_qos_pods[rows],
+        qos_pods=qos_pods,
         node_used_milli=state.node_gpu_used_milli[rows],
         node_total_milli=node_total,
         cpu_free_milli=cpu_free,

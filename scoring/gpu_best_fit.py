@@ -4,9 +4,10 @@ Notes
 -----
 Per GPU ``g`` that fits, with free share ``f_g`` (milli) and request ``r`` (milli)::
 
-    gpu_score_g = 1 - (f_g - r) / 1000
+    gpu_score_g = min(1 - (f_g - r) / 1000, 1)
 
-so a GPU left exactly full scores 1 and an empty GPU taking a 100-milli pod scores 0.1.
+so a GPU left exactly full scores 1 and an empty GPU taking a 100-milli pod scores 0.1 (a
+pod that fits only by squeezing best-effort pods, ``f_g < r``, also scores 1).
 The node score is the mean of ``gpu_score`` over the GPUs chosen on that node. A whole-GPU
 pod leaves ``f_g - r = 0`` on any free GPU, so this strategy ties on whole-GPU pods and
 the packing strategies decide them. Source: the BestFit heuristic of the bin-packing
@@ -37,8 +38,8 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     ndarray of shape (m, max_gpus), float64
         In [0, 1]; 0 where the GPU does not fit.
     """
-    left = ctx.free_milli - ctx.request.gpu_milli
-    return np.where(ctx.gpu_fits, 1.0 - left / MILLI_PER_GPU, 0.0)
+    left = ctx.free_milli - ctx.request.gpu_milli  # < 0 only for a pod squeezing best-effort ones
+    return np.where(ctx.gpu_fits, np.minimum(1.0 - left / MILLI_PER_GPU, 1.0), 0.0)
 
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scoring.fit import Reason
-from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
 
 
@@ -46,8 +46,7 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     """``scoring.fgd`` for the pod on ``cols`` of ``row`` (1/2 without a workload)."""
     if state.workload.task_types() is None:
         return 0.5
-    free = [MILLI_PER_GPU - int(state.gpu_used_milli[row, c]) if state.gpu_exists[row, c] else 0
-            for c in range(state.max_gpus)]
+    free = [_free(state, row, c) if state.gpu_exists[row, c] else 0 for c in range(state.max_gpus)]
     cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
@@ -75,18 +74,24 @@ def _random_draw(state: ClusterState, row: int, col: int, req: PodRequest) -> fl
     return (draw >> 11) / float(1 << 53)
 
 
+def _free(state: ClusterState, row: int, col: int) -> int:
+    """Free share: ``1000 - used``, 0 where best-effort pods oversubscribe the GPU."""
+    return max(MILLI_PER_GPU - int(state.gpu_used_milli[row, col]), 0)
+
+
 def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict[str, float]:
-    free = MILLI_PER_GPU - int(state.gpu_used_milli[row, col])
+    free = _free(state, row, col)
+    tight = min(1.0 - (free - req.gpu_milli) / MILLI_PER_GPU, 1.0)  # 1 when squeezing best-effort
     total_mem = int(state.gpu_mem_total_mib[row, col])
     mem_req = req.gpu_memory_mib if req.gpu_memory_mib is not None else (
         req.gpu_milli * total_mem // MILLI_PER_GPU)
-    mem_free = total_mem - int(state.gpu_mem_used_mib[row, col])
+    mem_free = _mem_free(state, row, col, req)
     g = int(state.gpu_qos_pods[row, col, QoSClass.GUARANTEED])
     b = int(state.gpu_qos_pods[row, col, QoSClass.BEST_EFFORT])
     conflict = (req.qos == QoSClass.BEST_EFFORT and g > 0) or (req.qos == QoSClass.GUARANTEED and b > 0)
     return {
-        "gpu_best_fit": 1.0 - (free - req.gpu_milli) / MILLI_PER_GPU,
-        "best_fit": 1.0 - (free - req.gpu_milli) / MILLI_PER_GPU,
+        "gpu_best_fit": tight,
+        "best_fit": tight,
         "memory_headroom": min(max((mem_free - mem_req) / total_mem, 0.0), 1.0),
         "qos_interference": 0.0 if conflict else 1.0,
         "fgd": _fgd_score(state, row, req, (col,)),
@@ -107,7 +112,7 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         u_mem = (int(state.mem_used_mib[row]) + req.memory_mib) / ma
         u_gpu = after / total
         balance = min(max(1.0 - max(abs(u_cpu - u_gpu), abs(u_mem - u_gpu)), 0.0), 1.0)
-    gpu_free = total - used
+    gpu_free = sum(_free(state, row, c) for c in range(state.max_gpus) if state.gpu_exists[row, c])
     left = ((int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row]) - req.cpu_milli) / 128_000 * 0.5
             + (gpu_free - req.gpu_count * req.gpu_milli) / 8_000 * 0.5)
     tasks = state.workload.task_types()
@@ -126,27 +131,61 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
     }
 
 
+def _share_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: QosPolicy) -> bool:
+    used = int(state.gpu_used_milli[row, col])
+    reserved = used - int(state.gpu_best_effort_milli[row, col])
+    holds_g = int(state.gpu_qos_pods[row, col, QoSClass.GUARANTEED]) > 0
+    if req.qos == QoSClass.GUARANTEED:
+        return used + req.gpu_milli <= MILLI_PER_GPU
+    if req.qos == QoSClass.BURSTABLE:
+        return reserved + req.gpu_milli <= MILLI_PER_GPU and (
+            not holds_g or used + req.gpu_milli <= MILLI_PER_GPU)
+    cap = MILLI_PER_GPU if holds_g else policy.best_effort_cap_milli
+    return used + req.gpu_milli <= cap
+
+
+def _isolation_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: QosPolicy) -> bool:
+    if not policy.isolate_guaranteed or req.qos == QoSClass.BURSTABLE:
+        return True
+    other = QoSClass.BEST_EFFORT if req.qos == QoSClass.GUARANTEED else QoSClass.GUARANTEED
+    return int(state.gpu_qos_pods[row, col, other]) == 0
+
+
+def _mem_free(state: ClusterState, row: int, col: int, req: PodRequest) -> int:
+    total = int(state.gpu_mem_total_mib[row, col])
+    used = int(state.gpu_mem_used_mib[row, col])
+    if req.qos == QoSClass.GUARANTEED:
+        used = max(used, int(state.gpu_mem_nvml_used_mib[row, col]))
+    return total - used
+
+
+def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, policy: QosPolicy) -> int:
+    """How many of the nested GPU checks (in ``fit``'s order) one GPU passes, 0..7."""
+    mem_req = (req.gpu_memory_mib if req.gpu_memory_mib is not None
+               else req.gpu_milli * int(state.gpu_mem_total_mib[row, col]) // MILLI_PER_GPU)
+    checks = (
+        lambda: bool(state.gpu_exists[row, col]),
+        lambda: req.allowed_models is None or int(state.gpu_model[row, col]) in req.allowed_models,
+        lambda: bool(state.gpu_healthy[row, col]),
+        lambda: _isolation_ok(state, row, col, req, policy),
+        lambda: _share_ok(state, row, col, req, policy),
+        lambda: _mem_free(state, row, col, req) >= mem_req,
+        lambda: int(state.gpu_pods[row, col]) < int(state.gpu_replicas[row, col]),
+    )
+    passed = 0
+    for ok in checks:  # in order: a padding column never reaches the later checks
+        if not ok():
+            break
+        passed += 1
+    return passed
+
+
 def evaluate_node(state: ClusterState, req: PodRequest, row: int,
-                  weights: Mapping[str, float]) -> ReferenceResult:
+                  weights: Mapping[str, float], policy: QosPolicy | None = None) -> ReferenceResult:
     """Reference evaluation of one pod on one node (weights: strategy -> weight > 0)."""
+    policy = policy if policy is not None else QosPolicy()
     k = req.gpu_count
-    gpu_checks = []  # per column: number of nested checks passed
-    for col in range(state.max_gpus):
-        passed = 0
-        for ok in (
-            bool(state.gpu_exists[row, col]),
-            req.allowed_models is None or int(state.gpu_model[row, col]) in req.allowed_models,
-            bool(state.gpu_healthy[row, col]),
-            MILLI_PER_GPU - int(state.gpu_used_milli[row, col]) >= req.gpu_milli,
-            (int(state.gpu_mem_total_mib[row, col]) - int(state.gpu_mem_used_mib[row, col]))
-            >= (req.gpu_memory_mib if req.gpu_memory_mib is not None else (
-                req.gpu_milli * int(state.gpu_mem_total_mib[row, col]) // MILLI_PER_GPU)),
-            int(state.gpu_pods[row, col]) < int(state.gpu_replicas[row, col]),
-        ):
-            if not ok:
-                break
-            passed += 1
-        gpu_checks.append(passed)
+    gpu_checks = [_checks_passed(state, row, col, req, policy) for col in range(state.max_gpus)]
     reason = Reason.FITS
     if k > 0 and not state.node_ready[row]:
         reason = Reason.NODE_NOT_READY
@@ -156,7 +195,7 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
         reason = Reason.INSUFFICIENT_MEMORY
     elif k > 0:
         order = (Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY,
-                 Reason.INSUFFICIENT_GPU_SHARE, Reason.INSUFFICIENT_GPU_MEMORY, Reason.NO_REPLICA_SLOT)
+                 Reason.QOS_ISOLATION, Reason.INSUFFICIENT_GPU_SHARE, Reason.INSUFFICIENT_GPU_MEMORY, Reason.NO_REPLICA_SLOT)
         for stage, code in enumerate(order, start=1):
             if sum(1 for p in gpu_checks if p >= stage) < k:
                 reason = code
@@ -169,7 +208,7 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
         node["fgd"] = _fgd_score(state, row, req, ())
         total = sum(weights[n] * node[n] for n in names if n in node)
         return ReferenceResult(True, reason, min(max(total / sum(weights[n] for n in names), 0.0), 1.0), ())
-    fitting = [c for c, p in enumerate(gpu_checks) if p == 6]
+    fitting = [c for c, p in enumerate(gpu_checks) if p == 7]
     terms = {c: _gpu_terms(state, row, c, req) for c in fitting}
     pref = dict.fromkeys(fitting, 0.0)
     for name in names:

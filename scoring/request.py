@@ -35,6 +35,46 @@ N_QOS = len(QoSClass)
 
 
 @dataclass(frozen=True, slots=True)
+class QosPolicy:
+    """What each QoS class may share, enforced by ``scoring.fit`` (admin config ``qos:``).
+
+    Share rules per GPU, with ``used`` the share allocated to every pod there, ``reserved``
+    the part held by guaranteed and burstable pods, ``req`` the pod's share (milli-GPU):
+
+    ============  ====================================================================
+    guaranteed    ``used + req <= 1000`` (never oversubscribed); with
+                  ``isolate_guaranteed``, no best-effort pod on the GPU; memory counts
+                  the larger of the allocated and the NVML-used memory
+    burstable     ``reserved + req <= 1000``; and ``used + req <= 1000`` on a GPU that
+                  holds a guaranteed pod (a guaranteed pod's GPU is never oversubscribed)
+    best-effort   ``used + req <= best_effort_cap_milli`` (``1000`` on a GPU holding a
+                  guaranteed pod); with ``isolate_guaranteed``, never on a GPU holding one
+    ============  ====================================================================
+
+    Parameters
+    ----------
+    isolate_guaranteed : bool
+        Guaranteed and best-effort pods never share a GPU.
+    best_effort_cap_milli : int
+        How much share best-effort pods may fill a GPU up to, milli-GPU in [1000, 4000]
+        (1000 x the oversubscription factor; 1000 = no oversubscription).
+
+    Raises
+    ------
+    ValueError
+        If ``best_effort_cap_milli`` is out of range.
+    """
+
+    isolate_guaranteed: bool = False
+    best_effort_cap_milli: int = MILLI_PER_GPU
+
+    def __post_init__(self) -> None:
+        if not MILLI_PER_GPU <= self.best_effort_cap_milli <= 4 * MILLI_PER_GPU:
+            raise ValueError(
+                f"best_effort_cap_milli: must be in [1000, 4000], got {self.best_effort_cap_milli}")
+
+
+@dataclass(frozen=True, slots=True)
 class PodRequest:
     """What one pod asks of one node.
 

@@ -41,6 +41,9 @@ class GpuSpec:
         Time-slicing replica slots: how many pods may share this GPU, >= 1.
     healthy : bool
         False once NVML reports a fatal XID or the GPU is lost; such a GPU is never chosen.
+    memory_used_mib : int
+        GPU memory NVML reports in use, MiB (the inventory's ``memory_used_mib``): counted
+        against the memory headroom of guaranteed pods (``scoring.request.QosPolicy``).
     """
 
     index: int
@@ -49,6 +52,7 @@ class GpuSpec:
     memory_mib: int
     replicas: int = 1
     healthy: bool = True
+    memory_used_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +139,17 @@ class ClusterState:
         Model id, -1 for padding.
     gpu_mem_total_mib, gpu_mem_used_mib : ndarray of shape (n_nodes, max_gpus), int64
     gpu_used_milli : ndarray of shape (n_nodes, max_gpus), int64
-        Allocated compute share, 0..1000.
+        Allocated compute share, milli-GPU; above 1000 only when best-effort pods
+        oversubscribe the GPU (``QosPolicy.best_effort_cap_milli``).
+    gpu_best_effort_milli : ndarray of shape (n_nodes, max_gpus), int64
+        The part of ``gpu_used_milli`` held by best-effort pods (not reserved).
+    gpu_mem_nvml_used_mib : ndarray of shape (n_nodes, max_gpus), int64
+        GPU memory NVML reports in use (``GpuSpec.memory_used_mib``), MiB.
     gpu_replicas, gpu_pods : ndarray of shape (n_nodes, max_gpus), int64
         Replica slots and pods currently sharing the GPU.
     gpu_free_milli, gpu_mem_free_mib, gpu_slots_free : ndarray of shape (n_nodes, max_gpus), int64
-        Derived, kept current by ``apply``: free share (0 on padding), free memory, free
-        replica slots. Kernels read them instead of recomputing them per request.
+        Derived, kept current by ``apply``: free share (``max(0, 1000 - used)``, 0 on
+        padding), free memory, free replica slots. Kernels read them instead of recomputing them per request.
     node_gpu_total_milli, node_gpu_used_milli : ndarray of shape (n_nodes,), int64
         Share of all the node's GPUs (1000 x GPUs) and the allocated part.
     gpu_qos_pods : ndarray of shape (n_nodes, max_gpus, 3), int64
@@ -166,6 +175,8 @@ class ClusterState:
     gpu_mem_total_mib: NDArray[np.int64]
     gpu_mem_used_mib: NDArray[np.int64]
     gpu_used_milli: NDArray[np.int64]
+    gpu_best_effort_milli: NDArray[np.int64]
+    gpu_mem_nvml_used_mib: NDArray[np.int64]
     gpu_replicas: NDArray[np.int64]
     gpu_pods: NDArray[np.int64]
     gpu_qos_pods: NDArray[np.int64]
@@ -220,6 +231,8 @@ class ClusterState:
             gpu_mem_total_mib=np.zeros(shape, dtype=I64),
             gpu_mem_used_mib=np.zeros(shape, dtype=I64),
             gpu_used_milli=np.zeros(shape, dtype=I64),
+            gpu_best_effort_milli=np.zeros(shape, dtype=I64),
+            gpu_mem_nvml_used_mib=np.zeros(shape, dtype=I64),
             gpu_replicas=np.zeros(shape, dtype=I64),
             gpu_pods=np.zeros(shape, dtype=I64),
             gpu_qos_pods=np.zeros((n, max_gpus, N_QOS), dtype=I64),
@@ -252,6 +265,7 @@ class ClusterState:
                 state.gpu_index[row, col] = g.index
                 state.gpu_model[row, col] = model_id.setdefault(g.model, len(model_id))
                 state.gpu_mem_total_mib[row, col] = g.memory_mib
+                state.gpu_mem_nvml_used_mib[row, col] = g.memory_used_mib
                 state.gpu_replicas[row, col] = g.replicas
                 state.gpu_uuid[row][col] = g.uuid
         state.models = list(model_id)
@@ -310,7 +324,9 @@ class ClusterState:
         if cols.size:
             mem = sign * np.asarray(alloc.gpu_memory_mib, dtype=I64)
             self.gpu_used_milli[row, cols] += sign * alloc.gpu_milli
-            self.gpu_free_milli[row, cols] -= sign * alloc.gpu_milli
+            self.gpu_free_milli[row, cols] = np.maximum(MILLI_PER_GPU - self.gpu_used_milli[row, cols], 0)
+            if alloc.qos == QoSClass.BEST_EFFORT:
+                self.gpu_best_effort_milli[row, cols] += sign * alloc.gpu_milli
             self.node_gpu_used_milli[row] += sign * alloc.gpu_milli * cols.size
             self.gpu_mem_used_mib[row, cols] += mem
             self.gpu_mem_free_mib[row, cols] -= mem
@@ -338,6 +354,8 @@ class ClusterState:
             gpu_mem_total_mib=self.gpu_mem_total_mib.copy(),
             gpu_mem_used_mib=self.gpu_mem_used_mib.copy(),
             gpu_used_milli=self.gpu_used_milli.copy(),
+            gpu_best_effort_milli=self.gpu_best_effort_milli.copy(),
+            gpu_mem_nvml_used_mib=self.gpu_mem_nvml_used_mib.copy(),
             gpu_replicas=self.gpu_replicas.copy(),
             gpu_pods=self.gpu_pods.copy(),
             gpu_qos_pods=self.gpu_qos_pods.copy(),

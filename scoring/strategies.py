@@ -35,7 +35,7 @@ from scoring import (
 )
 from scoring.fit import FitContext, fit
 from scoring.reduce import mean_at
-from scoring.request import PodRequest, QoSClass
+from scoring.request import PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
 
 GpuScoreFn = Callable[[FitContext], NDArray[np.float64]]
@@ -80,10 +80,13 @@ class ScoringConfig:
     qos_overrides : mapping of str to mapping of str to float
         QoS class wire name (``guaranteed``...) -> weights replacing ``weights`` entries for
         pods of that class.
+    qos : QosPolicy
+        What each QoS class may share (feasibility, not score).
     """
 
     weights: Mapping[str, float]
     qos_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    qos: QosPolicy = field(default_factory=QosPolicy)
 
 
 def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str]:
@@ -185,7 +188,9 @@ class Evaluation:
 class Scorer:
     """Weighted combination of registered strategies (build with ``build_scorer``)."""
 
-    def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]]) -> None:
+    def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]],
+                 policy: QosPolicy | None = None) -> None:
+        self.policy = policy if policy is not None else QosPolicy()
         self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
             qos: tuple((STRATEGIES[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
             for qos, ws in weights_by_qos.items()
@@ -211,7 +216,7 @@ class Scorer:
         -------
         Evaluation
         """
-        ctx = fit(state, request, rows)
+        ctx = fit(state, request, rows, self.policy)
         plan = self._plans[request.qos]
         m, k = ctx.rows.shape[0], request.gpu_count
         if k == 0:
@@ -278,4 +283,4 @@ def build_scorer(config: ScoringConfig) -> Scorer:
         qos: {**config.weights, **config.qos_overrides.get(qos.wire_name, {})}
         for qos in QoSClass
     }
-    return Scorer(by_qos)
+    return Scorer(by_qos, config.qos)

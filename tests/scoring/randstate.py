@@ -17,8 +17,11 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
     for i in range(n_nodes):
         model = MODELS[int(rng.integers(len(MODELS)))]
         n_gpus = int(rng.choice([0, 1, 2, 4, 8]))
+        # NVML sees some memory in use on a third of the GPUs (counted for guaranteed pods)
         gpus = tuple(GpuSpec(g, f"GPU-{i}-{g}", model, MEM[model], int(rng.integers(1, 6)),
-                             bool(rng.random() > 0.1)) for g in range(n_gpus))
+                             bool(rng.random() > 0.1),
+                             int(rng.integers(0, MEM[model])) if rng.random() < 0.3 else 0)
+                     for g in range(n_gpus))
         nodes.append(NodeSpec(f"n{i:02d}", int(rng.integers(8, 97)) * 1000,
                               int(rng.integers(32, 513)) * 1024, gpus, bool(rng.random() > 0.05)))
     st = ClusterState.from_nodes(nodes)
@@ -36,13 +39,19 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
             cols, milli = tuple(sorted(int(c) for c in rng.choice(empty, size=2, replace=False))), 1000
         elif n_gpus and rng.random() < 0.8:
             col = int(rng.integers(n_gpus))
-            free = 1000 - int(st.gpu_used_milli[row, col])
+            qos = QoSClass(int(rng.integers(3)))
+            # best-effort pods may oversubscribe a GPU up to 1.5x (QosPolicy.best_effort_cap_milli)
+            cap = 1500 if qos == QoSClass.BEST_EFFORT else 1000
+            free = cap - int(st.gpu_used_milli[row, col])
             if free <= 0 or st.gpu_pods[row, col] >= st.gpu_replicas[row, col]:
                 continue
             milli = int(rng.integers(1, free + 1))
             cols = (col,)
-        mem_gpu = tuple(int(milli * st.gpu_mem_total_mib[row, c] // 1000) for c in cols)
-        qos = QoSClass(int(rng.integers(3)))
+        # memory is never oversubscribed: at most what is free
+        mem_gpu = tuple(int(min(milli * st.gpu_mem_total_mib[row, c] // 1000, st.gpu_mem_free_mib[row, c]))
+                        for c in cols)
+        if len(cols) != 1:
+            qos = QoSClass(int(rng.integers(3)))
         # a third of the pods accept only some models (gpu_spec), as in openb
         mask = model_mask(frozenset(int(x) for x in rng.choice(len(st.models), size=int(rng.integers(
             1, len(st.models) + 1)), replace=False))) if st.models and rng.random() < 0.35 else ANY_MODEL_MASK

@@ -7,6 +7,7 @@ import pytest
 
 from scoring.presets import PRESETS
 from scoring.reference import evaluate_node
+from scoring.request import QosPolicy
 from scoring.strategies import STRATEGIES, ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 
@@ -17,9 +18,14 @@ WEIGHT_SETS = [
 ]
 
 
+POLICIES = [QosPolicy(), QosPolicy(isolate_guaranteed=True, best_effort_cap_milli=1500)]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["qos-default", "qos-isolated-oversubscribed"])
 @pytest.mark.parametrize("weights", WEIGHT_SETS, ids=lambda w: "+".join(sorted(w)))
-def test_kernel_matches_reference(weights: dict[str, float], rng: np.random.Generator) -> None:
-    scorer = build_scorer(ScoringConfig(weights))
+def test_kernel_matches_reference(weights: dict[str, float], policy: QosPolicy,
+                                  rng: np.random.Generator) -> None:
+    scorer = build_scorer(ScoringConfig(weights, qos=policy))
     checked = 0
     for _ in range(40):
         st = random_state(rng)
@@ -28,7 +34,7 @@ def test_kernel_matches_reference(weights: dict[str, float], rng: np.random.Gene
             rows = rng.permutation(st.n_nodes)
             ev = scorer.evaluate(st, req, rows)
             for pos, row in enumerate(rows.tolist()):
-                ref = evaluate_node(st, req, row, weights)
+                ref = evaluate_node(st, req, row, weights, policy)
                 assert bool(ev.context.node_fits[pos]) == ref.fits
                 assert int(ev.context.reason[pos]) == ref.reason
                 if ref.fits:
