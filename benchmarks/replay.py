@@ -121,13 +121,13 @@ class InProcessClient:
         ce = self.cache.evaluate(intent, names)
         nodes = args.get("Nodes")
         return translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown,
-                                      nodes["items"] if nodes else None)
+                                      nodes["items"] if nodes else None, ce.rejected)
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList`` (``translate.prioritize_reply``, as the route)."""
         intent, names = self._args(args)
         ce = self.cache.evaluate(intent, names)
-        return translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown)
+        return translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected)
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """Record the allocation; the ``Error`` string (empty on success)."""

@@ -10,13 +10,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from kubernetes.client import CoreV1Api
 
+from extender.bodylimit import BodyLimitMiddleware
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
 from extender.kube import ClusterSync, KubeBinder, SyncOptions
 from extender.metrics import Metrics
-from extender.routes import bind, filter, health, prioritize, standalone
+from extender.reload import ConfigWatcher
+from extender.routes import bind, filter, health, preempt, prioritize, standalone
 from extender.routes.jsonresp import json_response
-from extender.settings import Settings, scoring_from_settings
+from extender.settings import AdminPolicy, Settings, policy_from_settings
 from scoring.strategies import build_scorer
 
 log = logging.getLogger(__name__)
@@ -50,9 +52,15 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     ValueError
         Invalid scoring config or cluster file: start-up fails once, with field paths.
     """
-    scorer = build_scorer(scoring_from_settings(settings))
+    policy = policy_from_settings(settings)
+    scorer = build_scorer(policy.scoring)
     own_cache = cache is None
     cache = cache if cache is not None else GpuCache(scorer)
+    if own_cache or settings.config_file is not None:
+        cache.set_policy(scorer, policy.tenants)
+
+    def apply_policy(new: AdminPolicy) -> None:
+        cache.set_policy(build_scorer(new.scoring), new.tenants)
 
     sync: ClusterSync | None = None
     if settings.mode == "cluster":
@@ -66,8 +74,14 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     else:
         binder = cache.bind
 
+    metrics = Metrics(cache.summary)
+    watcher = (None if settings.config_file is None else
+               ConfigWatcher(settings.config_file, apply_policy, metrics, settings.config_poll_s))
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if watcher is not None:
+            watcher.start()
         if sync is not None:
             sync.start()
             app.state.ready = lambda: sync.synced
@@ -78,13 +92,17 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             app.state.ready = lambda: True
         yield
         app.state.ready = lambda: False
+        if watcher is not None:
+            watcher.stop()
         if sync is not None:
             sync.stop()
 
     app = FastAPI(title="gpufrac extender", lifespan=lifespan)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_body_bytes)
     app.state.settings = settings
     app.state.cache = cache
-    app.state.metrics = Metrics(cache.summary)
+    app.state.metrics = metrics
+    app.state.config_watcher = watcher
     app.state.ready = lambda: False
     app.state.binder = binder
 
@@ -92,7 +110,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         return json_response({"Error": _validation_message(exc)}, status_code=400)
 
-    for module in (filter, prioritize, bind, health):
+    for module in (filter, prioritize, bind, preempt, health):
         app.include_router(module.router)
     if settings.mode == "standalone":
         app.include_router(standalone.router)

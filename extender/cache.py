@@ -9,19 +9,21 @@ request never sees a half-applied change.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
 from extender import translate
+from extender.tenants import NO_TENANTS, TenantPolicy, Usage
 from extender.translate import PodIntent
 from scoring.fit import Reason, gpu_memory_request_mib
-from scoring.request import model_mask
+from scoring.request import PodRequest, model_mask
 from scoring.state import Allocation, ClusterState, NodeSpec
 from scoring.strategies import Evaluation, Scorer
 
@@ -58,6 +60,8 @@ class CandidateEvaluation:
     """Known candidate names, aligned with ``evaluation`` rows."""
     unknown: list[str]
     evaluation: Evaluation
+    rejected: str | None = None
+    """Why the pod's tenant may not place it (QoS ceiling, quota); None when admitted."""
 
 
 @dataclass(slots=True)
@@ -102,6 +106,9 @@ class GpuCache:
     def __init__(self, scorer: Scorer) -> None:
         self._lock = threading.RLock()
         self._scorer = scorer
+        self._tenants: TenantPolicy = NO_TENANTS
+        # GPU share (milli) and memory (MiB) held per namespace, for tenant quotas.
+        self._ns_usage: dict[str, list[int]] = {}
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
         self._pods: dict[str, PodRecord] = {}
@@ -120,6 +127,41 @@ class GpuCache:
         with self._lock:
             self._scorer = scorer
             self._generation += 1
+
+    def set_policy(self, scorer: Scorer, tenants: TenantPolicy) -> None:
+        """Swap the scorer and the tenant rules together (config reload), atomically."""
+        with self._lock:
+            self._scorer = scorer
+            self._tenants = tenants
+            self._generation += 1
+
+    def usage(self, namespaces: Iterable[str] | None = None) -> Usage:
+        """GPU share and memory held by the pods of ``namespaces`` (None: every namespace)."""
+        with self._lock:
+            keys = self._ns_usage if namespaces is None else namespaces
+            rows = [self._ns_usage.get(ns, [0, 0]) for ns in keys]
+            return Usage(sum(r[0] for r in rows), sum(r[1] for r in rows))
+
+    def _tenant_usage(self, namespace: str) -> Usage:
+        tenant = self._tenants.tenant(namespace)
+        if tenant is None:
+            return Usage()
+        listed = self._tenants.namespaces(tenant)
+        if listed is None:  # the default tenant: every namespace no tenant lists
+            listed = [ns for ns in self._ns_usage if self._tenants.tenant(ns) is tenant]
+        return self.usage(listed)
+
+    def _admission(self, intent: PodIntent, gpu_memory_mib: int) -> str | None:
+        return self._tenants.admit(intent.namespace, intent.qos, intent.gpu_count * intent.gpu_milli,
+                                   gpu_memory_mib, self._tenant_usage(intent.namespace))
+
+    def _hold(self, intent: PodIntent, alloc: Allocation, sign: int = 1) -> None:
+        """The one writer of allocations: the state arrays and the per-namespace usage."""
+        self._state.apply(alloc, sign)
+        if alloc.gpu_cols:
+            use = self._ns_usage.setdefault(intent.namespace, [0, 0])
+            use[0] += sign * alloc.gpu_milli * len(alloc.gpu_cols)
+            use[1] += sign * sum(alloc.gpu_memory_mib)
 
     # -- node events ---------------------------------------------------------------------
 
@@ -158,6 +200,7 @@ class GpuCache:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
         self._candidates = None
         self._state = state
+        self._ns_usage = {}
         for uid, rec in list(self._pods.items()):
             alloc = rec.allocation
             if alloc is None:
@@ -178,7 +221,7 @@ class GpuCache:
             # Model ids are positions in this state's model list: re-resolve the mask too.
             alloc = replace(alloc, model_mask=_model_mask(rec.intent, state))
             self._pods[uid] = replace(rec, allocation=alloc)
-            state.apply(alloc)
+            self._hold(rec.intent, alloc)
         for rec in self._pods.values():
             if _is_pending(rec):
                 state.workload.add(_task_key(rec.intent, state), 1)
@@ -322,12 +365,12 @@ class GpuCache:
                     mem = tuple(int(x) for x in per_gpu[0])
         alloc = Allocation(node, cols, milli, mem, intent.qos, intent.cpu_milli, intent.memory_mib,
                            _model_mask(intent, state))
-        state.apply(alloc)
+        self._hold(intent, alloc)
         return PodRecord(intent, alloc, uuids)
 
     def _release(self, rec: PodRecord) -> None:
         if rec.allocation is not None:
-            self._state.apply(rec.allocation, sign=-1)
+            self._hold(rec.intent, rec.allocation, sign=-1)
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -342,7 +385,8 @@ class GpuCache:
             if memo is not None and memo[0] == self._generation and memo[1] == intent:
                 positions = memo[2].positions(names)
                 if positions is not None:
-                    return CandidateEvaluation(list(names), [], memo[3].evaluation.take(positions))
+                    return CandidateEvaluation(list(names), [], memo[3].evaluation.take(positions),
+                                               memo[3].rejected)
             state = self._state
             cand = self._candidates
             if cand is None or cand.names != names:
@@ -351,7 +395,10 @@ class GpuCache:
                 cand = self._candidates = _Candidates(list(names), rows, unknown, known)
             request = translate.pod_request(intent, state)
             ev = self._scorer.evaluate(state, request, cand.rows)
-            result = CandidateEvaluation(cand.known, cand.unknown, ev)
+            # The memory a proportional request takes depends on the GPU: the quota check
+            # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
+            rejected = self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
+            result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected)
             self._memo = (self._generation, intent, cand, result)
             return result
 
@@ -411,15 +458,116 @@ class GpuCache:
                 raise BindError(f"{msg} (at bind, on {node})")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)
+            rejected = self._admission(rec.intent, sum(mem))
+            if rejected is not None:
+                raise BindError(f"{rejected} (at bind)")
             alloc = Allocation(node, cols, request.gpu_milli if cols else 0, mem, request.qos,
                                request.cpu_milli, request.memory_mib, model_mask(request.allowed_models))
             uuids = tuple(state.gpu_uuid[row][c] for c in cols)
-            state.apply(alloc)
+            self._hold(rec.intent, alloc)
             self._generation += 1
             until = None if hold_s is None else time.monotonic() + hold_s
             bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids, until)
             self._store(uid, bound)
             return bound
+
+    def preempt(self, intent: PodIntent, nodes: Iterable[str]) -> dict[str, list[str]]:
+        """Victims that would make a pod fit, per candidate node (the ``preempt`` verb).
+
+        On each node, the victims are taken among the pods there with a lower priority than
+        the preemptor (kube-scheduler's rule) and a lower QoS class (gpufrac's: never a pod
+        of an equal or higher class). The smallest set that makes the pod fit is chosen;
+        among sets of that size, the one with the lowest classes (then lowest priorities,
+        then largest shares) first. A node where the pod fits already, or where no set
+        works, is left out: kube-scheduler rejects an empty victim list.
+
+        The what-if is computed on the live arrays under the cache lock (victims released,
+        the pod evaluated on the node, victims restored), so nothing is copied and nothing
+        is left changed.
+
+        Parameters
+        ----------
+        intent : PodIntent
+            The preemptor.
+        nodes : iterable of str
+            Candidate node names (``NodeNameToMetaVictims`` keys).
+
+        Returns
+        -------
+        dict of str to list of str
+            Node name -> victim pod UIDs, only for nodes where preemption works.
+        """
+        with self._lock:
+            state = self._state
+            request = translate.pod_request(intent, state)
+            if self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)) is not None:
+                return {}
+            by_node: dict[str, list[tuple[str, PodRecord]]] = {}
+            for uid, rec in self._pods.items():
+                if rec.allocation is not None:
+                    by_node.setdefault(rec.allocation.node, []).append((uid, rec))
+            out: dict[str, list[str]] = {}
+            for node in nodes:
+                row = state.node_index.get(node)
+                if row is None:
+                    continue
+                rows = np.array([row], dtype=np.int64)
+                if self._scorer.evaluate(state, request, rows).context.node_fits[0]:
+                    continue
+                eligible = sorted(
+                    ((uid, rec) for uid, rec in by_node.get(node, ())
+                     if rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
+                    key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
+                                    -ur[1].allocation.gpu_milli * len(ur[1].allocation.gpu_cols)))  # type: ignore[union-attr]
+                victims = self._fewest_victims(request, rows, eligible)
+                if victims:
+                    out[node] = victims
+            return out
+
+    _MAX_VICTIM_TRIES = 512
+    """Victim sets tried exactly per node before falling back to a greedy set."""
+
+    def _fewest_victims(self, request: PodRequest, rows: np.ndarray,
+                        eligible: list[tuple[str, PodRecord]]) -> list[str]:
+        """The first (in ``eligible`` order) smallest victim set that makes the pod fit."""
+
+        def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
+            done: list[PodRecord] = []
+            try:
+                for _, rec in victims:
+                    self._release(rec)
+                    done.append(rec)
+                return bool(self._scorer.evaluate(self._state, request, rows).context.node_fits[0])
+            finally:
+                for rec in done:
+                    self._hold(rec.intent, rec.allocation)  # type: ignore[arg-type]
+
+        if not eligible or not fits_without(eligible):
+            return []
+        tries = 0
+        for size in range(1, len(eligible)):
+            for combo in itertools.combinations(eligible, size):
+                tries += 1
+                if tries > self._MAX_VICTIM_TRIES:
+                    return self._greedy_victims(eligible, fits_without)
+                if fits_without(combo):
+                    return [uid for uid, _ in combo]
+        return [uid for uid, _ in eligible]
+
+    @staticmethod
+    def _greedy_victims(eligible: list[tuple[str, PodRecord]],
+                        fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool]) -> list[str]:
+        """Shortest prefix of ``eligible`` that works, then drop any member not needed."""
+        chosen = list(eligible)
+        for n in range(1, len(eligible) + 1):
+            if fits_without(eligible[:n]):
+                chosen = eligible[:n]
+                break
+        for member in reversed(list(chosen)):
+            rest = [v for v in chosen if v is not member]
+            if rest and fits_without(rest):
+                chosen = rest
+        return [uid for uid, _ in chosen]
 
     def forget(self, uid: str) -> bool:
         """Give back an assumed allocation (a bind that failed); the pod is pending again.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,9 @@ def _serve(args: argparse.Namespace) -> int:
         "config_file": args.config, "preset": args.preset, "kubeconfig": args.kubeconfig,
         "replicas_per_gpu": args.replicas_per_gpu, "log_level": args.log_level,
         "inventory_stale_after_s": args.inventory_stale_after_s,
-        "assume_ttl_s": args.assume_ttl_s}.items() if v is not None}
+        "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
+        "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
+        "tls_client_ca_file": args.tls_client_ca_file}.items() if v is not None}
     try:
         settings = Settings(**overrides)
         app = create_app(settings, kube_api=_kube_api(settings.kubeconfig) if settings.mode == "cluster" else None)
@@ -29,8 +32,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"gpufrac: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper())
+    tls: dict[str, object] = {}
+    if settings.tls_cert_file is not None:
+        tls = {"ssl_certfile": str(settings.tls_cert_file), "ssl_keyfile": str(settings.tls_key_file)}
+        if settings.tls_client_ca_file is not None:
+            tls |= {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False)
+                access_log=False, timeout_keep_alive=settings.timeout_keep_alive_s, **tls)
     return 0
 
 
@@ -155,19 +163,28 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _config_validate(args: argparse.Namespace) -> int:
     """Validate an admin config file as ``serve`` would; print the effective weights."""
-    from extender.settings import ConfigError, build_scorer, load_admin_config
+    from extender.settings import ConfigError, build_scorer, load_policy
 
     try:
-        config = load_admin_config(args.file)
-        build_scorer(config)
+        policy = load_policy(args.file)
+        build_scorer(policy.scoring)
     except (ConfigError, ValueError) as exc:
         print(f"gpufrac: {args.file}: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    config = policy.scoring
     weights = {k: v for k, v in config.weights.items() if v}
     print(f"{args.file}: valid")
     print("weights: " + ", ".join(f"{k}={v:g}" for k, v in sorted(weights.items())))
     for qos, over in sorted(config.qos_overrides.items()):
         print(f"{qos}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(over.items())))
+    print(f"qos: isolate_guaranteed={config.qos.isolate_guaranteed}, "
+          f"best_effort_cap_milli={config.qos.best_effort_cap_milli}")
+    tenants = policy.tenants
+    for tenant in dict.fromkeys([*tenants.by_namespace.values(), *filter(None, [tenants.default])]):
+        where = tenants.namespaces(tenant)
+        print(f"tenant {tenant.name}: namespaces={'(default)' if where is None else ','.join(where)} "
+              f"qos_ceiling={tenant.qos_ceiling.wire_name} quota_gpu_milli={tenant.quota_gpu_milli} "
+              f"quota_gpu_memory_mib={tenant.quota_gpu_memory_mib}")
     return 0
 
 
@@ -188,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, help="admin config file (scoring weights)")
     serve.add_argument("--preset", help="weight preset when no config file is given")
     serve.add_argument("--replicas-per-gpu", type=int)
+    serve.add_argument("--config-poll-s", type=float, help="seconds between two reads of --config")
+    serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--tls-key-file", type=Path)
+    serve.add_argument("--tls-client-ca-file", type=Path,
+                       help="require client certificates signed by this CA (only kube-scheduler)")
     serve.set_defaults(func=_serve)
 
     from benchmarks.replay import add_arguments

@@ -30,6 +30,15 @@ class Metrics:
             registry=self.registry)
         self.binds = Counter(
             "gpufrac_bind_total", "Bind calls, by result.", ["result"], registry=self.registry)
+        self.config_reloads = Counter(
+            "gpufrac_config_reloads_total",
+            "Admin config file changes seen, by result (applied, or rejected: the previous "
+            "config stays in force).", ["result"], registry=self.registry)
+        self.config_valid = Gauge(
+            "gpufrac_config_valid",
+            "1 when the admin config file last read was valid and is in force, 0 when the "
+            "last change was rejected.", registry=self.registry)
+        self.config_valid.set(1)
         for key in ("nodes", "gpus", "gpu_allocated_milli", "pods_bound"):
             g = Gauge(f"gpufrac_cache_{key}", f"Cache total: {key}.", registry=self.registry)
             g.set_function(lambda key=key: summary()[key])

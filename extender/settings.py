@@ -6,14 +6,17 @@ Settings are built once in the composition root (``extender.cli``) and injected 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.presets import PRESETS
+from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.strategies import ScoringConfig, build_scorer, validate_config
 
 
@@ -33,7 +36,9 @@ class Settings(BaseSettings):
     replicas_per_gpu: int = Field(20, ge=1, le=1000)
     """Replica slots per GPU for cluster files that do not say (openb CSV)."""
     config_file: Path | None = None
-    """Admin config (scoring weights); the shipped default when absent."""
+    """Admin config (scoring weights, QoS rules, tenants); the shipped default when absent.
+    Re-read every ``config_poll_s``: a valid change applies without a restart."""
+    config_poll_s: float = Field(2.0, gt=0)
     preset: str = "default"
     """Weight preset used when no config file is given (``scoring.presets.PRESETS``)."""
     log_level: str = "warning"
@@ -49,6 +54,26 @@ class Settings(BaseSettings):
     """Cluster mode: the kube-scheduler profile calling this extender (its pods are requeued)."""
     requeue_max_pods: int = Field(100, ge=0)
     """Cluster mode: pending GPU pods requeued when GPU share is freed (0: off)."""
+    tls_cert_file: Path | None = None
+    """Serve HTTPS with this certificate (PEM); kube-scheduler's ``enableHTTPS`` and
+    ``tlsConfig.caFile``/``insecure`` must match."""
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    """Require a client certificate signed by this CA (PEM): only kube-scheduler, holding one
+    (``tlsConfig.certFile``/``keyFile``), may call the extender."""
+    max_request_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Larger request bodies get 413 (a 5,000-node ``ExtenderArgs`` with full Node objects is
+    about 30 MB; with ``nodeCacheCapable`` names only, 85 KB)."""
+    timeout_keep_alive_s: int = Field(30, ge=1)
+    """Idle keep-alive connections are closed after this long (kube-scheduler reconnects)."""
+
+    @model_validator(mode="after")
+    def _tls_pairs(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file: give both or neither")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file: client certificates need tls_cert_file and tls_key_file")
+        return self
 
 
 class ScoringFile(BaseModel):
@@ -61,12 +86,56 @@ class ScoringFile(BaseModel):
     qos_overrides: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
+class QosFile(BaseModel):
+    """``qos:`` section: what each QoS class may share (``scoring.request.QosPolicy``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    isolate_guaranteed: bool = False
+    """Guaranteed and best-effort pods never share a GPU."""
+    best_effort_oversubscription: float = Field(1.0, ge=1.0, le=4.0)
+    """Best-effort pods may fill a GPU's share up to this factor (1.0: not oversubscribed)."""
+
+
+class QuotaFile(BaseModel):
+    """A tenant's GPU quota; an absent field is not limited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_milli: int | None = Field(None, ge=0)
+    """Sum of GPU shares of the tenant's bound pods, milli-GPU (4000 = four GPUs)."""
+    gpu_memory_mib: int | None = Field(None, ge=0)
+    """Sum of the GPU memory they hold, MiB."""
+
+
+class TenantFile(BaseModel):
+    """One entry of ``tenants:``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespaces: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(default_factory=list)
+    qos_ceiling: Literal["guaranteed", "burstable", "best-effort"] = "guaranteed"
+    quota: QuotaFile = Field(default_factory=QuotaFile)
+
+
 class AdminConfig(BaseModel):
     """The admin config file (YAML)."""
 
     model_config = ConfigDict(extra="forbid")
 
     scoring: ScoringFile = Field(default_factory=ScoringFile)
+    qos: QosFile = Field(default_factory=QosFile)
+    tenants: dict[str, TenantFile] = Field(default_factory=dict)
+    default_tenant: str | None = None
+    """Tenant of the namespaces no tenant lists; absent: those namespaces are not restricted."""
+
+
+@dataclass(frozen=True)
+class AdminPolicy:
+    """Everything the admin config decides, validated: scoring (weights, QoS rules) and tenants."""
+
+    scoring: ScoringConfig
+    tenants: TenantPolicy = NO_TENANTS
 
 
 class ConfigError(ValueError):
@@ -95,34 +164,93 @@ def scoring_config(preset: str, overrides: dict[str, Any] | None = None) -> Scor
     return cfg
 
 
-def load_admin_config(path: Path) -> ScoringConfig:
-    """Read and validate the admin config file.
+def _tenant_policy(parsed: AdminConfig) -> TenantPolicy:
+    errors: list[str] = []
+    qos = {q.wire_name: q for q in QoSClass}
+    tenants = {
+        name: Tenant(name, qos[t.qos_ceiling], t.quota.gpu_milli, t.quota.gpu_memory_mib)
+        for name, t in parsed.tenants.items()
+    }
+    by_ns: dict[str, Tenant] = {}
+    for name, t in parsed.tenants.items():
+        for i, ns in enumerate(t.namespaces):
+            if ns in by_ns:
+                errors.append(f"tenants.{name}.namespaces.{i}: namespace {ns!r} already belongs "
+                              f"to tenant {by_ns[ns].name!r}")
+            by_ns[ns] = tenants[name]
+    default = None
+    if parsed.default_tenant is not None:
+        default = tenants.get(parsed.default_tenant)
+        if default is None:
+            errors.append(f"default_tenant: unknown tenant {parsed.default_tenant!r}; known: "
+                          f"{', '.join(sorted(tenants)) or '(none)'}")
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return TenantPolicy(by_ns, default)
+
+
+def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:
+    """Validate the text of an admin config file.
+
+    Parameters
+    ----------
+    text : str
+        YAML.
+    source : str
+        Name for YAML syntax errors (the file path).
+
+    Returns
+    -------
+    AdminPolicy
 
     Raises
     ------
     ConfigError
-        On unreadable YAML or any invalid field, with field paths.
+        On invalid YAML or any invalid field, one ``field.path: message`` per line.
     """
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     try:
         parsed = AdminConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError("\n".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
         )) from None
     sc = parsed.scoring
-    return scoring_config(sc.preset, {"weights": sc.weights, "qos_overrides": sc.qos_overrides})
+    scoring = scoring_config(sc.preset, {"weights": sc.weights, "qos_overrides": sc.qos_overrides})
+    policy = QosPolicy(parsed.qos.isolate_guaranteed,
+                       round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
+    return AdminPolicy(replace(scoring, qos=policy), _tenant_policy(parsed))
 
 
-def scoring_from_settings(settings: Settings) -> ScoringConfig:
-    """The scoring config a process starts with: the config file, else the preset."""
+def load_policy(path: Path) -> AdminPolicy:
+    """Read and validate the admin config file (``parse_admin_config``).
+
+    Raises
+    ------
+    ConfigError
+        On an unreadable file, invalid YAML or any invalid field, with field paths.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return parse_admin_config(text, str(path))
+
+
+def load_admin_config(path: Path) -> ScoringConfig:
+    """The scoring part of the admin config file (``load_policy``); raises ``ConfigError``."""
+    return load_policy(path).scoring
+
+
+def policy_from_settings(settings: Settings) -> AdminPolicy:
+    """The policy a process starts with: the config file, else the preset and no tenants."""
     if settings.config_file is not None:
-        return load_admin_config(settings.config_file)
-    return scoring_config(settings.preset)
+        return load_policy(settings.config_file)
+    return AdminPolicy(scoring_config(settings.preset))
 
 
-__all__ = ["Settings", "ConfigError", "load_admin_config", "scoring_config",
-           "scoring_from_settings", "build_scorer"]
+__all__ = ["Settings", "ConfigError", "AdminPolicy", "load_admin_config", "load_policy",
+           "parse_admin_config", "policy_from_settings", "scoring_config", "build_scorer"]

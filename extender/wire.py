@@ -62,6 +62,40 @@ class ExtenderBindingResult(_Wire):
     Error: str = ""
 
 
+class MetaPod(_Wire):
+    """``extender/v1.MetaPod``: a pod by UID (nodeCacheCapable preemption)."""
+
+    UID: str = Field(min_length=1)
+
+
+class MetaVictims(_Wire):
+    """``extender/v1.MetaVictims``: victims on one node, by UID."""
+
+    Pods: list[MetaPod] = Field(default_factory=list)
+    NumPDBViolations: int = 0
+
+
+class Victims(_Wire):
+    """``extender/v1.Victims``: victims on one node as full Pod objects (nodeCacheCapable false)."""
+
+    Pods: list[dict[str, Any]] = Field(default_factory=list)
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(_Wire):
+    """Body of ``preempt``: the preemptor and, per candidate node, kube-scheduler's victims."""
+
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, Victims] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+class ExtenderPreemptionResult(_Wire):
+    """Reply to ``preempt``: the nodes where preemption works, with gpufrac's victims."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims] = Field(default_factory=dict)
+
+
 class PodEvent(_Wire):
     """A pod watch event (``{"type", "object"}``), the standalone cache-update input."""
 

@@ -36,4 +36,5 @@ async def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: Ca
                 metrics.filter_nodes.labels(label).inc(count)
         if ce.unknown:
             metrics.filter_nodes.labels("node_unknown").inc(len(ce.unknown))
-        return json_response(translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown, node_items))
+        return json_response(translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown, node_items,
+                                                   ce.rejected))

@@ -27,4 +27,4 @@ async def prioritize_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache
             # kube-scheduler ignores prioritize errors; say why anyway.
             return json_response({"Error": str(exc)}, status_code=400)
         ce = cache.evaluate(intent, names)
-        return json_response(translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown))
+        return json_response(translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected))

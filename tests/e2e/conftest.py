@@ -39,10 +39,11 @@ class Cluster:
         """gpufrac's base URL."""
         return f"http://{LOOPBACK}:{self.gpufrac_port}"
 
-    def start_gpufrac(self) -> Proc:
-        """(Re)start gpufrac on the same port and wait until it has synced."""
+    def start_gpufrac(self, extra: list[str] | None = None) -> Proc:
+        """(Re)start gpufrac on the same port (``extra``: more ``serve`` flags) and wait until it
+        has synced."""
         self.gpufrac = self.cp.start_gpufrac(
-            self.gpufrac_port, extra=["--inventory-stale-after-s", str(STALE_AFTER_S)])
+            self.gpufrac_port, extra=["--inventory-stale-after-s", str(STALE_AFTER_S), *(extra or [])])
         return self.gpufrac
 
     def allocations(self) -> list[dict[str, Any]]:

@@ -93,3 +93,17 @@ def test_assigned_gpus_and_node() -> None:
     pod = pod_json(node="n1", phase="Running", annotations={"gpufrac.io/assigned-gpus": "GPU-a,GPU-b"})
     it = translate.pod_intent(pod)
     assert it.node_name == "n1" and it.assigned_gpus == ("GPU-a", "GPU-b") and not it.finished
+
+
+@pytest.mark.parametrize("annotation", ["gpufrac.io/fraction", "gpufrac.io/gpu-model", "gpufrac.io/qos",
+                                        "gpufrac.io/memory"])
+def test_annotation_content_never_reaches_messages_or_logs_unescaped(annotation: str) -> None:
+    # a value forging a log line and an ANSI escape: messages (and the logs that carry them)
+    # get it JSON-quoted and truncated
+    evil = "|\n2026-11-22 ERROR forged line \x1b[31m" + "x" * 200
+    pod = pod_json("p", annotations={annotation: evil})
+    with pytest.raises(PodSpecError) as exc:
+        translate.pod_intent(pod)
+    text = str(exc.value)
+    assert "\n" not in text and "\x1b" not in text and "x" * 100 not in text
+    assert "\\n2026-11-22 ERROR forged line" in text
