@@ -84,6 +84,11 @@ class _Candidates:
 
 
 
+def _without_usage(node: NodeSpec) -> NodeSpec:
+    """The node with NVML's used memory zeroed (what a heartbeat may change without a rebuild)."""
+    return replace(node, gpus=tuple(replace(g, memory_used_mib=0) for g in node.gpus))
+
+
 def _is_pending(rec: PodRecord) -> bool:
     """A GPU pod waiting for a node (what ``pending_gpu_pods`` lists)."""
     i = rec.intent
@@ -179,14 +184,25 @@ class GpuCache:
         """Add or replace several nodes; the arrays are rebuilt once, and only on a change.
 
         A node whose spec is unchanged (an inventory heartbeat with nothing new) costs a
-        comparison, so the node watch and the staleness check may call this freely.
+        comparison, and one whose GPUs changed only in NVML's used memory is patched in
+        place, so the node watch and the staleness check may call this freely.
         """
         with self._lock:
             changed = False
             for node in nodes:
-                if self._nodes.get(node.name) != node:
-                    self._nodes[node.name] = node
-                    changed = True
+                old = self._nodes.get(node.name)
+                if old == node:
+                    continue
+                self._nodes[node.name] = node
+                if old is not None and not changed and _without_usage(old) == _without_usage(node):
+                    # Only NVML's used memory moved (every agent heartbeat on a busy GPU):
+                    # patch that column in place instead of rebuilding every array.
+                    row = self._state.node_index[node.name]
+                    for col, gpu in enumerate(sorted(node.gpus, key=lambda g: g.index)):
+                        self._state.gpu_mem_nvml_used_mib[row, col] = gpu.memory_used_mib
+                    self._generation += 1
+                    continue
+                changed = True
             if changed:
                 self._rebuild()
 

@@ -319,3 +319,28 @@ def test_tls_settings_come_in_pairs(tmp_path: Path) -> None:
         Settings(tls_cert_file=tmp_path / "c.pem")
     with pytest.raises(ValidationError, match="client certificates need"):
         Settings(tls_client_ca_file=tmp_path / "ca.pem")
+
+
+def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from extender.translate import pod_intent
+    from scoring.strategies import ScoringConfig, build_scorer
+
+    node = gpu_node("a", 1)
+    cache = GpuCache(build_scorer(ScoringConfig({"gpu_best_fit": 1.0})))
+    cache.set_nodes([node])
+    g = pod_intent(pod("g", "default", "0.5", "guaranteed"))
+    assert cache.evaluate(g, ["a"]).evaluation.context.node_fits[0]
+
+    def no_rebuild() -> None:
+        raise AssertionError("a usage-only heartbeat rebuilt the arrays")
+
+    monkeypatch.setattr(cache, "_rebuild", no_rebuild)
+    # NVML sees 12000 of 16384 MiB used: a guaranteed half (8192 MiB) no longer fits
+    busy = replace(node, gpus=(replace(node.gpus[0], memory_used_mib=12000),))
+    cache.upsert_node(busy)
+    assert int(cache.state_copy().gpu_mem_nvml_used_mib[0, 0]) == 12000
+    assert not cache.evaluate(g, ["a"]).evaluation.context.node_fits[0]
+    b = pod_intent(pod("b", "default", "0.5", "burstable"))
+    assert cache.evaluate(b, ["a"]).evaluation.context.node_fits[0]  # burstable reserves share only
