@@ -114,6 +114,8 @@ class GpuCache:
         self._tenants: TenantPolicy = NO_TENANTS
         # GPU share (milli) and memory (MiB) held per namespace, for tenant quotas.
         self._ns_usage: dict[str, list[int]] = {}
+        # Namespace labels (cluster mode: the namespace watch), for the tenant label.
+        self._ns_labels: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
         self._pods: dict[str, PodRecord] = {}
@@ -147,18 +149,32 @@ class GpuCache:
             rows = [self._ns_usage.get(ns, [0, 0]) for ns in keys]
             return Usage(sum(r[0] for r in rows), sum(r[1] for r in rows))
 
+    def set_namespaces(self, labels: dict[str, dict[str, str]]) -> None:
+        """Every namespace's labels (a full list, from the namespace watch)."""
+        with self._lock:
+            self._ns_labels = {ns: dict(lb) for ns, lb in labels.items()}
+            self._generation += 1
+
+    def upsert_namespace(self, name: str, labels: dict[str, str] | None) -> None:
+        """One namespace's labels changed (None: it was deleted)."""
+        with self._lock:
+            if labels is None:
+                self._ns_labels.pop(name, None)
+            else:
+                self._ns_labels[name] = dict(labels)
+            self._generation += 1
+
     def _tenant_usage(self, namespace: str) -> Usage:
-        tenant = self._tenants.tenant(namespace)
+        tenants, labels = self._tenants, self._ns_labels
+        tenant = tenants.tenant(namespace, labels.get(namespace))
         if tenant is None:
             return Usage()
-        listed = self._tenants.namespaces(tenant)
-        if listed is None:  # the default tenant: every namespace no tenant lists
-            listed = [ns for ns in self._ns_usage if self._tenants.tenant(ns) is tenant]
-        return self.usage(listed)
+        return self.usage([ns for ns in self._ns_usage if tenants.tenant(ns, labels.get(ns)) is tenant])
 
     def _admission(self, intent: PodIntent, gpu_memory_mib: int) -> str | None:
         return self._tenants.admit(intent.namespace, intent.qos, intent.gpu_count * intent.gpu_milli,
-                                   gpu_memory_mib, self._tenant_usage(intent.namespace))
+                                   gpu_memory_mib, self._tenant_usage(intent.namespace),
+                                   self._ns_labels.get(intent.namespace))
 
     def _hold(self, intent: PodIntent, alloc: Allocation, sign: int = 1) -> None:
         """The one writer of allocations: the state arrays and the per-namespace usage."""

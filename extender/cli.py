@@ -180,11 +180,14 @@ def _config_validate(args: argparse.Namespace) -> int:
     print(f"qos: isolate_guaranteed={config.qos.isolate_guaranteed}, "
           f"best_effort_cap_milli={config.qos.best_effort_cap_milli}")
     tenants = policy.tenants
-    for tenant in dict.fromkeys([*tenants.by_namespace.values(), *filter(None, [tenants.default])]):
-        where = tenants.namespaces(tenant)
-        print(f"tenant {tenant.name}: namespaces={'(default)' if where is None else ','.join(where)} "
+    for name, tenant in sorted(tenants.by_name.items()):
+        listed = [ns for ns, t in tenants.by_namespace.items() if t is tenant]
+        print(f"tenant {name}: namespaces={','.join(listed) or '-'}"
+              f"{' (and every other namespace: default_tenant)' if tenant is tenants.default else ''} "
               f"qos_ceiling={tenant.qos_ceiling.wire_name} quota_gpu_milli={tenant.quota_gpu_milli} "
               f"quota_gpu_memory_mib={tenant.quota_gpu_memory_mib}")
+    if tenants.label_key:
+        print(f"tenant_label: namespaces labelled {tenants.label_key}=<tenant name>")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Cluster mode: the Kubernetes API side of the extender.
 
-``ClusterSync`` feeds the cache from the API: list-then-watch on Nodes and on Pods (from the
+``ClusterSync`` feeds the cache from the API: list-then-watch on Nodes, on Pods and on
+Namespaces (their labels, for the admin config's ``tenant_label``) (from the
 list's ``resourceVersion``, with bookmarks; a new list on ``410 Gone``; bounded exponential
 backoff on any other error), plus a housekeeping loop that marks nodes whose inventory
 heartbeat went stale and frees assumed allocations that were never confirmed.
@@ -115,18 +116,21 @@ class ClusterSync:
         self._obs_lock = threading.Lock()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
+        self.namespaces_synced = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self._released = threading.Event()
 
     @property
     def synced(self) -> bool:
-        """True once Nodes and then Pods have each been listed in full."""
-        return self.nodes_synced.is_set() and self.pods_synced.is_set()
+        """True once Nodes, then Pods, and Namespaces have each been listed in full."""
+        return self.nodes_synced.is_set() and self.pods_synced.is_set() and self.namespaces_synced.is_set()
 
     def start(self) -> None:
-        """Start the node watch, the pod watch (after the first node list) and housekeeping."""
+        """Start the node watch, the pod watch (after the first node list), the namespace
+        watch and housekeeping."""
         for target, name in ((self._run_nodes, "gpufrac-nodes"), (self._run_pods, "gpufrac-pods"),
+                             (self._run_namespaces, "gpufrac-namespaces"),
                              (self._run_housekeeping, "gpufrac-housekeeping"),
                              (self._run_requeue, "gpufrac-requeue")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -166,6 +170,19 @@ class ClusterSync:
             if self._stop.is_set():
                 return
         self._loop(self._list_and_watch_pods, "pod")
+
+    def _run_namespaces(self) -> None:
+        self._loop(self._list_and_watch_namespaces, "namespace")
+
+    def _list_and_watch_namespaces(self) -> None:
+        data = response_json(self._api.list_namespace(_preload_content=False))
+        self._cache.set_namespaces({item["metadata"]["name"]: item["metadata"].get("labels") or {}
+                                    for item in data.get("items", [])})
+        self.namespaces_synced.set()
+        for kind, obj in self._stream(self._api.list_namespace, data["metadata"]["resourceVersion"]):
+            meta = obj.get("metadata") or {}
+            self._cache.upsert_namespace(str(meta.get("name", "")),
+                                         None if kind == "DELETED" else (meta.get("labels") or {}))
 
     def _run_housekeeping(self) -> None:
         while not self._stop.wait(self._opts.housekeeping_s):

@@ -128,6 +128,8 @@ class AdminConfig(BaseModel):
     tenants: dict[str, TenantFile] = Field(default_factory=dict)
     default_tenant: str | None = None
     """Tenant of the namespaces no tenant lists; absent: those namespaces are not restricted."""
+    tenant_label: Annotated[str, Field(min_length=1, max_length=317)] | None = None
+    """A namespace label whose value is a tenant name (for namespaces not listed by name)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _tenant_policy(parsed: AdminConfig) -> TenantPolicy:
                           f"{', '.join(sorted(tenants)) or '(none)'}")
     if errors:
         raise ConfigError("\n".join(errors))
-    return TenantPolicy(by_ns, default)
+    return TenantPolicy(by_ns, default, parsed.tenant_label, tenants)
 
 
 def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:

@@ -1,6 +1,8 @@
 """Tenants: which namespaces belong to whom, the best QoS class each may ask for, GPU quotas.
 
-The admin config (``tenants:`` and ``default_tenant:``) maps namespaces to tenants. A pod may
+The admin config maps namespaces to tenants: by name (``tenants.<name>.namespaces``), else by
+a namespace label whose value is the tenant's name (``tenant_label``, cluster mode: the
+namespaces are watched), else ``default_tenant``. A pod may
 ask for its tenant's ``qos_ceiling`` or a lower class, never a higher one; a tenant's GPU
 pods together hold at most its ``quota`` (sum of GPU shares, sum of GPU memory). Both rules
 are admission checks: ``TenantPolicy.admit`` answers with a user-facing message or None, and
@@ -54,23 +56,37 @@ class TenantPolicy:
     by_namespace : mapping of str to Tenant
     default : Tenant or None
         The tenant of namespaces not listed; None: such namespaces are not restricted.
+    label_key : str or None
+        A namespace label whose value names its tenant (for namespaces not listed by name).
+    by_name : mapping of str to Tenant
+        Every tenant by name (what a ``label_key`` value refers to).
     """
 
     by_namespace: Mapping[str, Tenant] = field(default_factory=dict)
     default: Tenant | None = None
+    label_key: str | None = None
+    by_name: Mapping[str, Tenant] = field(default_factory=dict)
 
-    def tenant(self, namespace: str) -> Tenant | None:
-        """The namespace's tenant, or None when it has none (no rule applies)."""
-        return self.by_namespace.get(namespace, self.default)
+    def tenant(self, namespace: str, labels: Mapping[str, str] | None = None) -> Tenant | None:
+        """The namespace's tenant, or None when it has none (no rule applies).
 
-    def namespaces(self, tenant: Tenant) -> list[str] | None:
-        """The namespaces listed for ``tenant``; None for the default tenant (every other one)."""
-        if tenant is self.default:
-            return None
-        return [ns for ns, t in self.by_namespace.items() if t is tenant]
+        Parameters
+        ----------
+        namespace : str
+        labels : mapping of str to str, optional
+            The namespace's labels; a ``label_key`` value naming no tenant is ignored.
+        """
+        listed = self.by_namespace.get(namespace)
+        if listed is not None:
+            return listed
+        if self.label_key is not None and labels:
+            named = self.by_name.get(labels.get(self.label_key, ""))
+            if named is not None:
+                return named
+        return self.default
 
     def admit(self, namespace: str, qos: QoSClass, gpu_milli: int, gpu_memory_mib: int,
-              usage: Usage) -> str | None:
+              usage: Usage, labels: Mapping[str, str] | None = None) -> str | None:
         """Whether a pod may be placed; the reason when it may not.
 
         Parameters
@@ -86,13 +102,15 @@ class TenantPolicy:
             bind).
         usage : Usage
             What the tenant's pods hold now.
+        labels : mapping of str to str, optional
+            The namespace's labels (``tenant``).
 
         Returns
         -------
         str or None
             None when admitted; else the message for kube-scheduler's FailedScheduling event.
         """
-        tenant = self.tenant(namespace)
+        tenant = self.tenant(namespace, labels)
         if tenant is None or gpu_milli == 0:
             return None
         if qos < tenant.qos_ceiling:

@@ -35,6 +35,7 @@ tenants:
     namespaces: [{LIMITED}]
     qos_ceiling: burstable
     quota: {{gpu_milli: 1000}}
+tenant_label: gpufrac.io/tenant
 """
 
 
@@ -88,6 +89,26 @@ def test_tenant_asking_above_its_ceiling_gets_a_failed_scheduling_event(
     assert ("tenant 'limited' may ask for QoS class burstable or lower; the pod asks for guaranteed"
             in msg), msg
     assert not cluster.api.read_namespaced_pod(f"{group}-g", LIMITED).spec.node_name
+
+
+def test_a_namespace_labelled_with_a_tenant_gets_its_rules_and_a_relabel_applies_live(
+        cluster: Cluster, config_file: Path) -> None:
+    group = unique("label")
+    make_nodes(cluster.api, group, count=1, gpus=1)
+    cluster.api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=group, labels={"gpufrac.io/tenant": "limited"})))
+    cluster.api.create_namespaced_pod(group, gpu_pod("g", group, fraction="0.25", qos="guaranteed"))
+    msg = failed_scheduling_message(cluster, group, "g")
+    assert "tenant 'limited' may ask for QoS class burstable or lower" in msg, msg
+    # the namespace leaves the tenant: gpufrac's namespace watch sees it, and the pod is
+    # placed when kube-scheduler retries it (an update to the pod is such an event)
+    cluster.api.patch_namespace(group, {"metadata": {"labels": {"gpufrac.io/tenant": None}}})
+    cluster.wait(lambda: not httpx.post(f"{cluster.url}/filter", json={
+        "Pod": cluster.api.api_client.sanitize_for_serialization(cluster.api.read_namespaced_pod("g", group)),
+        "NodeNames": [f"{group}-000"]}, timeout=10).json()["FailedAndUnresolvableNodes"], 10,
+                 "the relabel seen by gpufrac")
+    cluster.api.patch_namespaced_pod("g", group, {"metadata": {"annotations": {"retry": "1"}}})
+    wait_for_pods(cluster, group, ["g"], timeout_s=60)
 
 
 def test_tenant_over_quota_is_rejected(cluster: Cluster, config_file: Path) -> None:

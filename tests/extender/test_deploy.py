@@ -32,7 +32,8 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-extender"]
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     # extender/kube.py: list/watch nodes and pods, read a pod at bind, create the Binding
-    # (which carries the allocation annotations), patch pending pods' requeue annotation.
+    # (which carries the allocation annotations), patch pending pods' requeue annotation,
+    # list/watch namespaces (tenant_label).
     assert granted == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "patch"),
-                       ("pods/binding", "create")}
+                       ("pods/binding", "create"), ("namespaces", "list"), ("namespaces", "watch")}

@@ -344,3 +344,30 @@ def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatc
     assert not cache.evaluate(g, ["a"]).evaluation.context.node_fits[0]
     b = pod_intent(pod("b", "default", "0.5", "burstable"))
     assert cache.evaluate(b, ["a"]).evaluation.context.node_fits[0]  # burstable reserves share only
+
+
+def test_namespace_label_names_the_tenant_and_its_quota_is_shared(tenants_file: Path) -> None:
+    tenants_file.write_text(TENANTS + "tenant_label: gpufrac.io/tenant\n")
+    with app_with([gpu_node("a", 2)], tenants_file) as (client, cache):
+        cache.set_namespaces({"ml": {"gpufrac.io/tenant": "research"}, "web": {"gpufrac.io/tenant": "nobody"}})
+        g = pod("g", "ml", "0.5", "guaranteed")
+        add(client, g)
+        assert "tenant 'research' may ask for QoS class burstable" in \
+            filter_(client, g, ["a"])["FailedAndUnresolvableNodes"]["a"]
+        # a label naming no tenant falls back to default_tenant (batch: best-effort only)
+        w = pod("w", "web", "0.5", "burstable")
+        add(client, w)
+        assert "tenant 'batch'" in filter_(client, w, ["a"])["FailedAndUnresolvableNodes"]["a"]
+        # research's one-GPU quota spans its listed namespace and the labelled one:
+        # 0.5 (research) + 0.5 (ml) = 1; a third half in ml is over
+        for p in (pod("r", "research", "0.5"), pod("m1", "ml", "0.5")):
+            add(client, p)
+            assert bind(client, p, "a") == ""
+        m2 = pod("m2", "ml", "0.5")
+        add(client, m2)
+        assert "over GPU quota: holds 1 GPU" in filter_(client, m2, ["a"])["FailedAndUnresolvableNodes"]["a"]
+        # relabelled to serving (no share quota): admitted at once
+        cache.upsert_namespace("ml", {"gpufrac.io/tenant": "serving"})
+        assert filter_(client, m2, ["a"])["NodeNames"] == ["a"]
+        cache.upsert_namespace("ml", None)  # deleted: back to the default tenant
+        assert "tenant 'batch'" in filter_(client, m2, ["a"])["FailedAndUnresolvableNodes"]["a"]
