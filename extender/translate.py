@@ -111,6 +111,10 @@ class PodIntent:
         return self.phase in ("Succeeded", "Failed")
 
 
+MAX_QUANTITY = 2**53
+"""Largest quantity accepted in a pod (bytes, cores or a count)."""
+
+
 def _quantity(value: object, field: str) -> Decimal:
     try:
         q = parse_quantity(value)
@@ -120,6 +124,10 @@ def _quantity(value: object, field: str) -> Decimal:
         ) from None
     if not q.is_finite():
         raise PodSpecError(f"{field}: {quote(value)} must be finite")
+    if abs(q) > MAX_QUANTITY:
+        # Beyond any real node (8 PiB of bytes), and beyond what int64 arrays can hold once
+        # converted to milli or MiB.
+        raise PodSpecError(f"{field}: {quote(value)} is too large (at most 2^53)")
     return Decimal(q)
 
 

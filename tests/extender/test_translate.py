@@ -54,6 +54,8 @@ def test_effective_requests_with_init_containers() -> None:
      "a share below 1 needs exactly 1 GPU"),
     ({"gpufrac.io/memory": "-1Gi"}, 1, 'gpufrac.io/memory: "-1Gi" must be a positive quantity'),
     ({"gpufrac.io/memory": "lots"}, 1, 'gpufrac.io/memory: "lots" is not a Kubernetes quantity'),
+    # found by the HTTP fuzzing: 1e400 bytes overflowed the int64 arrays (a 500, not a 4xx)
+    ({"gpufrac.io/memory": "1e400"}, 1, 'gpufrac.io/memory: "1e400" is too large (at most 2^53)'),
     ({"gpufrac.io/qos": "platinum"}, 1,
      'gpufrac.io/qos: "platinum" is not a QoS class; use one of guaranteed, burstable, best-effort'),
     ({"gpufrac.io/gpu-model": "T4||A10"}, 1, 'gpufrac.io/gpu-model: "T4||A10" has an empty model'),
