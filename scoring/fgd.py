@@ -45,6 +45,9 @@ NAME = "fgd"
 SCORE_LEVELS = 100
 """The simulator's integer score range (kube-scheduler's ``MaxNodeScore``)."""
 
+ONE_GPU_NODE_SCORE_IS_GPU_SCORE = True
+"""For a one-GPU pod ``gpu_score`` is the node score with the pod on that GPU (same ``dF``)."""
+
 
 def _fits(share: NDArray[np.int64], tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.bool_]:
     """``share`` of shape (m, 1, G) or (m, t, G) -> GPUs each task can use (m, t, G)."""
@@ -52,42 +55,49 @@ def _fits(share: NDArray[np.int64], tasks: TaskTypes, allowed: NDArray[np.bool_]
     return fits if allowed is None else fits & allowed
 
 
-def _per_task(free: NDArray[np.int64], tasks: TaskTypes,
+def _per_task(free: NDArray[np.int32], tasks: TaskTypes,
               allowed: NDArray[np.bool_] | None) -> tuple[NDArray[np.bool_], NDArray[np.int64],
-                                                          NDArray[np.int64], NDArray[np.int64]]:
+                                                          NDArray[np.int64], NDArray[np.int32]]:
     """For ``free`` of shape (m, G): which GPUs each task can use (m, t, G), how many (m, t),
     the share on GPUs it cannot use (m, t), and that share per GPU (m, t, G)."""
     f = free[:, None, :]
     fits = _fits(f, tasks, allowed)
-    too_small = np.where(fits, 0, f)
+    too_small = np.where(fits, np.int32(0), f)
     return fits, fits.sum(axis=2), too_small.sum(axis=2), too_small
 
 
-def _expected(fragment: NDArray[np.int64], run: NDArray[np.bool_], total: NDArray[np.int64],
-              tasks: TaskTypes, task_axis: int) -> NDArray[np.float64]:
-    """``sum_t p_t * (fragment if t runs else total)`` over ``task_axis``."""
+def _host_fits(cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
+               tasks: TaskTypes) -> NDArray[np.bool_]:
+    """(m,) CPU and memory -> (m, t): the node has the CPU and memory of each task."""
+    return (cpu_free[:, None] >= tasks.cpu_milli[None, :]) & (mem_free[:, None] >= tasks.memory_mib[None, :])
+
+
+def _expected(fragment: NDArray[np.integer], run: NDArray[np.bool_], total: NDArray[np.integer],
+              tasks: TaskTypes, task_axis: int) -> NDArray[np.int64]:
+    """``sum_t n_t * (fragment if t runs else total)`` over ``task_axis``: ``F_n`` times the
+    number of pods ``N = sum_t n_t``, in integers, so the sum is exact in any order (the
+    per-GPU and the node evaluation of the same placement give the same number)."""
     shape = [1] * run.ndim
     shape[task_axis] = -1
-    # Elementwise product then sum, not a matmul: BLAS blocking would make a node's value
-    # depend (in the last bit) on how many other rows are evaluated with it.
-    return (np.where(run, fragment, total) * tasks.popularity.reshape(shape)).sum(axis=task_axis)
+    return (np.where(run, fragment, total) * tasks.count.reshape(shape)).sum(axis=task_axis)
 
 
-def _fragmentation(free: NDArray[np.int64], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
-                   tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.float64]:
-    """``F_n`` for ``free`` of shape (m, G) -> (m,); see module notes."""
+def _fragmentation(free: NDArray[np.int32], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
+                   tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.int64]:
+    """``N * F_n`` for ``free`` of shape (m, G) -> (m,); see module notes and ``_expected``."""
     _, cnt, small, _ = _per_task(free, tasks, allowed)
-    run = ((cnt >= tasks.gpu_count[None, :])
-           & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
-           & (mem_free[:, None] >= tasks.memory_mib[None, :]))
+    run = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
     return _expected(small, run, free.sum(axis=1)[:, None], tasks, task_axis=1)
 
 
-def _usable_free(ctx: FitContext) -> NDArray[np.int64]:
-    return np.where(ctx.gpu_exists, ctx.free_milli, 0)
+def _usable_free(ctx: FitContext, rows: NDArray[np.int64]) -> NDArray[np.int32]:
+    # int32: shares are at most a few thousand milli; half the memory traffic of int64.
+    return np.where(ctx.gpu_exists[rows], ctx.free_milli[rows], 0).astype(np.int32)
 
 
-def _to_score(delta: NDArray[np.float64]) -> NDArray[np.float64]:
+def _to_score(delta_n: NDArray[np.int64], tasks: TaskTypes) -> NDArray[np.float64]:
+    """``N * dF`` -> the truncated sigmoid score."""
+    delta = delta_n / float(tasks.count.sum())
     return np.trunc(SCORE_LEVELS / (1.0 + np.exp(delta / 1000.0))) / SCORE_LEVELS
 
 
@@ -111,27 +121,23 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     rows = np.flatnonzero(ctx.node_fits)  # only feasible nodes: the kernel is O(rows * t * G)
     if rows.size == 0:
         return out
-    free = _usable_free(ctx)[rows]
+    free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
-    cpu_after, mem_after = cpu_free - req.cpu_milli, mem_free - req.memory_mib
     # Counts of the current state, shared by "before" and every per-GPU "after".
     allowed = tasks.allowed(ctx.gpu_model[rows])               # (m, t, G) or None
     fits, cnt, small, too_small = _per_task(free, tasks, allowed)  # (m,t,G), (m,t), (m,t), (m,t,G)
     total = free.sum(axis=1)
-    run_before = ((cnt >= tasks.gpu_count[None, :])
-                  & (cpu_free[:, None] >= tasks.cpu_milli[None, :])
-                  & (mem_free[:, None] >= tasks.memory_mib[None, :]))
+    run_before = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
     before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
 
-    fp = free[:, None, :] - req.gpu_milli                     # the share taken from GPU g
+    fp = free[:, None, :] - np.int32(req.gpu_milli)           # the share taken from GPU g
     fits_new = _fits(fp, tasks, allowed)
     cnt_g = cnt[:, :, None] - fits + fits_new                 # (m, t, G)
-    small_g = small[:, :, None] - too_small + np.where(fits_new, 0, fp)
-    run = ((cnt_g >= tasks.gpu_count[None, :, None])
-           & (cpu_after[:, None, None] >= tasks.cpu_milli[None, :, None])
-           & (mem_after[:, None, None] >= tasks.memory_mib[None, :, None]))
+    small_g = small[:, :, None] - too_small + np.where(fits_new, np.int32(0), fp)
+    host_after = _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
+    run = (cnt_g >= tasks.gpu_count[None, :, None]) & host_after[:, :, None]
     after = _expected(small_g, run, (total - req.gpu_milli)[:, None, None], tasks, task_axis=1)
-    out[rows] = _to_score(after - before[:, None])
+    out[rows] = _to_score(after - before[:, None], tasks)
     return np.where(ctx.gpu_fits, out, 0.0)
 
 
@@ -153,11 +159,11 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         return np.full(chosen.shape[0], 0.5)
     out = np.zeros(chosen.shape[0])
     rows = np.flatnonzero(ctx.node_fits)
-    free = _usable_free(ctx)[rows]
+    free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     allowed = tasks.allowed(ctx.gpu_model[rows])
     before = _fragmentation(free, cpu_free, mem_free, tasks, allowed)
-    after = _fragmentation(np.where(chosen[rows], free - req.gpu_milli, free),
+    after = _fragmentation(np.where(chosen[rows], free - np.int32(req.gpu_milli), free),
                            cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks, allowed)
-    out[rows] = _to_score(after - before)
+    out[rows] = _to_score(after - before, tasks)
     return out

@@ -40,6 +40,9 @@ class TaskTypes:
     memory_mib : ndarray of int64
     popularity : ndarray of float64
         Sums to 1.
+    count : ndarray of int64
+        Pods of each type (``popularity = count / count.sum()``); ``scoring.fgd`` weighs with
+        these integers so that its sums are exact.
     model_mask : ndarray of int64 or None
         GPU models each type accepts, as ``scoring.request.model_mask`` bit masks (bit j:
         model id j); None when every type accepts any model.
@@ -50,6 +53,7 @@ class TaskTypes:
     cpu_milli: NDArray[np.int64]
     memory_mib: NDArray[np.int64]
     popularity: NDArray[np.float64]
+    count: NDArray[np.int64]
     model_mask: NDArray[np.int64] | None = None
 
     def allowed(self, gpu_model: NDArray[np.int64]) -> NDArray[np.bool_] | None:
@@ -90,7 +94,8 @@ class TaskTypes:
         if rows.shape[0] == 0:
             raise ValueError("no GPU task in the workload")
         uniq, counts = np.unique(rows, axis=0, return_counts=True)
-        return cls(uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3], counts / counts.sum())
+        counts = counts.astype(np.int64)
+        return cls(uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3], counts / counts.sum(), counts)
 
 
 def node_fragmentation_milli(

@@ -26,19 +26,19 @@ class ReferenceResult:
     cols: tuple[int, ...]
 
 
-def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, row: int) -> float:
-    """``F_n`` of ``scoring.fgd``, task by task, GPU by GPU."""
+def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, row: int) -> int:
+    """``N * F_n`` of ``scoring.fgd`` (``N`` pods in the workload), task by task, GPU by GPU."""
     tasks = state.workload.task_types()
     assert tasks is not None
     models = [int(state.gpu_model[row, c]) for c in range(len(free))]
-    total = 0.0
+    total = 0
     for t in range(tasks.popularity.shape[0]):
         r, k = int(tasks.gpu_milli[t]), int(tasks.gpu_count[t])
         mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
         usable = [f >= r and (mask >> max(mdl, 0)) & 1 == 1 for f, mdl in zip(free, models, strict=True)]
         runs = sum(usable) >= k and cpu_free >= int(tasks.cpu_milli[t]) and mem_free >= int(tasks.memory_mib[t])
         part = sum(f for f, u in zip(free, usable, strict=True) if not u) if runs else sum(free)
-        total += float(tasks.popularity[t]) * part
+        total += int(tasks.count[t]) * part
     return total
 
 
@@ -50,8 +50,9 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
+    pods = int(state.workload.task_types().count.sum())
     delta = (_frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state, row)
-             - _frag(free, cpu, mem, state, row))
+             - _frag(free, cpu, mem, state, row)) / pods
     return math.trunc(100 / (1.0 + math.exp(delta / 1000.0))) / 100
 
 

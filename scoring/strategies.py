@@ -1,8 +1,11 @@
 """Strategy registry, weights, and the scorer that combines them.
 
-Each strategy module exports ``NAME`` and exactly one of ``gpu_score(ctx)`` (a per-GPU
-score; the node's score is its mean over the GPUs chosen there) or ``node_score(ctx, chosen)``
-(a node property); the other is ``None``. ``build_scorer`` validates a ``ScoringConfig`` once
+Each strategy module exports ``NAME`` and ``gpu_score(ctx)`` (a per-GPU score; the node's
+score is its mean over the GPUs chosen there), ``node_score(ctx, chosen)`` (a node property),
+or both (``gpu_score`` chooses the GPUs, ``node_score`` scores the node with them); an unused
+one is ``None``. A module with both may set ``ONE_GPU_NODE_SCORE_IS_GPU_SCORE = True`` when
+its per-GPU score is, by construction, the node score with the pod on that GPU alone; for
+one-GPU pods the scorer then reuses it. ``build_scorer`` validates a ``ScoringConfig`` once
 and returns a ``Scorer``; nothing is parsed again per request.
 
 The same objective chooses the GPUs and scores the node: the GPUs on a node are the
@@ -49,13 +52,17 @@ class Strategy:
     name: str
     gpu_score: GpuScoreFn | None
     node_score: NodeScoreFn | None
+    one_gpu_node_score_is_gpu_score: bool = False
+    """For a one-GPU pod, the node score equals the chosen GPU's per-GPU score (so the
+    scorer reuses it instead of calling ``node_score``)."""
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
     # Both defined (fgd): gpu_score picks the GPUs, node_score scores the node with them.
     if module.gpu_score is None and module.node_score is None:
         raise TypeError(f"{module.__name__}: define gpu_score, node_score or both")
-    return Strategy(module.NAME, module.gpu_score, module.node_score)
+    return Strategy(module.NAME, module.gpu_score, module.node_score,
+                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)))
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -249,11 +256,14 @@ class Scorer:
         chosen &= ctx.node_fits[:, None]
         total_w = sum(w for _, w in plan)
         score = np.zeros(m)
+        reused = set()
         for strat, w, g in per_gpu:
-            if strat.node_score is None:  # else its node_score below scores the node
+            # Else its node_score below scores the node, unless it is the same number.
+            if strat.node_score is None or (k == 1 and strat.one_gpu_node_score_is_gpu_score):
                 score += w * mean_at(g, cols)
+                reused.add(strat.name)
         for strat, w in plan:
-            if strat.node_score is not None:
+            if strat.node_score is not None and strat.name not in reused:
                 score += w * strat.node_score(ctx, chosen)
         score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
         cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)

@@ -55,10 +55,10 @@ class WorkloadModel:
             else:
                 top = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
                 rows = np.array([k for k, _ in top], dtype=np.int64)
-                weight = np.array([c for _, c in top], dtype=np.float64)
+                count = np.array([c for _, c in top], dtype=np.int64)
                 masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
                 self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                                         weight / weight.sum(), masks)
+                                         count / count.sum(), count, masks)
         return self._cached
 
     def copy(self) -> WorkloadModel:

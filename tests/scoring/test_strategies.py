@@ -9,7 +9,9 @@ from scoring import gpu_best_fit, memory_headroom, node_packing, qos_interferenc
 from scoring.fit import fit
 from scoring.request import PodRequest, QoSClass
 from scoring.state import Allocation, ClusterState
+from scoring.strategies import STRATEGIES
 from tests.conftest import gpu_node
+from tests.scoring.randstate import random_request, random_state
 
 
 def two_node_state() -> ClusterState:
@@ -186,3 +188,25 @@ def test_multi_gpu_reserve_packs_in_proportion_to_multi_gpu_demand() -> None:
     st1.apply(Allocation("a", (0,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024))
     ctx1 = fit(st1, PodRequest(1), np.arange(1))
     assert multi_gpu_reserve.node_score(ctx1, np.zeros(ctx1.gpu_fits.shape, dtype=bool)).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("name", [n for n, s in STRATEGIES.items() if s.one_gpu_node_score_is_gpu_score])
+def test_one_gpu_node_score_is_the_chosen_gpus_score(name: str, rng: np.random.Generator) -> None:
+    # The scorer reuses gpu_score as the node score for one-GPU pods when a strategy declares
+    # ONE_GPU_NODE_SCORE_IS_GPU_SCORE: the two must be the same number, bit for bit.
+    strat = STRATEGIES[name]
+    compared = 0
+    for _ in range(30):
+        st = random_state(rng)
+        for _ in range(10):
+            req = random_request(rng)
+            if req.gpu_count != 1:
+                continue
+            ctx = fit(st, req, np.arange(st.n_nodes))
+            per_gpu = strat.gpu_score(ctx)
+            for row, col in zip(*np.nonzero(ctx.gpu_fits & ctx.node_fits[:, None]), strict=True):
+                chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+                chosen[row, col] = True
+                assert strat.node_score(ctx, chosen)[row] == per_gpu[row, col]
+                compared += 1
+    assert compared > 200
