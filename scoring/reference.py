@@ -107,12 +107,13 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
     after = used + req.gpu_count * req.gpu_milli
     util = min(after / total, 1.0) if total else 0.0
     ca, ma = int(state.cpu_alloc_milli[row]), int(state.mem_alloc_mib[row])
-    balance = 0.0
+    balance = stranding = 0.0
     if total and ca and ma:
         u_cpu = (int(state.cpu_used_milli[row]) + req.cpu_milli) / ca
         u_mem = (int(state.mem_used_mib[row]) + req.memory_mib) / ma
         u_gpu = after / total
         balance = min(max(1.0 - max(abs(u_cpu - u_gpu), abs(u_mem - u_gpu)), 0.0), 1.0)
+        stranding = min(max(1.0 - max(0.0, u_cpu - u_gpu, u_mem - u_gpu), 0.0), 1.0)
     gpu_free = sum(_free(state, row, c) for c in range(state.max_gpus) if state.gpu_exists[row, c])
     left = ((int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row]) - req.cpu_milli) / 128_000 * 0.5
             + (gpu_free - req.gpu_count * req.gpu_milli) / 8_000 * 0.5)
@@ -129,6 +130,7 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         "node_packing": util,
         "spread": 1.0 - util if total else 0.0,
         "resource_balance": balance,
+        "stranding": stranding,
     }
 
 

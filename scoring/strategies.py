@@ -35,6 +35,7 @@ from scoring import (
     random_fit,
     resource_balance,
     spread,
+    stranding,
 )
 from scoring.fit import FitContext, fit
 from scoring.reduce import mean_at
@@ -70,7 +71,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit, multi_gpu_reserve),
+         random_fit, best_fit, multi_gpu_reserve, stranding),
     )
 }
 """Registry: strategy name -> Strategy."""

@@ -89,6 +89,23 @@ def test_resource_balance() -> None:
     np.testing.assert_allclose(s, [0.825, 0.95])
 
 
+def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
+    from scoring import stranding
+    # pod: 1 GPU of 300 milli, 8000m CPU, 32768 MiB (the resource_balance case above).
+    # a: u_gpu 0.45, u_cpu 0.625, u_mem 0.375: CPU leads by 0.175 -> 1 - 0.175 = 0.825
+    # b: u_gpu 0.075, u_cpu 0.125, u_mem 0.125: CPU leads by 0.05 -> 0.95
+    ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
+    np.testing.assert_allclose(stranding.node_score(ctx, np.zeros(ctx.gpu_fits.shape, dtype=bool)),
+                               [0.825, 0.95])
+    # a quarter GPU with 100m CPU, 1 GiB: the GPUs lead everywhere, nothing strands.
+    # a: u_gpu 0.425, u_cpu 0.502, u_mem 0.254: CPU leads by 0.077 -> 0.923 (its host load)
+    # b: u_gpu 0.0625, u_cpu 0.0016, u_mem 0.0039: no lead -> 1.0; resource_balance gives
+    #    1 - 0.061 = 0.939 here and would prefer b for the emptiness alone
+    ctx = ctx_for(PodRequest(1, 250, cpu_milli=100, memory_mib=1024))
+    s = stranding.node_score(ctx, np.zeros(ctx.gpu_fits.shape, dtype=bool))
+    np.testing.assert_allclose(s, [1 - (32100 / 64000 - 850 / 2000), 1.0])
+
+
 def test_resource_balance_without_gpus_is_zero() -> None:
     st = ClusterState.from_nodes([gpu_node("cpu-only", 0)])
     ctx = fit(st, PodRequest(0, cpu_milli=1000), np.array([0]))
