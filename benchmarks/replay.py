@@ -1,12 +1,13 @@
 """``gpufrac replay``: the openb trace through the extender's HTTP verbs, as kube-scheduler would.
 
 For each pod: the pod-event endpoint hears of it (as the pod watch would), the emulated
-kube-scheduler filters CPU/memory/slots in-tree, then (GPU pods) calls ``/filter``,
-``/prioritize`` (skipped when one node is left, as kube-scheduler does) and ``/bind``, and
-combines scores as ``benchmarks.kube_scheduler`` describes. CPU-only pods are placed by the
-in-tree plugins alone and reported to the extender as bound, unless the scheduler config's
-extender lists no ``managedResources`` (then kube-scheduler sends them to the extender too). After each seed every pod is
-deleted through the same event path, and the extender must be back to empty.
+kube-scheduler filters CPU/memory/slots in-tree, then calls ``/filter``, ``/prioritize``
+(skipped when one node is left, as kube-scheduler does) and ``/bind``, and combines scores
+as ``benchmarks.kube_scheduler`` describes. Under a profile whose extender lists
+``managedResources`` (gpufrac.io/gpu) CPU-only pods are placed by the in-tree plugins alone
+and reported to the extender as bound; the shipped profile lists none, so they go through
+the extender too. After each seed every pod is deleted through the same event path, and
+the extender must be back to empty.
 """
 
 from __future__ import annotations

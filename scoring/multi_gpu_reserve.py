@@ -13,10 +13,12 @@ so it is node packing (MostAllocated on GPU share) switched on in proportion to 
 off while multi-GPU pods are rare, at full strength when half of the GPU demand is
 multi-GPU. Packing small pods onto used nodes keeps whole 8-GPU nodes free for the 8-GPU
 pods; a fixed packing weight cannot do that without stranding GPUs behind spent CPU when
-multi-GPU pods are rare (openb, seeds 42-43 in process, added to the shipped weights:
+multi-GPU pods are rare (openb, seeds 42-43 in process, added to the ``balance`` weights:
 ``node_packing`` 2 gives 8.04 % unallocated on multigpu40 seed 42 instead of 17.89 % but
-6.46 % on default instead of 4.57 %). Weight 3.75 here is ``node_packing`` weight
-``15 s^2`` below ``S_FULL``: 4.67 % on default and 6.24 % on multigpu40 (benchmarks/README.md).
+6.46 % on default instead of 4.57 %). Weight 3.75 here (the ``balance`` preset) is
+``node_packing`` weight ``15 s^2`` below ``S_FULL``: 4.67 % on default and 6.24 % on
+multigpu40 (benchmarks/README.md). The shipped default leaves this to FGD, whose measure
+counts a broken 8-GPU node as fragment for the 8-GPU task types.
 0 for every node while no workload is known.
 """
 

@@ -20,7 +20,7 @@ def test_shipped_profile_is_read() -> None:
     p = Profile.from_file(REPO / "scheduler-config.yaml")
     assert (p.extender_weight, p.node_cache_capable, p.percentage_of_nodes_to_score) == (200, True, 100)
     assert (p.fit_strategy, p.fit_weight, p.balanced_weight) == ("LeastAllocated", 1, 1)
-    assert not p.extender_all_pods  # managedResources: only gpufrac.io/gpu pods reach gpufrac
+    assert p.extender_all_pods  # no managedResources: CPU-only pods reach gpufrac too
 
 
 def test_simulator_profile_sends_every_pod_and_disables_in_tree_scores() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from benchmarks import check_placements, replay, trace
 from benchmarks.kube_scheduler import Profile
@@ -115,8 +116,9 @@ def test_compare_writes_table_json_and_plots(tmp_path: Path) -> None:
     cells = json.loads((tmp_path / "compare.json").read_text())
     assert set(cells) == {"default", "gpushare40"}
     assert set(cells["default"]) == {"bestfit@simulator", "random"}
-    assert cells["default"]["bestfit@simulator"]["profile"]["extender_all_pods"] is True
-    assert cells["default"]["random"]["profile"]["extender_all_pods"] is False
+    # each cell records the profile it ran under: the simulator's has the in-tree scores off
+    assert cells["default"]["bestfit@simulator"]["profile"]["fit_weight"] == 0
+    assert cells["default"]["random"]["profile"]["fit_weight"] == 1
     # Under the simulator profile the extender bound the CPU-only pods too (no GPU indices).
     table = (tmp_path / "compare.md").read_text()
     for variant in ("default", "gpushare40"):
@@ -140,8 +142,9 @@ def test_compare_rejects_an_unknown_variant(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("config", "cpu_pods_filtered"), [
-    ("scheduler-config.yaml", False),                         # managedResources: gpufrac.io/gpu
-    ("benchmarks/scheduler-config-simulator.yaml", True),     # no managedResources: every pod
+    ("gpu-pods-only", False),                                 # managedResources: gpufrac.io/gpu
+    ("scheduler-config.yaml", True),                          # no managedResources: every pod
+    ("benchmarks/scheduler-config-simulator.yaml", True),     # no managedResources, in-tree off
 ])
 def test_the_profile_decides_which_pods_reach_the_extender(tmp_path: Path, config: str,
                                                            cpu_pods_filtered: bool) -> None:
@@ -155,7 +158,11 @@ def test_the_profile_decides_which_pods_reach_the_extender(tmp_path: Path, confi
     specs = load_cluster_file(NODES, replicas_per_gpu=20)
     pods = trace.load_pods(PODS)
     client = Counting(specs, scoring_config("bestfit"))
-    profile = Profile.from_file(REPO / config)
+    if config == "gpu-pods-only":  # the shipped profile with the managedResources it documents
+        cfg = yaml.safe_load((REPO / "scheduler-config.yaml").read_text())
+        cfg["extenders"][0]["managedResources"] = [{"name": "gpufrac.io/gpu", "ignoredByScheduler": False}]
+        (tmp_path / config).write_text(yaml.safe_dump(cfg))
+    profile = Profile.from_file(tmp_path / config if config == "gpu-pods-only" else REPO / config)
     tasks = TaskTypes.from_counts(np.array([(1, 500, 1000, 1024)], dtype=np.int64))
     res = replay.replay_seed(client, specs, pods, tasks, 42, profile, tmp_path, progress=False, limit=200)
     seq = trace.arrival_sequence(pods, 42, 1000 * sum(len(s.gpus) for s in specs))[:200]

@@ -151,8 +151,7 @@ def test_config_edit_changes_scores_without_restart_and_a_broken_one_is_kept_out
 
     pid = cluster.gpufrac.popen.pid
     assert top() == held  # best fit: next to the half-used GPU
-    spread = CONFIG + "scoring:\n  weights: {gpu_best_fit: 0, resource_balance: 0, node_packing: 0, " \
-                      "multi_gpu_reserve: 0, qos_interference: 0, spread: 1}\n"
+    spread = CONFIG + "scoring:\n  preset: spread\n"
     config_file.write_text(spread)
     started = time.monotonic()
     cluster.wait(lambda: top() != held, 10, "prioritize reply after the config edit")

@@ -277,8 +277,7 @@ def test_config_reload_changes_scores_and_a_broken_edit_keeps_the_old(tmp_path: 
                 time.sleep(0.05)
 
         assert top() == "a"
-        path.write_text("scoring:\n  weights: {gpu_best_fit: 0, resource_balance: 0, node_packing: 0, "
-                        "qos_interference: 0, multi_gpu_reserve: 0, spread: 1}\n")
+        path.write_text("scoring:\n  preset: spread\n")
         wait_for(lambda: top() == "b")
         assert metric('gpufrac_config_reloads_total{result="applied"}') == 1
         path.write_text("scoring:\n  weights: {spread: -1}\n")
