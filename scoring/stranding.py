@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.resource_balance import utilizations
 
 NAME = "stranding"
 
@@ -45,14 +46,6 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         In [0, 1]; 1 where neither CPU nor memory would lead; 0 for a node without GPUs or
         without allocatable CPU or memory.
     """
-    req = ctx.request
-    total = ctx.node_total_milli
-    ok = (total > 0) & (ctx.cpu_alloc_milli > 0) & (ctx.mem_host_alloc_mib > 0)
-    u_gpu = np.divide(ctx.node_used_milli + req.gpu_count * req.gpu_milli, total,
-                      out=np.zeros(total.shape), where=ok)
-    u_cpu = np.divide(ctx.cpu_alloc_milli - ctx.cpu_free_milli + req.cpu_milli,
-                      ctx.cpu_alloc_milli, out=np.zeros(total.shape), where=ok)
-    u_mem = np.divide(ctx.mem_host_alloc_mib - ctx.mem_host_free_mib + req.memory_mib,
-                      ctx.mem_host_alloc_mib, out=np.zeros(total.shape), where=ok)
+    ok, u_gpu, u_cpu, u_mem = utilizations(ctx)
     lead = np.maximum(np.maximum(u_cpu - u_gpu, u_mem - u_gpu), 0.0)
     return np.where(ok, np.clip(1.0 - lead, 0.0, 1.0), 0.0)
