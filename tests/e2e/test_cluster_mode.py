@@ -26,12 +26,17 @@ def test_quarter_pods_pack_one_gpu_and_a_fifth_goes_elsewhere(cluster: Cluster) 
     group = unique("pack")
     make_nodes(cluster.api, group, count=2, gpus=2, replicas=8)
     ns = new_namespace(cluster.api, group)
+    # A whole-GPU pod first: with it in the learned demand, a quarter on an empty GPU leaves
+    # 750 milli that pod cannot use, on a used GPU it shrinks that fragment (FGD).
+    cluster.api.create_namespaced_pod(ns, gpu_pod("whole", group))
+    whole = wait_for_pods(cluster, ns, ["whole"])["whole"]
     for i in range(4):
         cluster.api.create_namespaced_pod(ns, gpu_pod(f"q{i}", group, fraction="0.25"))
     pods = wait_for_pods(cluster, ns, [f"q{i}" for i in range(4)])
     gpus = {tuple(assigned(p)) for p in pods.values()}
     nodes = {p.spec.node_name for p in pods.values()}
-    # 4 x 250 milli = 1000: best-fit puts all four on one GPU of one node.
+    assert not gpus & {tuple(assigned(whole))}
+    # 4 x 250 milli = 1000: all four fill one GPU of one node.
     assert len(gpus) == 1 and len(nodes) == 1, (gpus, nodes)
     ann = pods["q0"].metadata.annotations
     assert ann["gpufrac.io/assigned-fraction"] == "0.25"
@@ -41,6 +46,22 @@ def test_quarter_pods_pack_one_gpu_and_a_fifth_goes_elsewhere(cluster: Cluster) 
     cluster.api.create_namespaced_pod(ns, gpu_pod("q4", group, fraction="0.25"))
     fifth = wait_for_pods(cluster, ns, ["q4"])["q4"]
     assert tuple(assigned(fifth)) not in gpus  # that GPU is full
+    assert check_invariants(cluster.api) == []
+
+
+def test_cpu_only_pod_of_the_gpufrac_scheduler_is_placed_and_bound_by_gpufrac(cluster: Cluster) -> None:
+    # The shipped profile lists no managedResources: kube-scheduler sends CPU-only pods of
+    # gpufrac-scheduler to gpufrac too, which binds them (its allocation record, no GPUs).
+    group = unique("cpu")
+    nodes = make_nodes(cluster.api, group, count=2, gpus=1)
+    ns = new_namespace(cluster.api, group)
+    pod = gpu_pod("cpu", group, cpu="500m")
+    pod.spec.containers[0].resources.limits = None
+    cluster.api.create_namespaced_pod(ns, pod)
+    bound = wait_for_pods(cluster, ns, ["cpu"])["cpu"]
+    ann = bound.metadata.annotations or {}
+    assert bound.spec.node_name in nodes
+    assert ann.get("gpufrac.io/assigned-gpus") == "" and ann["gpufrac.io/assigned-at"].endswith("Z"), ann
     assert check_invariants(cluster.api) == []
 
 

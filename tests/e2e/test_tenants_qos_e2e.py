@@ -150,7 +150,9 @@ def test_config_edit_changes_scores_without_restart_and_a_broken_one_is_kept_out
         return 0.0
 
     pid = cluster.gpufrac.popen.pid
-    assert top() == held  # best fit: next to the half-used GPU
+    packing = CONFIG + "scoring:\n  preset: packing\n"
+    config_file.write_text(packing)
+    cluster.wait(lambda: top() == held, 10, "packing: next to the half-used GPU")
     spread = CONFIG + "scoring:\n  preset: spread\n"
     config_file.write_text(spread)
     started = time.monotonic()
@@ -161,8 +163,12 @@ def test_config_edit_changes_scores_without_restart_and_a_broken_one_is_kept_out
     assert top() != held  # the previous (spread) config stays in force
     assert "config reload rejected" in cluster.gpufrac.tail(20000)
     assert "scoring.weights.spread" in cluster.gpufrac.tail(20000)
-    config_file.write_text(CONFIG)
-    cluster.wait(lambda: top() == held, 10, "the original config back")
+    config_file.write_text(packing)
+    cluster.wait(lambda: top() == held, 10, "a valid config again")
+    applied = 'gpufrac_config_reloads_total{result="applied"}'
+    before = metric(applied)
+    config_file.write_text(CONFIG)  # the module's config, for the tests after this one
+    cluster.wait(lambda: metric(applied) > before, 10, "the module's config back")
     assert cluster.gpufrac.popen.pid == pid and cluster.gpufrac.popen.poll() is None  # never restarted
 
 

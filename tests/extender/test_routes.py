@@ -39,10 +39,13 @@ def schedule(client, pod, names=NAMES) -> str:  # noqa: ANN001
 
 def test_quarter_pods_pack_on_one_gpu_then_spill() -> None:
     with client_for(NODES) as (client, cache):
+        add(client, pod_json("whole"))  # a whole-GPU pod waiting: part of the learned demand
         hosts = [schedule(client, pod_json(f"q{i}", annotations={"gpufrac.io/fraction": "0.25"}))
                  for i in range(5)]
         allocs = {a["name"]: a for a in client.get("/allocations").json()}
-    # best fit: the four quarters fill one GPU exactly; the fifth needs another GPU
+    # FGD with demand {whole: 1, quarter: n}: a quarter on an empty GPU leaves 750 milli the
+    # whole-GPU pod cannot use (dF = +750 p_whole), on the used GPU it shrinks that fragment
+    # (dF = -250 p_whole): the four quarters fill one GPU exactly; the fifth needs another GPU
     first = (allocs["q0"]["node"], allocs["q0"]["gpu_indices"])
     assert all((allocs[f"q{i}"]["node"], allocs[f"q{i}"]["gpu_indices"]) == first for i in range(4))
     assert (allocs["q4"]["node"], allocs["q4"]["gpu_indices"]) != first

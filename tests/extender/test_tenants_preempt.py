@@ -250,9 +250,8 @@ def test_preempt_rejects_a_bad_pod_with_400(tmp_path: Path) -> None:
 
 def test_config_reload_changes_scores_and_a_broken_edit_keeps_the_old(tmp_path: Path) -> None:
     path = tmp_path / "gpufrac.yaml"
-    path.write_text("scoring:\n  preset: default\n")
-    # node a holds half a GPU; b is empty: best fit (the default) puts a quarter pod on a,
-    # spread puts it on b
+    path.write_text("scoring:\n  preset: packing\n")
+    # node a holds half a GPU; b is empty: packing puts a quarter pod on a, spread on b
     with app_with([gpu_node("a", 1), gpu_node("b", 1)], path, config_poll_s=0.05) as (client, _):
         held = pod("held", "default", "0.5")
         add(client, held)
@@ -284,7 +283,7 @@ def test_config_reload_changes_scores_and_a_broken_edit_keeps_the_old(tmp_path: 
         wait_for(lambda: metric('gpufrac_config_reloads_total{result="rejected"}') == 1)
         assert metric("gpufrac_config_valid") == 0
         assert top() == "b"  # the previous config stays in force
-        path.write_text("scoring:\n  preset: default\n")
+        path.write_text("scoring:\n  preset: packing\n")
         wait_for(lambda: top() == "a")
         assert metric("gpufrac_config_valid") == 1
 
