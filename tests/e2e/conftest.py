@@ -82,7 +82,7 @@ def wait_for_pods(cl: Cluster, namespace: str, names: list[str], timeout_s: floa
     def bound() -> dict[str, Any] | None:
         pods = {p.metadata.name: p for p in cl.api.list_namespaced_pod(namespace).items}
         if all(n in pods and pods[n].spec.node_name for n in names):
-            return pods
+            return {n: pods[n] for n in names}
         return None
     return cl.wait(bound, timeout_s, f"pods {names[:5]}... bound")  # type: ignore[no-any-return]
 
