@@ -131,6 +131,8 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         "spread": 1.0 - util if total else 0.0,
         "resource_balance": balance,
         "stranding": stranding,
+        "adaptive_balance": ((1.0 - min(1.0, share / 0.3)) * balance
+                             + 2.0 * min(1.0, share / 0.3) * stranding) / 2.0,
     }
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring import (
+    adaptive_balance,
     best_fit,
     fgd,
     gpu_best_fit,
@@ -71,7 +72,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit, multi_gpu_reserve, stranding),
+         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance),
     )
 }
 """Registry: strategy name -> Strategy."""

@@ -106,6 +106,28 @@ def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
     np.testing.assert_allclose(s, [1 - (32100 / 64000 - 850 / 2000), 1.0])
 
 
+def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
+    from scoring import adaptive_balance
+    # Workload: the one 600-milli pod on a/GPU0, multi-GPU share s = 0 -> lam = 0:
+    # score = resource_balance / 2 (the resource_balance case above: 0.825, 0.95).
+    ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
+    chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+    np.testing.assert_allclose(adaptive_balance.node_score(ctx, chosen), [0.4125, 0.475])
+    # A 2 x 1000 pod on b: demand 0.5 * 600 = 300 and 0.5 * 2000 = 1000, s = 1000/1300 =
+    # 0.77 >= 0.3 -> lam = 1: score = 2 * stranding / 2 = stranding. Quarter pod, 100m, 1 GiB:
+    # a: u_gpu 850/2000 = 0.425, u_cpu 32100/64000 = 0.5016, u_mem 66560/262144 = 0.2539:
+    #    CPU leads by 0.0766 -> 0.9234
+    # b: u_gpu 2250/4000 = 0.5625, u_cpu 0.0016, u_mem 0.0039: nothing leads -> 1.0, where
+    #    the two-sided balance would give 1 - 0.5609 = 0.439 and pull the pod to a
+    st = two_node_state()
+    st.apply(Allocation("b", (2, 3), 1000, (16384, 16384), QoSClass.BURSTABLE, 0, 0))
+    ctx = fit(st, PodRequest(1, 250, cpu_milli=100, memory_mib=1024), np.array([0, 1]))
+    s = adaptive_balance.node_score(ctx, np.zeros(ctx.gpu_fits.shape, dtype=bool))
+    np.testing.assert_allclose(s, [1 - (32100 / 64000 - 850 / 2000), 1.0])
+    two = resource_balance.node_score(ctx, np.zeros(ctx.gpu_fits.shape, dtype=bool))
+    np.testing.assert_allclose(two[1], 1 - (2250 / 4000 - 100 / 64000))
+
+
 def test_resource_balance_without_gpus_is_zero() -> None:
     st = ClusterState.from_nodes([gpu_node("cpu-only", 0)])
     ctx = fit(st, PodRequest(0, cpu_milli=1000), np.array([0]))

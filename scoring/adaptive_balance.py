@@ -1,0 +1,67 @@
+"""Adaptive balance: two-sided resource balance that turns one-sided as multi-GPU pods rise.
+
+Notes
+-----
+With ``b2`` the two-sided balance of ``scoring.resource_balance``, ``b1`` the one-sided
+balance of ``scoring.stranding`` (both in [0, 1], from the node's CPU, memory and GPU
+utilizations after placement) and ``s`` the multi-GPU share of the learned GPU demand
+(``scoring.multi_gpu_reserve.multi_gpu_share``)::
+
+    lam        = min(1, s / S_ONE_SIDED)
+    node_score = ((1 - lam) * b2 + ONE_SIDED_GAIN * lam * b1) / 2
+
+so at weight ``w`` it is ``resource_balance`` at weight ``w / 2`` while multi-GPU pods are
+rare, and ``stranding`` at weight ``w`` once they are ``S_ONE_SIDED`` of the GPU demand.
+Why: next to FGD (``scoring.fgd``) the two-sided balance is what keeps CPU and memory from
+stranding GPUs where CPU is scarce (openb cpu250, seed 42 in process: 6.87 % unallocated at
+100 % arrived against 9.56 % for FGD alone), but it also draws CPU-light pods onto empty
+nodes, and those are the 8-GPU nodes multi-GPU pods need (multigpu40: 3.51 %, FGD alone
+3.18 %). The one-sided form only penalises host use running ahead of the GPUs, so it
+leaves empty nodes alone (``fgd`` + ``stranding`` 0.2: multigpu40 3.06 %, but cpu250
+7.39 %). Switching by ``s`` gets both on seed 42: cpu250 6.85 %, multigpu40 3.09 %,
+multigpu30 3.55 % (two-sided: 3.69 %), default 4.29 % (4.26 %); ``benchmarks/README.md``
+has the full comparison. Adding the two terms at fixed weights instead was worse on default
+(``resource_balance`` 0.05 + ``stranding`` 0.2: 5.61 %). ``s`` is 0 while no workload is
+known (two-sided). No per-GPU preference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring.fit import FitContext
+from scoring.multi_gpu_reserve import multi_gpu_share
+from scoring.resource_balance import utilizations
+
+NAME = "adaptive_balance"
+
+S_ONE_SIDED = 0.3
+"""Multi-GPU share of the GPU demand at which the balance is one-sided only."""
+
+ONE_SIDED_GAIN = 2.0
+"""Weight of the one-sided form relative to the two-sided one."""
+
+gpu_score = None
+"""No per-GPU preference: balance is a node property."""
+
+
+def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """Two- or one-sided CPU/memory-to-GPU balance after placement, by multi-GPU demand.
+
+    Parameters
+    ----------
+    ctx : FitContext
+    chosen : ndarray of shape (m, max_gpus), bool
+        Unused.
+
+    Returns
+    -------
+    ndarray of shape (m,), float64
+        In [0, 1]; 0 for a node without GPUs or without allocatable CPU or memory.
+    """
+    ok, u_gpu, u_cpu, u_mem = utilizations(ctx)
+    lam = min(1.0, multi_gpu_share(ctx.tasks) / S_ONE_SIDED)
+    two = np.clip(1.0 - np.maximum(np.abs(u_cpu - u_gpu), np.abs(u_mem - u_gpu)), 0.0, 1.0)
+    one = np.clip(1.0 - np.maximum(np.maximum(u_cpu - u_gpu, u_mem - u_gpu), 0.0), 0.0, 1.0)
+    return np.where(ok, ((1.0 - lam) * two + ONE_SIDED_GAIN * lam * one) / 2.0, 0.0)
