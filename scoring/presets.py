@@ -45,7 +45,7 @@ are 30 % of the GPU demand. The response is not monotonic in the weights (the ro
 two terms), so single-seed sweeps were only used to pick candidates; the shipped weights
 are measured on every variant over two seeds in ``benchmarks/results/compare``.
 
-``balance`` is the previous default (``gpu_best_fit`` 4, ``resource_balance`` 4,
+``balance`` is the default before FGD (``gpu_best_fit`` 4, ``resource_balance`` 4,
 ``multi_gpu_reserve`` 3.75, ``node_packing`` 0.2, ``qos_interference`` 0.5), tuned for a
 profile that sends only GPU pods (``managedResources``) and leaves CPU-only pods to
 kube-scheduler's LeastAllocated (the last row). ``qos_interference`` is not in the default:
