@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from scoring import resource_balance, stranding
 from scoring.fit import FitContext
 from scoring.multi_gpu_reserve import multi_gpu_share
-from scoring.resource_balance import utilizations
 
 NAME = "adaptive_balance"
 
@@ -60,8 +60,7 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     ndarray of shape (m,), float64
         In [0, 1]; 0 for a node without GPUs or without allocatable CPU or memory.
     """
-    ok, u_gpu, u_cpu, u_mem = utilizations(ctx)
     lam = min(1.0, multi_gpu_share(ctx.tasks) / S_ONE_SIDED)
-    two = np.clip(1.0 - np.maximum(np.abs(u_cpu - u_gpu), np.abs(u_mem - u_gpu)), 0.0, 1.0)
-    one = np.clip(1.0 - np.maximum(np.maximum(u_cpu - u_gpu, u_mem - u_gpu), 0.0), 0.0, 1.0)
-    return np.where(ok, ((1.0 - lam) * two + ONE_SIDED_GAIN * lam * one) / 2.0, 0.0)
+    two = resource_balance.node_score(ctx, chosen)
+    one = stranding.node_score(ctx, chosen)
+    return ((1.0 - lam) * two + ONE_SIDED_GAIN * lam * one) / 2.0
