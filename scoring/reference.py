@@ -124,6 +124,7 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
                   for t in range(tasks.popularity.shape[0])]
         multi = sum(d for t, d in enumerate(demand) if int(tasks.gpu_count[t]) >= 2)
         share = multi / sum(demand) if sum(demand) > 0 else 0.0
+    lam = min(1.0, share / 0.3)  # adaptive_balance: one-sided from a multi-GPU share of 0.3
     return {
         "best_fit": min(max(math.trunc((1.0 - left) * 100) / 100, 0.0), 1.0),
         "multi_gpu_reserve": util * min(1.0, (share / 0.5) ** 2),
@@ -131,8 +132,7 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         "spread": 1.0 - util if total else 0.0,
         "resource_balance": balance,
         "stranding": stranding,
-        "adaptive_balance": ((1.0 - min(1.0, share / 0.3)) * balance
-                             + 2.0 * min(1.0, share / 0.3) * stranding) / 2.0,
+        "adaptive_balance": ((1.0 - lam) * balance + 2.0 * lam * stranding) / 2.0,
     }
 
 
