@@ -1,0 +1,209 @@
+"""A lower bound on unallocated GPU share at the 100 % point, from a cutting-stock LP.
+
+Any placement of the pods that have arrived when the GPU demand reaches 100 % of capacity
+leaves at least this much capacity unallocated, whatever the policy, online or offline.
+
+Notes
+-----
+The relaxation drops everything but the GPU share: GPUs are independent bins of 1000 milli
+(no nodes, CPU, host memory, GPU memory or models), a ``k``-GPU whole pod takes ``k`` whole
+bins, and the bound may choose which pods fail. With fractional sizes ``r_s`` (``n_s`` pods
+each), ``W_k`` whole pods of ``k`` GPUs, ``G`` GPUs, and ``a_ps`` pods of size ``s`` in bin
+pattern ``p`` (``sum_s a_ps r_s <= 1000``)::
+
+    maximize    sum_p x_p sum_s a_ps r_s + sum_k 1000 k w_k
+    subject to  sum_p x_p + sum_k k w_k <= G
+                sum_p a_ps x_p <= n_s            for every size s
+                0 <= w_k <= W_k,  x_p >= 0
+
+and ``unallocated >= capacity - optimum``. This is the Gilmore-Gomory cutting-stock LP
+(Gilmore and Gomory, "A Linear Programming Approach to the Cutting-Stock Problem",
+Operations Research 9(6), 1961), solved by column generation: the pricing problem is a
+bounded knapsack over the sizes with values ``r_s - y_s`` (``y_s`` the duals of the size
+rows), solved exactly by dynamic programming over the capacity in steps of the sizes'
+greatest common divisor. The LP optimum is an upper bound on the integer optimum, so the
+result stays a valid floor. openb pods of one GPU ask for 50 to 990 milli in steps of 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from benchmarks import compare, trace
+from benchmarks.replay import parse_seeds
+from extender.clusterfile import load_cluster_file
+
+MILLI_PER_GPU = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivedGpuDemand:
+    """The GPU pods of one arrival sequence up to the 100 % point.
+
+    Attributes
+    ----------
+    fractional : dict of int to int
+        Pods of one GPU below 1000 milli: share (milli) -> number of pods.
+    whole : dict of int to int
+        Whole-GPU pods: GPUs per pod -> number of pods.
+    """
+
+    fractional: dict[int, int]
+    whole: dict[int, int]
+
+    @property
+    def milli(self) -> int:
+        """Total GPU share asked for."""
+        return (sum(r * n for r, n in self.fractional.items())
+                + sum(MILLI_PER_GPU * k * n for k, n in self.whole.items()))
+
+
+def arrived_demand(seq: Sequence[trace.TracePod], capacity_milli: int) -> ArrivedGpuDemand:
+    """GPU pods in arrival order up to and including the one that brings the demand to
+    ``capacity_milli`` (the replay's 100 % mark is taken right after that pod)."""
+    frac: Counter[int] = Counter()
+    whole: Counter[int] = Counter()
+    arrived = 0
+    for p in seq:
+        if not p.num_gpu:
+            continue
+        if p.gpu_milli < MILLI_PER_GPU:
+            frac[p.gpu_milli] += 1
+        else:
+            whole[p.num_gpu] += 1
+        arrived += p.gpu_request_milli
+        if arrived >= capacity_milli:
+            break
+    return ArrivedGpuDemand(dict(frac), dict(whole))
+
+
+def _best_pattern(sizes: NDArray[np.int64], values: NDArray[np.float64], limit: NDArray[np.int64],
+                  step: int) -> tuple[float, NDArray[np.int64]]:
+    """Bounded knapsack: the most valuable multiset of ``sizes`` within one GPU.
+
+    ``limit[s]`` copies of size ``s`` at most; sizes are multiples of ``step``. Copies are
+    split into powers of two so the 0/1 dynamic programme stays exact. Returns the value and
+    the counts per size.
+    """
+    cap = MILLI_PER_GPU // step
+    items: list[tuple[int, float, int, int]] = []  # (units, value, size index, copies)
+    for s in np.flatnonzero(values > 0):
+        left, chunk = int(min(limit[s], MILLI_PER_GPU // sizes[s])), 1
+        while left > 0:
+            c = min(chunk, left)
+            items.append((int(sizes[s]) // step * c, float(values[s]) * c, int(s), c))
+            left -= c
+            chunk *= 2
+    best = np.zeros(cap + 1)
+    took = np.zeros((len(items), cap + 1), dtype=bool)
+    for i, (u, v, _, _) in enumerate(items):
+        cand = np.full(cap + 1, -np.inf)
+        cand[u:] = best[:cap + 1 - u] + v
+        took[i] = cand > best
+        best = np.maximum(best, cand)
+    counts = np.zeros(sizes.shape[0], dtype=np.int64)
+    c = int(np.argmax(best))
+    for i in range(len(items) - 1, -1, -1):
+        if took[i, c]:
+            u, _, s, copies = items[i]
+            counts[s] += copies
+            c -= u
+    return float(best.max()), counts
+
+
+def max_allocated_milli(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int = 10_000) -> float:
+    """Optimum of the cutting-stock LP: the most GPU share any placement can allocate.
+
+    Parameters
+    ----------
+    demand : ArrivedGpuDemand
+    n_gpus : int
+        GPUs in the cluster (bins of 1000 milli), >= 0.
+    max_rounds : int
+        Column-generation rounds before giving up.
+
+    Returns
+    -------
+    float
+        Upper bound on allocated GPU share, milli-GPU.
+
+    Raises
+    ------
+    RuntimeError
+        If the LP solver fails or column generation does not converge in ``max_rounds``.
+    """
+    from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
+
+    if not demand.fractional and not demand.whole:
+        return 0.0
+    sizes = np.array(sorted(demand.fractional), dtype=np.int64)
+    avail = np.array([demand.fractional[int(r)] for r in sizes], dtype=np.int64)
+    ks = sorted(demand.whole)
+    step = math.gcd(MILLI_PER_GPU, *sizes.tolist()) if sizes.size else MILLI_PER_GPU
+    # Start from one pod per bin; every later column is a priced pattern.
+    columns = [np.eye(sizes.shape[0], dtype=np.int64)[s] for s in range(sizes.shape[0])]
+    for _ in range(max_rounds):
+        a = np.array(columns, dtype=float).reshape(len(columns), sizes.shape[0])   # (patterns, sizes)
+        gain = -np.concatenate([a @ sizes, [MILLI_PER_GPU * k for k in ks]])
+        gpus_row = np.concatenate([np.ones(a.shape[0]), np.array(ks, dtype=float)])
+        size_rows = np.hstack([a.T, np.zeros((sizes.shape[0], len(ks)))])
+        res = linprog(gain, A_ub=np.vstack([gpus_row, size_rows]),
+                      b_ub=np.concatenate([[n_gpus], avail]),
+                      bounds=[(0, None)] * a.shape[0] + [(0, demand.whole[k]) for k in ks],
+                      method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"LP solver failed: {res.message}")
+        duals = -res.ineqlin.marginals        # >= 0: value of one more GPU, one more pod of size s
+        if sizes.size == 0:
+            return float(-res.fun)
+        value, counts = _best_pattern(sizes, sizes - duals[1:], avail, step)
+        if value - duals[0] <= 1e-6:
+            return float(-res.fun)
+        columns.append(counts)
+    raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
+
+
+def unallocated_floor_pct(variant: str, seed: int) -> float:
+    """The floor for one openb variant and seed, % of GPU capacity (bundled node list)."""
+    specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
+    n_gpus = sum(len(s.gpus) for s in specs)
+    capacity = MILLI_PER_GPU * n_gpus
+    seq = trace.arrival_sequence(trace.load_pods(compare.pods_path(variant)), seed, capacity)
+    return 100.0 * (capacity - max_allocated_milli(arrived_demand(seq, capacity), n_gpus)) / capacity
+
+
+def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> str:
+    """Markdown: median (min-max) floor per variant, next to the published FGD."""
+    lines = [f"Lower bound on unallocated GPU % at 100 % arrived (cutting-stock LP, GPU share only), "
+             f"seeds {seeds[0]}..{seeds[-1]}.", "",
+             "| variant | floor, median (min-max) | published FGD |", "|---|---|---|"]
+    for v, vals in floors.items():
+        lines.append(f"| {v} | {float(np.median(vals)):.2f} ({min(vals):.2f}-{max(vals):.2f}) | "
+                     f"{compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.floor --variants all --seeds 42-51``: print the table."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.floor", description=__doc__.splitlines()[0])
+    p.add_argument("--variants", nargs="+", default=["default"], help="openb variants, or 'all'")
+    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    args = p.parse_args(argv)
+    try:
+        variants = compare.variant_names(args.variants)
+    except ValueError as e:
+        p.error(str(e))
+    floors = {v: [unallocated_floor_pct(v, s) for s in args.seeds] for v in variants}
+    print(table(floors, args.seeds))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
