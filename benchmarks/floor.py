@@ -138,8 +138,13 @@ def max_allocated_milli(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int =
     ------
     RuntimeError
         If the LP solver fails or column generation does not converge in ``max_rounds``.
+    ModuleNotFoundError
+        Without scipy (the ``floor`` extra).
     """
-    from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
+    try:
+        from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
 
     if not demand.fractional and not demand.whole:
         return 0.0
@@ -171,7 +176,21 @@ def max_allocated_milli(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int =
 
 
 def unallocated_floor_pct(variant: str, seed: int) -> float:
-    """The floor for one openb variant and seed, % of GPU capacity (bundled node list)."""
+    """The floor for one openb variant and seed.
+
+    Parameters
+    ----------
+    variant : str
+        openb pod list suffix (``default``, ``cpu250``...), bundled in ``benchmarks/traces``.
+    seed : int
+        Arrival-order seed, as in ``gpufrac replay``.
+
+    Returns
+    -------
+    float
+        Unallocated GPU share at the 100 % point no placement can go below, % of the
+        capacity of the bundled node list.
+    """
     specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
     n_gpus = sum(len(s.gpus) for s in specs)
     capacity = MILLI_PER_GPU * n_gpus
