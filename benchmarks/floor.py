@@ -141,61 +141,97 @@ def max_allocated_milli(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int =
     ModuleNotFoundError
         Without scipy (the ``floor`` extra).
     """
+    if not demand.fractional and not demand.whole:
+        return 0.0
+    sizes = np.array(sorted(demand.fractional), dtype=np.int64)
+    avail = np.array([demand.fractional[int(r)] for r in sizes], dtype=np.int64)
+    step = math.gcd(MILLI_PER_GPU, *sizes.tolist()) if sizes.size else MILLI_PER_GPU
+    # Start from one pod per bin; every later column is a priced pattern.
+    columns = [np.eye(sizes.shape[0], dtype=np.int64)[s] for s in range(sizes.shape[0])]
+    for _ in range(max_rounds):
+        optimum, duals = pattern_lp(np.array(columns, dtype=np.int64).reshape(len(columns), sizes.shape[0]),
+                                    demand, n_gpus)
+        if sizes.size == 0:
+            return optimum
+        value, counts = _best_pattern(sizes, sizes - duals[1:], avail, step)
+        if value - duals[0] <= 1e-6:
+            return optimum
+        columns.append(counts)
+    raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
+
+
+def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
+               n_gpus: int) -> tuple[float, NDArray[np.float64]]:
+    """The LP of the module notes restricted to the given bin patterns.
+
+    Parameters
+    ----------
+    patterns : ndarray of shape (p, s), int64
+        Pods of each fractional size (``sorted(demand.fractional)``, ascending) per pattern;
+        each row fits one GPU.
+    demand : ArrivedGpuDemand
+    n_gpus : int
+        GPUs in the cluster, >= 0.
+
+    Returns
+    -------
+    optimum : float
+        Most GPU share allocatable with these patterns, milli-GPU.
+    duals : ndarray of shape (1 + s,), float64
+        >= 0: the value of one more GPU, then of one more pod of each size.
+
+    Raises
+    ------
+    RuntimeError
+        If the LP solver fails.
+    ModuleNotFoundError
+        Without scipy (the ``floor`` extra).
+    """
     try:
         from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
     except ModuleNotFoundError as e:
         raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
 
-    if not demand.fractional and not demand.whole:
-        return 0.0
-    sizes = np.array(sorted(demand.fractional), dtype=np.int64)
-    avail = np.array([demand.fractional[int(r)] for r in sizes], dtype=np.int64)
+    sizes = np.array(sorted(demand.fractional), dtype=float)
     ks = sorted(demand.whole)
-    step = math.gcd(MILLI_PER_GPU, *sizes.tolist()) if sizes.size else MILLI_PER_GPU
-    # Start from one pod per bin; every later column is a priced pattern.
-    columns = [np.eye(sizes.shape[0], dtype=np.int64)[s] for s in range(sizes.shape[0])]
-    for _ in range(max_rounds):
-        a = np.array(columns, dtype=float).reshape(len(columns), sizes.shape[0])   # (patterns, sizes)
-        gain = -np.concatenate([a @ sizes, [MILLI_PER_GPU * k for k in ks]])
-        gpus_row = np.concatenate([np.ones(a.shape[0]), np.array(ks, dtype=float)])
-        size_rows = np.hstack([a.T, np.zeros((sizes.shape[0], len(ks)))])
-        res = linprog(gain, A_ub=np.vstack([gpus_row, size_rows]),
-                      b_ub=np.concatenate([[n_gpus], avail]),
-                      bounds=[(0, None)] * a.shape[0] + [(0, demand.whole[k]) for k in ks],
-                      method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"LP solver failed: {res.message}")
-        duals = -res.ineqlin.marginals        # >= 0: value of one more GPU, one more pod of size s
-        if sizes.size == 0:
-            return float(-res.fun)
-        value, counts = _best_pattern(sizes, sizes - duals[1:], avail, step)
-        if value - duals[0] <= 1e-6:
-            return float(-res.fun)
-        columns.append(counts)
-    raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
+    a = patterns.astype(float)
+    gain = -np.concatenate([a @ sizes, [MILLI_PER_GPU * k for k in ks]])
+    gpus_row = np.concatenate([np.ones(a.shape[0]), np.array(ks, dtype=float)])
+    size_rows = np.hstack([a.T, np.zeros((sizes.shape[0], len(ks)))])
+    res = linprog(gain, A_ub=np.vstack([gpus_row, size_rows]),
+                  b_ub=np.concatenate([[n_gpus], [demand.fractional[int(r)] for r in sizes]]),
+                  bounds=[(0, None)] * a.shape[0] + [(0, demand.whole[k]) for k in ks],
+                  method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"LP solver failed: {res.message}")
+    return float(-res.fun), -res.ineqlin.marginals
 
 
-def unallocated_floor_pct(variant: str, seed: int) -> float:
-    """The floor for one openb variant and seed.
+def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float:
+    """The floor for one openb pod list and seed.
 
     Parameters
     ----------
-    variant : str
-        openb pod list suffix (``default``, ``cpu250``...), bundled in ``benchmarks/traces``.
+    pods : sequence of TracePod
+        An openb pod list (``trace.load_pods``).
     seed : int
         Arrival-order seed, as in ``gpufrac replay``.
+    n_gpus : int
+        GPUs in the cluster (``bundled_gpu_count()`` for the openb node list).
 
     Returns
     -------
     float
-        Unallocated GPU share at the 100 % point no placement can go below, % of the
-        capacity of the bundled node list.
+        Unallocated GPU share at the 100 % point no placement can go below, % of capacity.
     """
-    specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
-    n_gpus = sum(len(s.gpus) for s in specs)
     capacity = MILLI_PER_GPU * n_gpus
-    seq = trace.arrival_sequence(trace.load_pods(compare.pods_path(variant)), seed, capacity)
+    seq = trace.arrival_sequence(list(pods), seed, capacity)
     return 100.0 * (capacity - max_allocated_milli(arrived_demand(seq, capacity), n_gpus)) / capacity
+
+
+def bundled_gpu_count() -> int:
+    """GPUs of the bundled openb node list (6,212)."""
+    return sum(len(s.gpus) for s in load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1))
 
 
 def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> str:
@@ -219,7 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = compare.variant_names(args.variants)
     except ValueError as e:
         p.error(str(e))
-    floors = {v: [unallocated_floor_pct(v, s) for s in args.seeds] for v in variants}
+    n_gpus = bundled_gpu_count()
+    floors = {}
+    for v in variants:
+        pods = trace.load_pods(compare.pods_path(v))
+        floors[v] = [unallocated_floor_pct(pods, s, n_gpus) for s in args.seeds]
     print(table(floors, args.seeds))
     return 0
 

@@ -6,7 +6,6 @@ import itertools
 
 import numpy as np
 import pytest
-from scipy.optimize import linprog
 
 from benchmarks import floor, trace
 from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli
@@ -36,15 +35,8 @@ def _every_pattern_lp(demand: ArrivedGpuDemand, n_gpus: int) -> float:
     sizes = sorted(demand.fractional)
     ranges = [range(min(demand.fractional[r], 1000 // r) + 1) for r in sizes]
     pats = np.array([c for c in itertools.product(*ranges)
-                     if any(c) and np.dot(c, sizes) <= 1000], dtype=float)
-    ks = sorted(demand.whole)
-    gain = -np.concatenate([pats @ np.array(sizes, dtype=float), [1000.0 * k for k in ks]])
-    rows = np.vstack([np.concatenate([np.ones(len(pats)), np.array(ks, dtype=float)]),
-                      np.hstack([pats.T, np.zeros((len(sizes), len(ks)))])])
-    res = linprog(gain, A_ub=rows, b_ub=[n_gpus, *(demand.fractional[r] for r in sizes)],
-                  bounds=[(0, None)] * len(pats) + [(0, demand.whole[k]) for k in ks], method="highs")
-    assert res.status == 0
-    return float(-res.fun)
+                     if any(c) and np.dot(c, sizes) <= 1000], dtype=np.int64)
+    return floor.pattern_lp(pats, demand, n_gpus)[0]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -68,5 +60,6 @@ def test_arrived_demand_stops_at_the_pod_that_reaches_capacity() -> None:
 def test_the_openb_floor_is_the_810_milli_remainders() -> None:
     # openb default, seed 42: about 1,100 pods of 810 milli each leave 190 milli that only
     # the ~110 pods of 160 milli or less can use; the LP cannot do better than about 3.1 %.
-    pct = floor.unallocated_floor_pct("default", 42)
+    pods = trace.load_pods(trace.DEFAULT_PODS)
+    pct = floor.unallocated_floor_pct(pods, 42, floor.bundled_gpu_count())
     assert 2.9 < pct < 3.3
