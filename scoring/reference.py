@@ -7,6 +7,7 @@ beside ``cdist``). Not used by the extender.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,33 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     return math.trunc(100 / (1.0 + math.exp(delta / 1000.0))) / 100
 
 
+@functools.cache
+def _gap_waste(n_s: tuple[tuple[int, int], ...], pods: int) -> tuple[float, ...]:
+    """``W(0..1000)`` of ``scoring.gap_fill`` for (share, pods) pairs out of ``pods``."""
+    w = [0.0]
+    for f in range(1, MILLI_PER_GPU + 1):
+        options = [min(1.0, n / pods / 0.02) * w[f - s] + (1.0 - min(1.0, n / pods / 0.02)) * f
+                   for s, n in n_s if s <= f]
+        w.append(min([float(f), *options]))
+    return tuple(w)
+
+
+def _gap_fill_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
+    """``scoring.gap_fill`` for one GPU: ``W`` rebuilt here from the task types."""
+    tasks = state.workload.task_types()
+    if tasks is None:
+        return 0.5
+    n_s: dict[int, int] = {}
+    for t in range(tasks.count.shape[0]):
+        k, r = int(tasks.gpu_count[t]), int(tasks.gpu_milli[t])
+        if k == 1 or r >= MILLI_PER_GPU:
+            n_s[min(r, MILLI_PER_GPU)] = n_s.get(min(r, MILLI_PER_GPU), 0) + int(tasks.count[t])
+    w = _gap_waste(tuple(sorted(n_s.items())), int(tasks.count.sum()))
+    free = min(_free(state, row, col), MILLI_PER_GPU)
+    after = max(free - req.gpu_milli, 0)
+    return min(max(0.5 - (w[after] - w[free]) / 2000.0, 0.0), 1.0)
+
+
 def _splitmix64(x: int) -> int:
     mask = (1 << 64) - 1
     x = (x + 0x9E3779B97F4A7C15) & mask
@@ -97,6 +125,7 @@ def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict
         "qos_interference": 0.0 if conflict else 1.0,
         "fgd": _fgd_score(state, row, req, (col,)),
         "random": _random_draw(state, row, col, req),
+        "gap_fill": _gap_fill_score(state, row, col, req),
     }
 
 

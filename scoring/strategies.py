@@ -28,6 +28,7 @@ from scoring import (
     adaptive_balance,
     best_fit,
     fgd,
+    gap_fill,
     gpu_best_fit,
     memory_headroom,
     multi_gpu_reserve,
@@ -72,7 +73,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance),
+         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance, gap_fill),
     )
 }
 """Registry: strategy name -> Strategy."""

@@ -158,6 +158,45 @@ def test_fgd_is_neutral_before_any_gpu_pod() -> None:
     assert fgd.gpu_score(ctx)[0].tolist() == [0.5, 0.5]
 
 
+def test_gap_fill_waste_to_go_discounts_scarce_sizes() -> None:
+    from scoring.fragmentation import TaskTypes
+    from scoring.gap_fill import waste_to_go
+
+    # 99 pods of 500 milli, 1 of 100, N = 100: a_500 = min(1, 0.99 / 0.02) = 1,
+    # a_100 = min(1, 0.01 / 0.02) = 0.5. W(f) = min(f, a_s W(f - s) + (1 - a_s) f):
+    # W(50)  = 50 (nothing fits)           W(100) = 0.5 * 0 + 0.5 * 100 = 50
+    # W(200) = 0.5 * 50 + 0.5 * 200 = 125  W(300) = 0.5 * 125 + 150 = 212.5
+    # W(400) = 0.5 * 212.5 + 200 = 306.25  W(500) = W(0) = 0 (a 500 comes surely)
+    # W(600) = min(W(100) = 50, 0.5 * W(500) + 300) = 50
+    # W(900) = min(W(400) = 306.25, 0.5 * W(800) + 450), W(800) = W(300) -> 306.25
+    # W(1000) = W(500) = 0
+    rows = np.array([[1, 500, 0, 0], [1, 100, 0, 0]])
+    count = np.array([99, 1])
+    w = waste_to_go(TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], count / 100, count))
+    assert w.shape == (1001,)
+    assert [w[f] for f in (50, 100, 200, 300, 400, 500, 600, 900, 1000)] == pytest.approx(
+        [50, 50, 125, 212.5, 306.25, 0, 50, 306.25, 0])
+    assert (w >= 0).all() and (w <= np.arange(1001)).all()
+
+
+def test_gap_fill_leaves_the_gap_the_workload_fills() -> None:
+    from scoring import gap_fill
+
+    # a: GPU0 holds a 400-milli pod, GPU1 a 500-milli pod; b: 4 empty GPUs. Workload
+    # {400: 1, 500: 1}, N = 2, both a = 1. W(400) = W(500) = W(900) = W(1000) = 0 and
+    # W(600) = min(W(200) = 200, W(100) = 100) = 100. A 100-milli pod:
+    # a/GPU0: free 600 -> 500: delta = W(500) - W(600) = -100 -> 0.5 + 100/2000 = 0.55
+    # a/GPU1: free 500 -> 400: delta = 0 - 0 -> 0.5; b: free 1000 -> 900: 0 - 0 -> 0.5
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4)])
+    st.apply(Allocation("a", (0,), 400, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    st.apply(Allocation("a", (1,), 500, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    ctx = fit(st, PodRequest(1, 100, gpu_memory_mib=0), np.array([0, 1]))
+    np.testing.assert_allclose(gap_fill.gpu_score(ctx), [[0.55, 0.5, 0.0, 0.0], [0.5] * 4])
+    # before any GPU pod every fitting GPU is neutral
+    empty = ClusterState.from_nodes([gpu_node("a", 2)])
+    assert gap_fill.gpu_score(fit(empty, PodRequest(1, 100), np.arange(1))).tolist() == [[0.5, 0.5]]
+
+
 def test_best_fit_as_published() -> None:
     from scoring import best_fit
 
