@@ -28,7 +28,7 @@ none (``fgd`` alone)                                 4.87     9.56              
 ``resource_balance`` 0.1 (the previous default)      4.26     6.87    3.69        3.51
 ``stranding`` 0.2                                    4.54     7.39    3.48        3.06
 ``stranding`` 0.2 + ``resource_balance`` 0.05        5.61     7.25                2.95
-``adaptive_balance`` 0.2 (**default**, S 0.3)        4.29     6.85    3.55        3.09
+``adaptive_balance`` 0.2, S 0.3 (**default** base)   4.29     6.85    3.55        3.09
 ``adaptive_balance`` 0.2, S 0.5                      4.26     7.12    3.56        3.13
 ``resource_balance`` 0.1 fading to 0 at s = 0.4      4.30             4.30        3.28
 ===================================================  =======  ======  ==========  ==========
@@ -51,7 +51,7 @@ leaves on its GPU) on top of ``fgd`` 1 and ``adaptive_balance`` 0.2, default see
 =============================================  =======  =======
 ``gap_fill`` weight                            seed 42  seed 43
 =============================================  =======  =======
-0 (the previous default)                       4.29     4.29
+0 (the default before gap fill)                4.29     4.29
 0.5 (**default**)                              4.20     4.18
 1                                              4.27
 2                                              4.17     4.23
@@ -63,7 +63,7 @@ leaves on its GPU) on top of ``fgd`` 1 and ``adaptive_balance`` 0.2, default see
 At 0.5 a gap-fill difference of 0.02 (40 milli of expected waste) moves a node by one FGD
 step, so it decides among FGD's near-ties and does not overturn FGD's strong preference
 for filling an existing hole over opening a fresh GPU. Over seeds 42-51 it is lower than
-the previous default on every seed (median 4.25 against 4.29); over every variant and two
+the previous default on every seed (median 4.26 against 4.29); over every variant and two
 seeds see ``benchmarks/results/compare-gap-fill``.
 
 ``balance`` is the default before FGD (``gpu_best_fit`` 4, ``resource_balance`` 4,
