@@ -26,8 +26,12 @@ default left unallocated on openb (seed 42, 100 % arrived: no GPU fully free; 3.
 in the ~190 milli beside lone 810-milli pods, which only the few pods of 160 milli or less
 can fill, and 1.26 points in pairs such as 470 + 320 where 650 + 320 and 470 + 470 were
 possible). It moves a 320-milli pod off the gap of a 470-milli pod (leaving 210, which few
-pods fit: ``W(210) = 125`` on openb) onto the gap of a 650-milli pod (leaving 30). GPU
-models (``gpu_spec``) are not distinguished: one ``W`` for the whole workload.
+pods fit: ``W(210) = 125`` on openb) onto the gap of a 650-milli pod (leaving 30).
+
+GPU models (``gpu_spec``): when some task type accepts only some models, a GPU of model
+``j`` is valued with ``W_j``, built from the ``n_s`` of the types that accept ``j`` only
+(``N`` stays all GPU pods, so a size few pods can take on that model counts as scarce
+there). The openb pod lists carry no ``gpu_spec``, so this part is not measured on them.
 
 The node score is the mean over the GPUs chosen there (a per-GPU term only).
 ``benchmarks/README.md`` has the measurements.
@@ -42,7 +46,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes
-from scoring.request import MILLI_PER_GPU
+from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
 
 NAME = "gap_fill"
 
@@ -53,7 +57,7 @@ node_score = None
 """A per-GPU term: the node score is the mean over the chosen GPUs."""
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=32)
 def _waste_to_go(sizes: tuple[tuple[int, int], ...], n_pods: int) -> NDArray[np.float64]:
     """``W`` of shape (1001,) for ``sizes`` ((share milli, pods), ascending) of ``n_pods``."""
     share = [s for s, _ in sizes]
@@ -73,23 +77,33 @@ def _waste_to_go(sizes: tuple[tuple[int, int], ...], n_pods: int) -> NDArray[np.
     return out
 
 
-def waste_to_go(tasks: TaskTypes) -> NDArray[np.float64]:
+def waste_to_go(tasks: TaskTypes, model: int | None = None) -> NDArray[np.float64]:
     """Expected unallocated share ``W(f)`` of a GPU gap of ``f`` milli (see module notes).
 
     Parameters
     ----------
     tasks : TaskTypes
         The learned workload.
+    model : int or None
+        GPU model id: count only the task types whose ``model_mask`` has bit ``model``.
+        None counts every type.
 
     Returns
     -------
     ndarray of shape (1001,), float64, read-only
         ``W[f]`` in ``[0, f]`` milli-GPU for ``f = 0..1000``. Cached per workload.
     """
+    mask = tasks.model_mask
+    if model is None or mask is None:
+        accepts = np.ones(tasks.count.shape, dtype=bool)
+    elif model > 62:  # past the bit mask: only the types that accept any model
+        accepts = mask == ANY_MODEL_MASK
+    else:
+        accepts = ((mask >> model) & 1).astype(bool)
     n_s: dict[int, int] = {}
-    for k, r, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),
-                       strict=True):
-        if k == 1 or r >= MILLI_PER_GPU:
+    for k, r, c, ok in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),
+                           accepts.tolist(), strict=True):
+        if ok and (k == 1 or r >= MILLI_PER_GPU):
             s = min(r, MILLI_PER_GPU)
             n_s[s] = n_s.get(s, 0) + c
     return _waste_to_go(tuple(sorted(n_s.items())), int(tasks.count.sum()))
@@ -105,13 +119,21 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     Returns
     -------
     ndarray of shape (m, max_gpus), float64
-        ``1/2 - delta_g / 2000`` in [0, 1]; 0 where the GPU does not fit; 1/2 everywhere it
-        fits while no workload is known.
+        ``1/2 - delta_g / 2000`` in [0, 1], ``W`` of the GPU's model; 0 where the GPU does
+        not fit; 1/2 everywhere it fits while no workload is known.
     """
     tasks = ctx.tasks
     if tasks is None:
         return np.where(ctx.gpu_fits, 0.5, 0.0)
-    w = waste_to_go(tasks)
     free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)
     after = np.clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
-    return np.where(ctx.gpu_fits, np.clip(0.5 - (w[after] - w[free]) / 2000.0, 0.0, 1.0), 0.0)
+    if tasks.model_mask is None or ctx.gpu_model is None:
+        w = waste_to_go(tasks)
+        delta = w[after] - w[free]
+    else:
+        model = np.maximum(ctx.gpu_model, 0)  # -1 padding: no free share, any row will do
+        ids, row = np.unique(model, return_inverse=True)
+        w_by_model = np.stack([waste_to_go(tasks, j) for j in ids.tolist()])
+        row = row.reshape(model.shape)
+        delta = w_by_model[row, after] - w_by_model[row, free]
+    return np.where(ctx.gpu_fits, np.clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)

@@ -69,14 +69,17 @@ def _gap_waste(n_s: tuple[tuple[int, int], ...], pods: int) -> tuple[float, ...]
 
 
 def _gap_fill_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
-    """``scoring.gap_fill`` for one GPU: ``W`` rebuilt here from the task types."""
+    """``scoring.gap_fill`` for one GPU: ``W`` of its model rebuilt here from the task types."""
     tasks = state.workload.task_types()
     if tasks is None:
         return 0.5
+    model = max(int(state.gpu_model[row, col]), 0)
     n_s: dict[int, int] = {}
     for t in range(tasks.count.shape[0]):
         k, r = int(tasks.gpu_count[t]), int(tasks.gpu_milli[t])
-        if k == 1 or r >= MILLI_PER_GPU:
+        mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
+        accepts = mask == -1 or (model <= 62 and (mask >> model) & 1 == 1)
+        if accepts and (k == 1 or r >= MILLI_PER_GPU):
             n_s[min(r, MILLI_PER_GPU)] = n_s.get(min(r, MILLI_PER_GPU), 0) + int(tasks.count[t])
     w = _gap_waste(tuple(sorted(n_s.items())), int(tasks.count.sum()))
     free = min(_free(state, row, col), MILLI_PER_GPU)

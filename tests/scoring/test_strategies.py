@@ -197,6 +197,36 @@ def test_gap_fill_leaves_the_gap_the_workload_fills() -> None:
     assert gap_fill.gpu_score(fit(empty, PodRequest(1, 100), np.arange(1))).tolist() == [[0.5, 0.5]]
 
 
+def test_gap_fill_values_a_gap_by_the_pods_its_gpu_model_can_take() -> None:
+    from scoring import gap_fill
+    from scoring.reference import _gap_fill_score
+    from scoring.request import model_mask
+
+    # a: 2 x T4, b: 2 x V100M32. Workload: a 400-milli pod that accepts V100M32 only (on
+    # b/GPU0) and a 500-milli pod that accepts any model (on a/GPU0); N = 2, both a_s = 1.
+    # T4 (only the 500 counts):  W(f) = f below 500, W(500) = 0, W(f) = f - 500 above,
+    #                            W(1000) = 0; so W(400) = 400, W(900) = 400.
+    # V100M32 (400 and 500):     W(400) = W(500) = W(900) = W(1000) = 0,
+    #                            W(600) = min(W(200), W(100)) = 100.
+    # A 100-milli pod (any model):
+    # a/GPU0: 500 -> 400: delta = 400 - 0 = 400 -> 0.5 - 400/2000 = 0.3
+    # a/GPU1: 1000 -> 900: delta = 400 - 0 -> 0.3  (blind to models both would be 0.5:
+    #         the 400 gap left is one only a V100M32 pod fills)
+    # b/GPU0: 600 -> 500: delta = 0 - 100 = -100 -> 0.55 ; b/GPU1: 1000 -> 900: 0 -> 0.5
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 2, model="V100M32", memory_mib=32768)])
+    v100, t4 = st.models.index("V100M32"), st.models.index("T4")
+    st.apply(Allocation("b", (0,), 400, (0,), QoSClass.BURSTABLE, 1000, 1024, model_mask(frozenset({v100}))))
+    st.apply(Allocation("a", (0,), 500, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    req = PodRequest(1, 100, gpu_memory_mib=0)
+    ctx = fit(st, req, np.arange(2))
+    w_t4, w_v100 = gap_fill.waste_to_go(ctx.tasks, t4), gap_fill.waste_to_go(ctx.tasks, v100)
+    assert [w_t4[f] for f in (400, 500, 900, 1000)] == pytest.approx([400, 0, 400, 0])
+    assert [w_v100[f] for f in (400, 500, 600, 900, 1000)] == pytest.approx([0, 0, 100, 0, 0])
+    g = gap_fill.gpu_score(ctx)
+    np.testing.assert_allclose(g, [[0.3, 0.3], [0.55, 0.5]])
+    np.testing.assert_allclose([[_gap_fill_score(st, r, c, req) for c in range(2)] for r in range(2)], g)
+
+
 def test_best_fit_as_published() -> None:
     from scoring import best_fit
 
