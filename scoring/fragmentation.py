@@ -63,7 +63,9 @@ class TaskTypes:
         ----------
         gpu_model : ndarray of shape (m, G), int64
             Model id per GPU (``ClusterState.gpu_model``; -1 padding is treated as id 0,
-            padding GPUs have no free share anyway).
+            padding GPUs have no free share anyway). Ids past 62 have no bit of their own
+            (``scoring.request.model_mask``): only the types that accept any model may use
+            them.
 
         Returns
         -------
@@ -71,7 +73,7 @@ class TaskTypes:
         """
         if self.model_mask is None:
             return None
-        ids = np.clip(gpu_model, 0, 62)
+        ids = np.clip(gpu_model, 0, 63)  # >> 63: 0 for a mask of bits 0..62, -1 for ANY
         return ((self.model_mask[None, :, None] >> ids[:, None, :]) & 1).astype(bool)
 
     @classmethod

@@ -46,7 +46,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes
-from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
+from scoring.request import MILLI_PER_GPU
 
 NAME = "gap_fill"
 
@@ -85,7 +85,7 @@ def waste_to_go(tasks: TaskTypes, model: int | None = None) -> NDArray[np.float6
     tasks : TaskTypes
         The learned workload.
     model : int or None
-        GPU model id: count only the task types whose ``model_mask`` has bit ``model``.
+        GPU model id: count only the task types that may use it (``TaskTypes.allowed``).
         None counts every type.
 
     Returns
@@ -93,13 +93,8 @@ def waste_to_go(tasks: TaskTypes, model: int | None = None) -> NDArray[np.float6
     ndarray of shape (1001,), float64, read-only
         ``W[f]`` in ``[0, f]`` milli-GPU for ``f = 0..1000``. Cached per workload.
     """
-    mask = tasks.model_mask
-    if model is None or mask is None:
-        accepts = np.ones(tasks.count.shape, dtype=bool)
-    elif model > 62:  # past the bit mask: only the types that accept any model
-        accepts = mask == ANY_MODEL_MASK
-    else:
-        accepts = ((mask >> model) & 1).astype(bool)
+    allowed = None if model is None else tasks.allowed(np.array([[model]]))  # (1, t, 1)
+    accepts = np.ones(tasks.count.shape, dtype=bool) if allowed is None else allowed[0, :, 0]
     n_s: dict[int, int] = {}
     for k, r, c, ok in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),
                            accepts.tolist(), strict=True):

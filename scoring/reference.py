@@ -78,8 +78,7 @@ def _gap_fill_score(state: ClusterState, row: int, col: int, req: PodRequest) ->
     for t in range(tasks.count.shape[0]):
         k, r = int(tasks.gpu_count[t]), int(tasks.gpu_milli[t])
         mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
-        accepts = mask == -1 or (model <= 62 and (mask >> model) & 1 == 1)
-        if accepts and (k == 1 or r >= MILLI_PER_GPU):
+        if (mask >> model) & 1 == 1 and (k == 1 or r >= MILLI_PER_GPU):
             n_s[min(r, MILLI_PER_GPU)] = n_s.get(min(r, MILLI_PER_GPU), 0) + int(tasks.count[t])
     w = _gap_waste(tuple(sorted(n_s.items())), int(tasks.count.sum()))
     free = min(_free(state, row, col), MILLI_PER_GPU)

@@ -227,6 +227,20 @@ def test_gap_fill_values_a_gap_by_the_pods_its_gpu_model_can_take() -> None:
     np.testing.assert_allclose([[_gap_fill_score(st, r, c, req) for c in range(2)] for r in range(2)], g)
 
 
+def test_task_types_allowed_past_the_mask_bits() -> None:
+    from scoring.fragmentation import TaskTypes
+    from scoring.request import ANY_MODEL_MASK, model_mask
+
+    # Three types: any model; models {0, 62}; model {5}. GPUs of model ids 0, 5, 62, 70.
+    # Id 70 has no bit (model_mask keeps bits 0..62), so only the any-model type may use
+    # it; clipping the id to 62 would let the {0, 62} type use it too.
+    masks = np.array([ANY_MODEL_MASK, model_mask(frozenset({0, 62})), model_mask(frozenset({5}))])
+    one = np.ones(3, dtype=np.int64)
+    tasks = TaskTypes(one, one * 500, one, one, one / 3, one, masks)
+    assert tasks.allowed(np.array([[0, 5, 62, 70]]))[0].tolist() == [
+        [True, True, True, True], [True, False, True, False], [False, True, False, False]]
+
+
 def test_best_fit_as_published() -> None:
     from scoring import best_fit
 
