@@ -8,10 +8,16 @@ utilizations after placement) and ``s`` the multi-GPU share of the learned GPU d
 (``scoring.multi_gpu_reserve.multi_gpu_share``)::
 
     lam        = min(1, s / S_ONE_SIDED)
-    node_score = ((1 - lam) * b2 + ONE_SIDED_GAIN * lam * b1) / 2
+    k          = 1 + (PRESSURE_GAIN - 1) * clip((p - PRESSURE_START) / (PRESSURE_FULL - PRESSURE_START), 0, 1)
+    node_score = ((1 - lam) * k * b2 + ONE_SIDED_GAIN * lam * b1) / 2
 
 so at weight ``w`` it is ``resource_balance`` at weight ``w / 2`` while multi-GPU pods are
 rare, and ``stranding`` at weight ``w`` once they are ``S_ONE_SIDED`` of the GPU demand.
+``p`` is the cluster's CPU pressure (``scoring.fit.cpu_pressure``: CPU utilization over GPU
+utilization on the GPU nodes); where CPU fills as fast as the GPUs (``p >= 1``) the
+two-sided term counts double (``k = 2``, ``resource_balance`` at ``w``), below
+``PRESSURE_START`` it is unchanged. With ``k <= 2`` and ``ONE_SIDED_GAIN = 2`` the score
+stays in [0, 1].
 Why: next to FGD (``scoring.fgd``) the two-sided balance is what keeps CPU and memory from
 stranding GPUs where CPU is scarce (openb cpu250, seed 42 in process: 6.87 % unallocated at
 100 % arrived against 9.56 % for FGD alone), but it also draws CPU-light pods onto empty
@@ -22,7 +28,10 @@ leaves empty nodes alone (``fgd`` + ``stranding`` 0.2: multigpu40 3.06 %, but cp
 multigpu30 3.55 % (two-sided: 3.69 %), default 4.29 % (4.26 %); ``benchmarks/README.md``
 has the full comparison. Adding the two terms at fixed weights instead was worse on default
 (``resource_balance`` 0.05 + ``stranding`` 0.2: 5.61 %). ``s`` is 0 while no workload is
-known (two-sided). No per-GPU preference.
+known (two-sided). The pressure gain: openb cpu250 runs at ``p`` about 1.03 all along
+(CPU-only pods fill the hosts), default at about 0.83 and the other variants below 0.95
+(``benchmarks/README.md``), so only where CPU is the scarce resource does balance get the
+weight that pays there. No per-GPU preference.
 """
 
 from __future__ import annotations
@@ -41,6 +50,15 @@ S_ONE_SIDED = 0.3
 
 ONE_SIDED_GAIN = 2.0
 """Weight of the one-sided form relative to the two-sided one."""
+
+PRESSURE_START = 0.9
+"""CPU pressure from which the two-sided term gains weight."""
+
+PRESSURE_FULL = 1.0
+"""CPU pressure at which the two-sided term has ``PRESSURE_GAIN`` times its weight."""
+
+PRESSURE_GAIN = 2.0
+"""Most the two-sided term is multiplied by (at most 2 keeps the score in [0, 1])."""
 
 gpu_score = None
 """No per-GPU preference: balance is a node property."""
@@ -61,6 +79,12 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         In [0, 1]; 0 for a node without GPUs or without allocatable CPU or memory.
     """
     lam = min(1.0, multi_gpu_share(ctx.tasks) / S_ONE_SIDED)
+    k = 1.0 + (PRESSURE_GAIN - 1.0) * pressure_ramp(ctx.cpu_pressure)
     two = resource_balance.node_score(ctx, chosen)
     one = stranding.node_score(ctx, chosen)
-    return ((1.0 - lam) * two + ONE_SIDED_GAIN * lam * one) / 2.0
+    return ((1.0 - lam) * k * two + ONE_SIDED_GAIN * lam * one) / 2.0
+
+
+def pressure_ramp(pressure: float) -> float:
+    """``clip((p - PRESSURE_START) / (PRESSURE_FULL - PRESSURE_START), 0, 1)`` for ``p = pressure``."""
+    return min(1.0, max(0.0, (pressure - PRESSURE_START) / (PRESSURE_FULL - PRESSURE_START)))

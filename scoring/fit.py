@@ -84,6 +84,8 @@ class FitContext:
     tasks : TaskTypes or None
         The target workload for fragmentation (``ClusterState.workload``); None while the
         cluster holds no GPU pod.
+    cpu_pressure : float
+        ``cpu_pressure(state)``: cluster-wide, the same for every candidate.
     """
 
     request: PodRequest
@@ -105,6 +107,7 @@ class FitContext:
     mem_host_alloc_mib: NDArray[np.int64]
     gpu_model: NDArray[np.int64] | None = None
     tasks: TaskTypes | None = None
+    cpu_pressure: float = 0.0
 
 
 def gpu_memory_request_mib(
@@ -273,4 +276,37 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
         gpu_model=state.gpu_model[rows],
         tasks=state.workload.task_types(),
+        cpu_pressure=cpu_pressure(state),
     )
+
+
+PRESSURE_GPU_FLOOR = 0.1
+"""GPU utilization below which ``cpu_pressure`` divides by this instead (a near-empty cluster)."""
+
+
+def cpu_pressure(state: ClusterState) -> float:
+    """How fast CPU fills against the GPUs on the GPU nodes, cluster-wide.
+
+    ``u_cpu / max(u_gpu, PRESSURE_GPU_FLOOR)`` with ``u_cpu`` the requested over allocatable
+    CPU and ``u_gpu`` the allocated over total GPU share, both summed over the nodes that
+    have GPUs (CPU-only nodes strand no GPU). Above 1 the CPU runs out first, and what is
+    left of the GPUs then is stranded (openb cpu250 replays run at about 1.03 throughout,
+    default at about 0.83; ``scoring.adaptive_balance``).
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only.
+
+    Returns
+    -------
+    float
+        ``>= 0``; 0 when no node has GPUs or allocatable CPU.
+    """
+    gpu_nodes = state.node_gpu_total_milli > 0
+    total_milli = int(state.node_gpu_total_milli.sum())
+    cpu_alloc = int(state.cpu_alloc_milli[gpu_nodes].sum())
+    if total_milli <= 0 or cpu_alloc <= 0:
+        return 0.0
+    u_gpu = int(state.node_gpu_used_milli.sum()) / total_milli
+    return int(state.cpu_used_milli[gpu_nodes].sum()) / cpu_alloc / max(u_gpu, PRESSURE_GPU_FLOOR)

@@ -156,6 +156,14 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         multi = sum(d for t, d in enumerate(demand) if int(tasks.gpu_count[t]) >= 2)
         share = multi / sum(demand) if sum(demand) > 0 else 0.0
     lam = min(1.0, share / 0.3)  # adaptive_balance: one-sided from a multi-GPU share of 0.3
+    gpu_rows = [r for r in range(state.n_nodes) if int(state.node_gpu_total_milli[r]) > 0]
+    cpu_total = sum(int(state.cpu_alloc_milli[r]) for r in gpu_rows)
+    gpu_total = sum(int(state.node_gpu_total_milli[r]) for r in gpu_rows)
+    pressure = 0.0
+    if cpu_total > 0 and gpu_total > 0:  # scoring.fit.cpu_pressure
+        u_gpu = sum(int(state.node_gpu_used_milli[r]) for r in range(state.n_nodes)) / gpu_total
+        pressure = sum(int(state.cpu_used_milli[r]) for r in gpu_rows) / cpu_total / max(u_gpu, 0.1)
+    gain = 1.0 + min(1.0, max(0.0, (pressure - 0.9) / 0.1))  # two-sided term x1 .. x2 over p 0.9..1
     return {
         "best_fit": min(max(math.trunc((1.0 - left) * 100) / 100, 0.0), 1.0),
         "multi_gpu_reserve": util * min(1.0, (share / 0.5) ** 2),
@@ -163,7 +171,7 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         "spread": 1.0 - util if total else 0.0,
         "resource_balance": balance,
         "stranding": stranding,
-        "adaptive_balance": ((1.0 - lam) * balance + 2.0 * lam * stranding) / 2.0,
+        "adaptive_balance": ((1.0 - lam) * gain * balance + 2.0 * lam * stranding) / 2.0,
     }
 
 

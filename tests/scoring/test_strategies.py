@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -109,10 +111,15 @@ def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
 def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
     from scoring import adaptive_balance
     # Workload: the one 600-milli pod on a/GPU0, multi-GPU share s = 0 -> lam = 0:
-    # score = resource_balance / 2 (the resource_balance case above: 0.825, 0.95).
+    # score = k * resource_balance / 2 (the resource_balance case above: 0.825, 0.95).
+    # CPU pressure (test_cpu_pressure_is_cpu_over_gpu_utilization): 2.5 -> k = 2, so the
+    # score is resource_balance itself; at a pressure of 0.9 or below k = 1.
     ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
     chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
-    np.testing.assert_allclose(adaptive_balance.node_score(ctx, chosen), [0.4125, 0.475])
+    assert ctx.cpu_pressure == pytest.approx(2.5)
+    np.testing.assert_allclose(adaptive_balance.node_score(ctx, chosen), [0.825, 0.95])
+    np.testing.assert_allclose(adaptive_balance.node_score(replace(ctx, cpu_pressure=0.9), chosen),
+                               [0.4125, 0.475])
     # A 2 x 1000 pod on b: demand 0.5 * 600 = 300 and 0.5 * 2000 = 1000, s = 1000/1300 =
     # 0.77 >= 0.3 -> lam = 1: score = 2 * stranding / 2 = stranding. Quarter pod, 100m, 1 GiB:
     # a: u_gpu 850/2000 = 0.425, u_cpu 32100/64000 = 0.5016, u_mem 66560/262144 = 0.2539:
@@ -126,6 +133,45 @@ def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
     np.testing.assert_allclose(s, [1 - (32100 / 64000 - 850 / 2000), 1.0])
     two = resource_balance.node_score(ctx, np.zeros(ctx.gpu_fits.shape, dtype=bool))
     np.testing.assert_allclose(two[1], 1 - (2250 / 4000 - 100 / 64000))
+
+
+@pytest.mark.parametrize(("pressure", "k"), [
+    (0.0, 1.0),     # nearly empty cluster
+    (0.83, 1.0),    # openb default runs at about 0.83: unchanged
+    (0.9, 1.0),     # PRESSURE_START
+    (0.95, 1.5),    # halfway up the ramp: 1 + (0.95 - 0.9) / (1.0 - 0.9) = 1.5
+    (1.0, 2.0),     # PRESSURE_FULL
+    (1.03, 2.0),    # openb cpu250 runs at about 1.03: capped at PRESSURE_GAIN
+])
+def test_adaptive_balance_gains_weight_with_cpu_pressure(pressure: float, k: float) -> None:
+    from scoring import adaptive_balance
+    # lam = 0 (no multi-GPU pods): score = k * resource_balance / 2, resource_balance
+    # 0.825 and 0.95 (test_resource_balance); at k = 2 it stays <= 1.
+    ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
+    chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
+    s = adaptive_balance.node_score(replace(ctx, cpu_pressure=pressure), chosen)
+    np.testing.assert_allclose(s, [k * 0.825 / 2, k * 0.95 / 2])
+
+
+def test_cpu_pressure_is_cpu_over_gpu_utilization() -> None:
+    from scoring.fit import cpu_pressure
+    # two_node_state: CPU 32000 of 2 x 64000 -> u_cpu 0.25; GPU 600 of 6 x 1000 -> u_gpu 0.1
+    # -> 0.25 / 0.1 = 2.5
+    st = two_node_state()
+    assert cpu_pressure(st) == pytest.approx(2.5)
+    # a whole GPU on b without CPU: u_gpu 1600 / 6000 = 0.2667 -> 0.25 / 0.2667 = 0.9375
+    st.apply(Allocation("b", (1,), 1000, (16384,), QoSClass.BURSTABLE, 0, 0))
+    assert cpu_pressure(st) == pytest.approx(0.9375)
+    # a CPU-only node's load strands no GPU and is not counted
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4), gpu_node("cpu", 0)])
+    st.apply(Allocation("a", (0,), 600, (9830,), QoSClass.GUARANTEED, 32000, 65536))
+    st.apply(Allocation("cpu", (), 0, (), QoSClass.BURSTABLE, 60000, 1024))
+    assert cpu_pressure(st) == pytest.approx(2.5)
+    # near-empty cluster: u_gpu 0.01 is floored at 0.1 -> 0.0625 / 0.1 = 0.625, not 6.25
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4)])
+    st.apply(Allocation("a", (0,), 60, (983,), QoSClass.BURSTABLE, 8000, 1024))
+    assert cpu_pressure(st) == pytest.approx(8000 / 128000 / 0.1)
+    assert cpu_pressure(ClusterState.from_nodes([gpu_node("cpu", 0)])) == 0.0
 
 
 def test_resource_balance_without_gpus_is_zero() -> None:
