@@ -28,10 +28,13 @@ leaves empty nodes alone (``fgd`` + ``stranding`` 0.2: multigpu40 3.06 %, but cp
 multigpu30 3.55 % (two-sided: 3.69 %), default 4.29 % (4.26 %); ``benchmarks/README.md``
 has the full comparison. Adding the two terms at fixed weights instead was worse on default
 (``resource_balance`` 0.05 + ``stranding`` 0.2: 5.61 %). ``s`` is 0 while no workload is
-known (two-sided). The pressure gain: openb cpu250 runs at ``p`` about 1.03 all along
-(CPU-only pods fill the hosts), default at about 0.83 and the other variants below 0.95
-(``benchmarks/README.md``), so only where CPU is the scarce resource does balance get the
-weight that pays there. No per-GPU preference.
+known (two-sided). The pressure gain: openb cpu250 replays run at ``p`` about 1.03 all
+along (CPU-only pods fill the hosts) and default at about 0.83 (logged in replays); from
+the arrival sequences cpu200 is near 0.92, gpushare100 near 0.91 and every other variant
+below 0.9. Balance at twice the weight is what pays on cpu250 (ten seeds: 6.77 % against
+6.95 %), and default is untouched (k = 1 there: the same placements); cpu200 and
+gpushare100 come out slightly lower (``benchmarks/README.md``, "CPU pressure"). No
+per-GPU preference.
 """
 
 from __future__ import annotations

@@ -66,6 +66,10 @@ for filling an existing hole over opening a fresh GPU. Over seeds 42-51 it is lo
 the previous default on every seed (median 4.26 against 4.29); over every variant and two
 seeds see ``benchmarks/results/compare-gap-fill``.
 
+Last, ``adaptive_balance`` doubles its two-sided term where CPU fills as fast as the GPUs
+(CPU pressure 0.9 to 1; ``scoring.adaptive_balance``): cpu250 over seeds 42-51 6.77 %
+against 6.95 %, default unchanged (pressure about 0.83 there, the same placements).
+
 ``balance`` is the default before FGD (``gpu_best_fit`` 4, ``resource_balance`` 4,
 ``multi_gpu_reserve`` 3.75, ``node_packing`` 0.2, ``qos_interference`` 0.5), tuned for a
 profile that sends only GPU pods (``managedResources``) and leaves CPU-only pods to
