@@ -44,7 +44,6 @@ def test_kernel_matches_reference(weights: dict[str, float], policy: QosPolicy,
     assert checked > 500  # the random states must exercise feasible nodes, not only failures
 
 
-
 def test_gap_fill_waste_to_go_matches_reference(rng: np.random.Generator) -> None:
     # gap_fill computes W in blocks of the smallest share; the block size runs from 1 milli
     # (1,000 blocks of one) to 1000 (one block) and must give the scalar recursion's values
