@@ -86,6 +86,9 @@ class FitContext:
         cluster holds no GPU pod.
     cpu_pressure : float
         ``cpu_pressure(state)``: cluster-wide, the same for every candidate.
+    gpus_by_model : tuple of int
+        Healthy GPUs of each model id in the whole cluster (``ClusterState.models``); a
+        tuple, not an array, because it is cluster-wide, not per candidate.
     """
 
     request: PodRequest
@@ -108,6 +111,7 @@ class FitContext:
     gpu_model: NDArray[np.int64] | None = None
     tasks: TaskTypes | None = None
     cpu_pressure: float = 0.0
+    gpus_by_model: tuple[int, ...] = ()
 
 
 def gpu_memory_request_mib(
@@ -277,6 +281,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         gpu_model=state.gpu_model[rows],
         tasks=state.workload.task_types(),
         cpu_pressure=cpu_pressure(state),
+        gpus_by_model=tuple(np.bincount(state.gpu_model[state.gpu_healthy], minlength=len(state.models)).tolist()),
     )
 
 

@@ -39,6 +39,7 @@ The node score is the mean over the GPUs chosen there (a per-GPU term only).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -126,15 +127,35 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     tasks = ctx.tasks
     if tasks is None:
         return np.where(ctx.gpu_fits, 0.5, 0.0)
+    return gap_score(ctx, lambda model: waste_to_go(tasks, model))
+
+
+def gap_score(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]]) -> NDArray[np.float64]:
+    """``1/2 - (V(f - r) - V(f)) / 2000`` per GPU for a value function ``V`` of the free share.
+
+    Parameters
+    ----------
+    ctx : FitContext
+        With ``ctx.tasks`` set.
+    waste : callable
+        GPU model id, or None for "every model", -> ndarray of shape (1001,), float64, with
+        ``V[f]`` in ``[0, f]`` milli-GPU (``waste_to_go``; ``scoring.gap_price``).
+
+    Returns
+    -------
+    ndarray of shape (m, max_gpus), float64
+        In [0, 1]; 0 where the GPU does not fit.
+    """
     free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)
     after = np.clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
-    if tasks.model_mask is None or ctx.gpu_model is None:
-        w = waste_to_go(tasks)
+    tasks = ctx.tasks
+    if tasks is None or tasks.model_mask is None or ctx.gpu_model is None:
+        w = waste(None)
         delta = w[after] - w[free]
     else:
         model = np.maximum(ctx.gpu_model, 0)  # -1 padding: no free share, any row will do
         ids, row = np.unique(model, return_inverse=True)
-        w_by_model = np.stack([waste_to_go(tasks, j) for j in ids.tolist()])
+        w_by_model = np.stack([waste(j) for j in ids.tolist()])
         row = row.reshape(model.shape)
         delta = w_by_model[row, after] - w_by_model[row, free]
     return np.where(ctx.gpu_fits, np.clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)

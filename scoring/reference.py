@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
@@ -86,6 +88,49 @@ def _gap_fill_score(state: ClusterState, row: int, col: int, req: PodRequest) ->
     return min(max(0.5 - (w[after] - w[free]) / 2000.0, 0.0), 1.0)
 
 
+@functools.cache
+def _priced_u(key: tuple[tuple[int, int], ...], n_gpus: int) -> tuple[float, ...]:
+    """``U(0..1000)`` of ``scoring.gap_price`` for (share, rounded log count) pairs."""
+    from scoring.cutting_stock import shadow_prices
+
+    u = [float(f) for f in range(MILLI_PER_GPU + 1)]
+    if not key:
+        return tuple(u)
+    sizes = [s for s, _ in key]
+    _, price = shadow_prices(np.array(sizes, dtype=np.int64), np.array([1.05 ** q for _, q in key]), n_gpus)
+    for f in range(1, MILLI_PER_GPU + 1):
+        u[f] = min([float(f), *(round(float(y), 6) + u[f - s] for s, y in zip(sizes, price, strict=True)
+                                if s <= f)])
+    return tuple(u)
+
+
+def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
+    """``scoring.gap_price`` for one GPU: scaled counts, rounding and ``U`` written out here;
+    the LP duals from ``scoring.cutting_stock`` (checked against HiGHS in its own tests)."""
+    tasks = state.workload.task_types()
+    if tasks is None:
+        return 0.5
+    model = max(int(state.gpu_model[row, col]), 0)
+    constrained = tasks.model_mask is not None
+    n_gpus = sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus)
+                 if state.gpu_healthy[r, c] and (not constrained or int(state.gpu_model[r, c]) == model))
+    pods: dict[int, int] = {}
+    for t in range(tasks.count.shape[0]):
+        k, r = int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU)
+        mask = -1 if not constrained else int(tasks.model_mask[t])
+        if (mask >> model) & 1 == 1 and k > 0:
+            pods[r] = pods.get(r, 0) + k * int(tasks.count[t])
+    demand = sum(s * n for s, n in pods.items())
+    key: tuple[tuple[int, int], ...] = ()
+    if n_gpus > 0 and demand > 0:
+        scale = 1.0 * MILLI_PER_GPU * n_gpus / demand  # the cluster's share, SATURATION = 1
+        key = tuple((s, round(math.log(pods[s] * scale) / math.log(1.05))) for s in sorted(pods))
+    u = _priced_u(key, n_gpus)
+    free = min(_free(state, row, col), MILLI_PER_GPU)
+    after = max(free - req.gpu_milli, 0)
+    return min(max(0.5 - (u[after] - u[free]) / 2000.0, 0.0), 1.0)
+
+
 def _splitmix64(x: int) -> int:
     mask = (1 << 64) - 1
     x = (x + 0x9E3779B97F4A7C15) & mask
@@ -128,6 +173,7 @@ def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict
         "fgd": _fgd_score(state, row, req, (col,)),
         "random": _random_draw(state, row, col, req),
         "gap_fill": _gap_fill_score(state, row, col, req),
+        "gap_price": _gap_price_score(state, row, col, req),
     }
 
 

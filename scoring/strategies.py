@@ -29,6 +29,7 @@ from scoring import (
     best_fit,
     fgd,
     gap_fill,
+    gap_price,
     gpu_best_fit,
     memory_headroom,
     multi_gpu_reserve,
@@ -73,7 +74,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance, gap_fill),
+         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance, gap_fill, gap_price),
     )
 }
 """Registry: strategy name -> Strategy."""

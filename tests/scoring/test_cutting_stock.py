@@ -1,0 +1,132 @@
+"""The cutting-stock duals (scoring.cutting_stock) and the gap-price term built on them."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from scoring.cutting_stock import priced_waste, shadow_prices
+from scoring.fit import fit
+from scoring.request import QoSClass
+from scoring.state import Allocation, ClusterState
+from tests.conftest import gpu_node
+
+
+def test_shadow_prices_of_a_saturated_pairing() -> None:
+    # 10 GPUs, 12 pods of 700 milli, 6 of 300. Best: 6 GPUs of 700 + 300 and 4 of a lone
+    # 700 = 6 * 1000 + 4 * 700 = 8800 milli; two 700s are left out, so one more 700 is worth
+    # nothing (y_700 = 0), one more GPU holds a lone 700 (y_G = 700), and 700 + 300 prices
+    # to zero reduced cost: 1000 - y_G - y_700 - y_300 = 0 -> y_300 = 300.
+    # Duality: 10 * 700 + 12 * 0 + 6 * 300 = 8800, the primal optimum.
+    gpu_price, size_price = shadow_prices(np.array([300, 700]), np.array([6.0, 12.0]), 10)
+    assert gpu_price == pytest.approx(700)
+    np.testing.assert_allclose(size_price, [300, 0], atol=1e-9)
+
+
+def test_shadow_prices_with_room_to_spare() -> None:
+    # 10 GPUs, 3 pods of 700 and 3 of 300: all fit (3 GPUs), so a GPU is worth nothing more
+    # and each pod is worth its own share.
+    gpu_price, size_price = shadow_prices(np.array([300, 700]), np.array([3.0, 3.0]), 10)
+    assert gpu_price == pytest.approx(0)
+    np.testing.assert_allclose(size_price, [300, 700], atol=1e-9)
+    assert shadow_prices(np.array([], dtype=np.int64), np.array([]), 10) == (0.0, pytest.approx([]))
+
+
+def _patterns(sizes: list[int]) -> list[tuple[int, ...]]:
+    """Every multiset of ``sizes`` within 1000 milli, as counts per size (brute force)."""
+    out = []
+    ranges = [range(1000 // s + 1) for s in sizes]
+    for counts in itertools.product(*ranges):
+        if sum(c * s for c, s in zip(counts, sizes, strict=True)) <= 1000:
+            out.append(counts)
+    return out
+
+
+def test_shadow_prices_are_optimal_duals(rng: np.random.Generator) -> None:
+    # Optimality without trusting the solver: the duals are feasible (y >= 0 and no bin
+    # pattern, enumerated by brute force, is worth more than y_G at these prices) and
+    # their objective G y_G + sum_s n_s y_s equals the primal optimum HiGHS finds for the
+    # same LP (benchmarks.floor, whole GPUs as the 1000-milli size).
+    from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli
+
+    checked = 0
+    for _ in range(60):
+        sizes = sorted(rng.choice(np.arange(150, 1001, 10), size=int(rng.integers(1, 5)), replace=False).tolist())
+        pods = rng.integers(1, 40, size=len(sizes))
+        n_gpus = int(rng.integers(1, 30))
+        gpu_price, size_price = shadow_prices(np.array(sizes), pods.astype(float), n_gpus)
+        assert gpu_price >= 0 and (size_price >= 0).all()
+        for pattern in _patterns(sizes):
+            value = sum(c * (s - y) for c, s, y in zip(pattern, sizes, size_price, strict=True))
+            assert value <= gpu_price + 1e-6, (sizes, pods, n_gpus, pattern)
+        by_size = dict(zip(sizes, pods.tolist(), strict=True))
+        whole = {1: by_size.pop(1000)} if 1000 in by_size else {}
+        demand = ArrivedGpuDemand(by_size, whole)
+        dual = n_gpus * gpu_price + float(pods @ size_price)
+        assert dual == pytest.approx(max_allocated_milli(demand, n_gpus), rel=1e-9, abs=1e-6)
+        checked += gpu_price > 0  # saturated instances, where the prices say something
+    assert checked > 10
+
+
+def test_priced_waste_of_openb_prices() -> None:
+    # The duals of openb default, seed 42 (scoring.cutting_stock notes), y_G = 810:
+    sizes = np.array([110, 160, 220, 230, 320, 350, 470, 550, 650, 810, 1000])
+    price = np.array([110, 160, 152.5, 27.5, 50, 80, 65, 10, 110, 0, 190])
+    u = priced_waste(sizes, price)
+    # U(f) = min(f, min_s y_s + U(f - s)):
+    # U(120)  = min(120, 110 + U(10) = 120)                                    = 120
+    # U(350)  = min(350, y_320 + U(30) = 80, y_350 + U(0) = 80, ...)           = 80
+    # U(530)  = y_470 + U(60) = 65 + 60 = 125 (230 + 230 + 70: 27.5 * 2 + 70 = 125 too)
+    # U(770)  = y_550 + y_220 = 10 + 152.5 = 162.5 (470 + 230 + 70: 65 + 27.5 + 70 = 162.5)
+    # U(1000) = min(y_1000 = 190, y_810 + U(190) = 0 + 190, 2 y_470 + U(60) = 190) = 190
+    assert [u[f] for f in (0, 120, 350, 530, 770, 1000)] == pytest.approx([0, 120, 80, 125, 162.5, 190])
+    # So a 230-milli pod costs U(770) - U(1000) = -27.5 on an empty GPU and
+    # U(120) - U(350) = 40 in the gap beside a 650-milli pod: the empty GPU wins.
+    assert u[770] - u[1000] < u[120] - u[350]
+    assert (u >= 0).all() and (u <= np.arange(1001)).all()
+
+
+def test_priced_waste_matches_the_recursion(rng: np.random.Generator) -> None:
+    # priced_waste computes U in blocks of the smallest share; the scalar recursion gives the
+    # same floats for block sizes from 1 milli to 1000.
+    for trial in range(100):
+        pool = np.arange(1, 1001) if trial % 2 else np.array([1, 50, 320, 470, 810, 1000])
+        sizes = np.unique(rng.choice(pool, size=int(rng.integers(1, 7))))
+        price = rng.uniform(0, 1, size=sizes.shape[0]) * sizes
+        u = [0.0]
+        for f in range(1, 1001):
+            u.append(min([float(f), *(y + u[f - s] for s, y in zip(sizes.tolist(), price.tolist(), strict=True)
+                                      if s <= f)]))
+        assert np.array_equal(priced_waste(sizes, price), np.array(u)), sizes
+
+
+def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
+    from scoring import gap_fill, gap_price
+
+    # a: GPU0 holds a 700-milli pod, GPU1 a 300; b: GPU0 a 700, GPU1-3 empty. 6 GPUs.
+    # Workload {700: 2, 300: 1}, GPU share 1700, scaled to 6 * 1000: n_700 = 7.06 and
+    # n_300 = 3.53, rounded to powers of 1.05: 1.05^40 = 7.04 and 1.05^26 = 3.56. The LP
+    # pairs every 300 with a 700 (3.56 GPUs) and fills the other 2.44 GPUs with lone 700s,
+    # 700s left over: y_700 = 0, y_G = 700, y_300 = 300. Then U(300) = 300, U(400) = 400,
+    # U(700) = 0, U(1000) = min(y_700 + U(300), y_300 + U(700)) = 300. A 300-milli pod:
+    # beside a 700 (300 -> 0):   U(0) - U(300)    = -300 -> 0.5 + 300/2000 = 0.65
+    # beside the 300 (700 -> 400): U(400) - U(700) = 400 -> 0.5 - 400/2000 = 0.3
+    # empty GPU (1000 -> 700):    U(700) - U(1000) = -300 -> 0.65
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4)])
+    for node, col, milli in (("a", 0, 700), ("a", 1, 300), ("b", 0, 700)):
+        st.apply(Allocation(node, (col,), milli, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    from scoring.request import PodRequest
+
+    ctx = fit(st, PodRequest(1, 300, gpu_memory_mib=0), np.array([0, 1]))
+    assert ctx.gpus_by_model == (6,)
+    u = gap_price.gap_waste(ctx.tasks, 6)
+    assert [u[f] for f in (300, 400, 700, 1000)] == pytest.approx([300, 400, 0, 300])
+    np.testing.assert_allclose(gap_price.gpu_score(ctx), [[0.65, 0.3, 0, 0], [0.65, 0.65, 0.65, 0.65]])
+    # gap_fill, with both sizes abundant, sees W(400) = 100 beside the 300 (0.45) and no
+    # cost on an empty GPU (W(1000) = W(700) = 0): it does not value the 300 for the 700s.
+    np.testing.assert_allclose(gap_fill.gpu_score(ctx), [[0.5, 0.45, 0, 0], [0.5, 0.5, 0.5, 0.5]])
+    # before any GPU pod every fitting GPU is neutral
+    empty = ClusterState.from_nodes([gpu_node("a", 2)])
+    assert gap_price.gpu_score(fit(empty, PodRequest(1, 100), np.arange(1))).tolist() == [[0.5, 0.5]]
