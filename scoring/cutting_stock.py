@@ -16,12 +16,13 @@ patterns ``p`` (``a_ps`` pods of size ``s``, ``sum_s a_ps r_s <= 1000``)::
 Operations Research 9(6), 1961). It is solved by column generation: a primal simplex on the
 patterns found so far (one pod per bin to start), then the pricing step, an unbounded
 knapsack over the sizes with values ``r_s - y_s``, adds for each size the best pattern
-holding it while such patterns are worth more than ``y_G``. ``benchmarks/floor.py`` solves the same LP with HiGHS to bound
-unallocated share; this module needs only numpy.
+holding it while such patterns are worth more than ``y_G``. ``benchmarks/floor.py`` solves
+the same LP with HiGHS to bound unallocated share; this module needs only numpy.
 
-The duals are what an online packer should charge (the primal-dual view of online
-stochastic bin packing: Gupta and Radovanovic, "Lagrangian-based online stochastic bin
-packing", Operations Research 70(3), 2022): on openb default ``y_G = 810`` (the marginal GPU
+The duals are what an online packer can charge a placement (online stochastic bin packing
+judged against the LP over bin patterns of the item distribution: Gupta and Radovanovic,
+"Interior-Point Based Online Stochastic Bin Packing", Operations Research, 2020, SSRN
+2673951): on openb default ``y_G = 810`` (the marginal GPU
 holds a lone 810-milli pod), a 160-milli pod is worth all of its share (it is the one that
 fills an 810-milli pod's gap), a 230-milli pod 27.5.
 """

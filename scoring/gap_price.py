@@ -18,10 +18,11 @@ from the dual of the cutting-stock LP of the learned workload scaled to the clus
     score_g = 1/2 - delta_g / 2000
 
 ``U(f)`` is the share of a gap ``f`` that is lost at these prices (left free, or filled by
-pods worth more elsewhere); ``delta_g + y_r`` is the regret of the placement in the
-primal-dual sense (Gupta and Radovanovic, "Lagrangian-based online stochastic bin packing",
-Operations Research 70(3), 2022): zero when the pod completes a pattern of the optimal LP
-solution, and ``y_r`` is the same on every GPU. A whole-GPU pod of ``k`` GPUs counts as
+pods worth more elsewhere); ``delta_g + y_r`` is the placement's reduced cost at these
+prices, its regret against the LP (the view of online stochastic bin packing in Gupta and
+Radovanovic, "Interior-Point Based Online Stochastic Bin Packing", Operations Research,
+2020): zero when the pod completes a pattern of the optimal LP solution, and ``y_r`` is
+the same on every GPU. A whole-GPU pod of ``k`` GPUs counts as
 ``k`` pods of 1000 milli, a fractional pod of ``k`` GPUs as ``k`` pods of its share.
 
 On openb default (seed 42, 100 % arrived) the LP gives ``y_G = 810``: the marginal GPU
@@ -32,9 +33,11 @@ U(350) = 120 + 27.5 - 80 = 67.5``), where gap fill's scarcity discount preferred
 
 The scaled counts are rounded to powers of ``COUNT_STEP`` and the prices cached on them:
 an LP is solved when a count moves by about 5 % (6-10 ms each; 913 solves over the first
-3,000 pods of openb default seed 42, most of them early, while the counts are few). GPU models: one LP per model, over the types that accept it; a type that
-accepts several models is counted in each (an over-count, not measured: the openb pod lists
-carry no ``gpu_spec``).
+3,000 pods of openb default seed 42, most of them early, while the counts are few).
+
+GPU models: one LP per model, over the types that accept it; a type that accepts several
+models is counted in each (an over-count, not measured: the openb pod lists carry no
+``gpu_spec``).
 """
 
 from __future__ import annotations
