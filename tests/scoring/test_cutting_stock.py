@@ -130,3 +130,41 @@ def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
     # before any GPU pod every fitting GPU is neutral
     empty = ClusterState.from_nodes([gpu_node("a", 2)])
     assert gap_price.gpu_score(fit(empty, PodRequest(1, 100), np.arange(1))).tolist() == [[0.5, 0.5]]
+
+
+def test_gap_price_prices_each_gpu_model_over_the_pods_it_can_take() -> None:
+    from scoring import gap_price
+    from scoring.reference import _gap_price_score
+    from scoring.request import PodRequest, model_mask
+
+    # a: 2 x T4, GPU0 holds a 700-milli pod (any model). b: 2 x V100M32, GPU0 holds a
+    # 300-milli pod, GPU1 two of them, all three V100M32-only.
+    # T4 LP (only the 700 accepts T4): share 700 scaled to 2 GPUs -> n_700 = 2.86, rounded
+    #   1.05^22 = 2.93; two lone 700s, 700s left over: y_700 = 0, y_G = 700.
+    #   U(300) = 300, U(1000) = y_700 + U(300) = 300.
+    # V100M32 LP (700 x 1, 300 x 3, share 1600 scaled to 2000): n_700 = 1.25 -> 1.05^5 =
+    #   1.28, n_300 = 3.75 -> 1.05^27 = 3.73. 1.28 GPUs of 700 + 300 and 0.72 of 3 x 300 use
+    #   3.45 of the 300s: y_300 = 0; 3 x 300 prices y_G = 900; 700 + 300: y_700 = 100.
+    #   U(300) = 0, U(700) = min(y_700, U(400) = U(100)) = 100, U(1000) = U(700) = 100.
+    # A 700-milli pod (any model):
+    #   a/GPU1, empty T4 (1000 -> 300):      U(300) - U(1000) = 0     -> 0.5
+    #   b/GPU0, V100M32 beside a 300 (700 -> 0): U(0) - U(700) = -100 -> 0.5 + 100/2000 = 0.55
+    #   a/GPU0 (300 free) and b/GPU1 (400 free) do not fit -> 0.
+    # Blind to models, the 300s would count on T4 too and its empty GPU would score 0.55.
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 2, model="V100M32", memory_mib=32768)])
+    v100, t4 = st.models.index("V100M32"), st.models.index("T4")
+    only_v100 = model_mask(frozenset({v100}))
+    st.apply(Allocation("a", (0,), 700, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    for col in (0, 1, 1):
+        st.apply(Allocation("b", (col,), 300, (0,), QoSClass.BURSTABLE, 1000, 1024, only_v100))
+    req = PodRequest(1, 700, gpu_memory_mib=0)
+    ctx = fit(st, req, np.arange(2))
+    assert ctx.gpus_by_model[t4] == 2 and ctx.gpus_by_model[v100] == 2
+    u_t4, u_v100 = gap_price.gap_waste(ctx.tasks, 2, t4), gap_price.gap_waste(ctx.tasks, 2, v100)
+    assert [u_t4[f] for f in (300, 700, 1000)] == pytest.approx([300, 0, 300])
+    assert [u_v100[f] for f in (100, 300, 400, 700, 1000)] == pytest.approx([100, 0, 100, 100, 100])
+    g = gap_price.gpu_score(ctx)
+    np.testing.assert_allclose(g, [[0, 0.5], [0.55, 0]])
+    np.testing.assert_allclose([[_gap_price_score(st, r, c, req) if ctx.gpu_fits[r, c] else 0.0
+                                 for c in range(2)] for r in range(2)], g)
+    assert gap_price.gap_waste(ctx.tasks, 4)[300] == pytest.approx(0)  # blind: a 300 gap fills
