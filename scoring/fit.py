@@ -87,7 +87,7 @@ class FitContext:
     cpu_pressure : float
         ``cpu_pressure(state)``: cluster-wide, the same for every candidate.
     gpus_by_model : tuple of int
-        Healthy GPUs of each model id in the whole cluster (``ClusterState.models``); a
+        ``ClusterState.gpus_by_model``: healthy GPUs of each model id in the whole cluster; a
         tuple, not an array, because it is cluster-wide, not per candidate.
     """
 
@@ -281,7 +281,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         gpu_model=state.gpu_model[rows],
         tasks=state.workload.task_types(),
         cpu_pressure=cpu_pressure(state),
-        gpus_by_model=tuple(np.bincount(state.gpu_model[state.gpu_healthy], minlength=len(state.models)).tolist()),
+        gpus_by_model=state.gpus_by_model,
     )
 
 

@@ -158,6 +158,9 @@ class ClusterState:
         UUIDs, ``gpu_uuid[row][col]``; padding is ``""``.
     workload : WorkloadModel
         Task types of the GPU pods held, kept by ``apply`` (the ``fgd`` target workload).
+    gpus_by_model : tuple of int
+        Derived once in ``from_nodes`` (models and health are fixed for a state's life):
+        healthy GPUs of each model id, for the cluster-wide LP of ``scoring.gap_price``.
     """
 
     node_names: list[str]
@@ -187,6 +190,7 @@ class ClusterState:
     node_gpu_used_milli: NDArray[np.int64]
     gpu_uuid: list[list[str]] = field(default_factory=list)
     workload: WorkloadModel = field(default_factory=WorkloadModel)
+    gpus_by_model: tuple[int, ...] = ()
 
     @classmethod
     def from_nodes(cls, nodes: Sequence[NodeSpec]) -> ClusterState:
@@ -273,6 +277,8 @@ class ClusterState:
         state.gpu_mem_free_mib[:] = state.gpu_mem_total_mib
         state.gpu_slots_free[:] = state.gpu_replicas
         state.node_gpu_total_milli[:] = state.gpu_exists.sum(axis=1) * MILLI_PER_GPU
+        state.gpus_by_model = tuple(
+            np.bincount(state.gpu_model[state.gpu_healthy], minlength=len(state.models)).tolist())
         return state
 
     @property
@@ -366,4 +372,5 @@ class ClusterState:
             node_gpu_used_milli=self.node_gpu_used_milli.copy(),
             gpu_uuid=[list(r) for r in self.gpu_uuid],
             workload=self.workload.copy(),
+            gpus_by_model=self.gpus_by_model,
         )
