@@ -22,9 +22,9 @@ the same LP with HiGHS to bound unallocated share; this module needs only numpy.
 The duals are what an online packer can charge a placement (online stochastic bin packing
 judged against the LP over bin patterns of the item distribution: Gupta and Radovanovic,
 "Interior-Point Based Online Stochastic Bin Packing", Operations Research, 2020, SSRN
-2673951): on openb default ``y_G = 810`` (the marginal GPU
-holds a lone 810-milli pod), a 160-milli pod is worth all of its share (it is the one that
-fills an 810-milli pod's gap), a 230-milli pod 27.5.
+2673951): on openb default ``y_G = 810`` (the marginal GPU holds a lone 810-milli pod), a
+160-milli pod is worth all of its share (it is the one that fills an 810-milli pod's gap),
+a 230-milli pod 27.5.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-MILLI_PER_GPU = 1000
+from scoring.request import MILLI_PER_GPU
 
 _EPS = 1e-9
 

@@ -76,6 +76,21 @@ class TaskTypes:
         ids = np.clip(gpu_model, 0, 63)  # >> 63: 0 for a mask of bits 0..62, -1 for ANY
         return ((self.model_mask[None, :, None] >> ids[:, None, :]) & 1).astype(bool)
 
+    def accepting(self, model: int | None) -> NDArray[np.bool_]:
+        """Which types may use GPUs of one model.
+
+        Parameters
+        ----------
+        model : int or None
+            Model id (as in ``allowed``); None for "every type".
+
+        Returns
+        -------
+        ndarray of shape (t,), bool
+        """
+        allowed = None if model is None else self.allowed(np.array([[model]]))  # (1, t, 1)
+        return np.ones(self.count.shape, dtype=bool) if allowed is None else allowed[0, :, 0]
+
     @classmethod
     def from_counts(cls, rows: NDArray[np.int64]) -> TaskTypes:
         """Distribution of the distinct rows of ``rows``.

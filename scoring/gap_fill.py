@@ -100,8 +100,7 @@ def waste_to_go(tasks: TaskTypes, model: int | None = None) -> NDArray[np.float6
     ndarray of shape (1001,), float64, read-only
         ``W[f]`` in ``[0, f]`` milli-GPU for ``f = 0..1000``. Cached per workload.
     """
-    allowed = None if model is None else tasks.allowed(np.array([[model]]))  # (1, t, 1)
-    accepts = np.ones(tasks.count.shape, dtype=bool) if allowed is None else allowed[0, :, 0]
+    accepts = tasks.accepting(model)
     n_s: dict[int, int] = {}
     for k, r, c, ok in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),
                            accepts.tolist(), strict=True):

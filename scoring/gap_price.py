@@ -22,8 +22,8 @@ pods worth more elsewhere); ``delta_g + y_r`` is the placement's reduced cost at
 prices, its regret against the LP (the view of online stochastic bin packing in Gupta and
 Radovanovic, "Interior-Point Based Online Stochastic Bin Packing", Operations Research,
 2020): zero when the pod completes a pattern of the optimal LP solution, and ``y_r`` is
-the same on every GPU. A whole-GPU pod of ``k`` GPUs counts as
-``k`` pods of 1000 milli, a fractional pod of ``k`` GPUs as ``k`` pods of its share.
+the same on every GPU. A whole-GPU pod of ``k`` GPUs counts as ``k`` pods of 1000 milli, a
+fractional pod of ``k`` GPUs as ``k`` pods of its share.
 
 On openb default (seed 42, 100 % arrived) the LP gives ``y_G = 810``: the marginal GPU
 holds a lone 810-milli pod, so an empty GPU costs ``U(1000) = 190``, not 0 as in gap fill.
@@ -95,8 +95,7 @@ def gap_waste(tasks: TaskTypes, n_gpus: int, model: int | None = None) -> NDArra
         ``U[f]`` in ``[0, f]`` milli-GPU; ``U[f] = f`` (no price) when no type may use the
         model or ``n_gpus`` is 0. Cached per rounded workload.
     """
-    allowed = None if model is None else tasks.allowed(np.array([[model]]))  # (1, t, 1)
-    accepts = np.ones(tasks.count.shape, dtype=bool) if allowed is None else allowed[0, :, 0]
+    accepts = tasks.accepting(model)
     pods: dict[int, int] = {}
     for k, r, c, ok in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),
                            accepts.tolist(), strict=True):

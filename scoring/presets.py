@@ -72,9 +72,9 @@ against 6.95 %, default unchanged (pressure about 0.83 there, the same placement
 
 Last, ``gap_price`` (``scoring.gap_price``: gap fill's value function with the shadow prices
 of the cutting-stock LP of the learned workload instead of a scarcity discount) replacing
-``gap_fill``, default, by seed. The oracle rows used fixed prices, the LP's duals over each seed's whole arrived demand (an
-oracle), to see whether prices help at all; the ``gap_price`` rows learn them online as
-shipped:
+``gap_fill``, default, by seed. The oracle rows used fixed prices, the LP's duals over each
+seed's whole arrived demand, to see whether prices help at all; the ``gap_price`` rows
+learn them online as shipped:
 
 =====================================================  =====  =====  =====  =====  =====  =====
 ``gap_fill`` 0 plus                                    42     43     44     45     46     48
