@@ -7,9 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
+from scoring import gap_fill, gap_price
 from scoring.cutting_stock import priced_waste, shadow_prices
 from scoring.fit import fit
-from scoring.request import QoSClass
+from scoring.reference import _gap_price_score
+from scoring.request import PodRequest, QoSClass, model_mask
 from scoring.state import Allocation, ClusterState
 from tests.conftest import gpu_node
 
@@ -103,8 +105,6 @@ def test_priced_waste_matches_the_recursion(rng: np.random.Generator) -> None:
 
 
 def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
-    from scoring import gap_fill, gap_price
-
     # a: GPU0 holds a 700-milli pod, GPU1 a 300; b: GPU0 a 700, GPU1-3 empty. 6 GPUs.
     # Workload {700: 2, 300: 1}, GPU share 1700, scaled to 6 * 1000: n_700 = 7.06 and
     # n_300 = 3.53, rounded to powers of 1.05: 1.05^40 = 7.04 and 1.05^26 = 3.56. The LP
@@ -117,8 +117,6 @@ def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
     st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4)])
     for node, col, milli in (("a", 0, 700), ("a", 1, 300), ("b", 0, 700)):
         st.apply(Allocation(node, (col,), milli, (0,), QoSClass.BURSTABLE, 1000, 1024))
-    from scoring.request import PodRequest
-
     ctx = fit(st, PodRequest(1, 300, gpu_memory_mib=0), np.array([0, 1]))
     assert ctx.gpus_by_model == (6,)
     u = gap_price.gap_waste(ctx.tasks, 6)
@@ -133,10 +131,6 @@ def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
 
 
 def test_gap_price_prices_each_gpu_model_over_the_pods_it_can_take() -> None:
-    from scoring import gap_price
-    from scoring.reference import _gap_price_score
-    from scoring.request import PodRequest, model_mask
-
     # a: 2 x T4, GPU0 holds a 700-milli pod (any model). b: 2 x V100M32, GPU0 holds a
     # 300-milli pod, GPU1 two of them, all three V100M32-only.
     # T4 LP (only the 700 accepts T4): share 700 scaled to 2 GPUs -> n_700 = 2.86, rounded
