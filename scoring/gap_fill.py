@@ -147,14 +147,37 @@ def gap_score(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]
     """
     free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)
     after = np.clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
+    w_after, w_free = waste_by_gpu(ctx, waste, after, free)
+    delta = w_after - w_free
+    return np.where(ctx.gpu_fits, np.clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)
+
+
+def waste_by_gpu(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]],
+                 *shares: NDArray[np.int64], rows: NDArray[np.int64] | None = None,
+                 ) -> tuple[NDArray[np.float64], ...]:
+    """``V[f]`` per GPU, each GPU with its model's table.
+
+    Parameters
+    ----------
+    ctx : FitContext
+    waste : callable
+        As in ``gap_score``.
+    *shares : ndarray of shape (r, max_gpus), int64
+        Free shares in [0, 1000] milli-GPU, of the candidates ``rows``.
+    rows : ndarray of shape (r,), int64, or None
+        Positions in ``ctx``'s candidates; None for all of them.
+
+    Returns
+    -------
+    tuple of ndarray of shape (r, max_gpus), float64
+        One per ``shares``, milli-GPU.
+    """
     tasks = ctx.tasks
     if tasks is None or tasks.model_mask is None or ctx.gpu_model is None:
         w = waste(None)
-        delta = w[after] - w[free]
-    else:
-        model = np.maximum(ctx.gpu_model, 0)  # -1 padding: no free share, any row will do
-        ids, row = np.unique(model, return_inverse=True)
-        w_by_model = np.stack([waste(j) for j in ids.tolist()])
-        row = row.reshape(model.shape)
-        delta = w_by_model[row, after] - w_by_model[row, free]
-    return np.where(ctx.gpu_fits, np.clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)
+        return tuple(w[f] for f in shares)
+    model = np.maximum(ctx.gpu_model if rows is None else ctx.gpu_model[rows], 0)  # -1 padding: any row
+    ids, row = np.unique(model, return_inverse=True)
+    w_by_model = np.stack([waste(j) for j in ids.tolist()])
+    row = row.reshape(model.shape)
+    return tuple(w_by_model[row, f] for f in shares)

@@ -43,6 +43,7 @@ models is counted in each (an over-count, not measured: the openb pod lists carr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -123,9 +124,26 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
         ``1/2 - delta_g / 2000`` in [0, 1] with ``U`` of the GPU's model; 0 where the GPU
         does not fit; 1/2 everywhere it fits while no workload is known.
     """
-    tasks = ctx.tasks
-    if tasks is None:
+    if ctx.tasks is None:
         return np.where(ctx.gpu_fits, 0.5, 0.0)
+    return gap_score(ctx, model_waste(ctx))
+
+
+def model_waste(ctx: FitContext) -> Callable[[int | None], NDArray[np.float64]]:
+    """``gap_waste`` of ``ctx``'s workload as a function of the GPU model id.
+
+    Parameters
+    ----------
+    ctx : FitContext
+        With ``ctx.tasks`` set.
+
+    Returns
+    -------
+    callable
+        Model id, or None for every model, -> ndarray of shape (1001,), float64 (``U``).
+    """
+    tasks = ctx.tasks
+    assert tasks is not None
     gpus = ctx.gpus_by_model
 
     def waste(model: int | None) -> NDArray[np.float64]:
@@ -133,4 +151,4 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
             return gap_waste(tasks, sum(gpus))
         return gap_waste(tasks, gpus[model] if model < len(gpus) else 0, model)
 
-    return gap_score(ctx, waste)
+    return waste

@@ -104,12 +104,12 @@ def _priced_u(key: tuple[tuple[int, int], ...], n_gpus: int) -> tuple[float, ...
     return tuple(u)
 
 
-def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
-    """``scoring.gap_price`` for one GPU: scaled counts, rounding and ``U`` written out here;
-    the LP duals from ``scoring.cutting_stock`` (checked against HiGHS in its own tests)."""
+def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
+    """``U(0..1000)`` of ``scoring.gap_price`` for the GPU's model: scaled counts and rounding
+    written out here; the LP duals from ``scoring.cutting_stock`` (checked against HiGHS in
+    its own tests)."""
     tasks = state.workload.task_types()
-    if tasks is None:
-        return 0.5
+    assert tasks is not None
     model = max(int(state.gpu_model[row, col]), 0)
     constrained = tasks.model_mask is not None
     n_gpus = sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus)
@@ -125,10 +125,46 @@ def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -
     if n_gpus > 0 and demand > 0:
         scale = 1.0 * MILLI_PER_GPU * n_gpus / demand  # the cluster's share, SATURATION = 1
         key = tuple((s, round(math.log(pods[s] * scale) / math.log(1.05))) for s in sorted(pods))
-    u = _priced_u(key, n_gpus)
+    return _priced_u(key, n_gpus)
+
+
+def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
+    """``scoring.gap_price`` for one GPU."""
+    if state.workload.task_types() is None:
+        return 0.5
+    u = _gap_price_u(state, row, col)
     free = min(_free(state, row, col), MILLI_PER_GPU)
     after = max(free - req.gpu_milli, 0)
     return min(max(0.5 - (u[after] - u[free]) / 2000.0, 0.0), 1.0)
+
+
+def _priced_stranding_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, ...]) -> float:
+    """``scoring.priced_stranding`` for the pod on ``cols`` of ``row``, GPU by GPU."""
+    tasks = state.workload.task_types()
+    if tasks is None:
+        return 0.5
+    share = cpu_sum = mem_sum = 0
+    for t in range(tasks.count.shape[0]):
+        k, n = int(tasks.gpu_count[t]), int(tasks.count[t])
+        if k > 0:
+            share += n * k * min(int(tasks.gpu_milli[t]), MILLI_PER_GPU)
+            cpu_sum += n * int(tasks.cpu_milli[t])
+            mem_sum += n * int(tasks.memory_mib[t])
+    rho_cpu = cpu_sum / share if share else 0.0
+    rho_mem = mem_sum / share if share else 0.0
+
+    def stranded(cpu: int, mem: int, free: list[int]) -> float:
+        value = sum(f - _gap_price_u(state, row, c)[f] for c, f in enumerate(free) if state.gpu_exists[row, c])
+        serves = min(max(cpu, 0) / rho_cpu if rho_cpu > 0 else math.inf,
+                     max(mem, 0) / rho_mem if rho_mem > 0 else math.inf)
+        return max(value - serves, 0.0)
+
+    cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
+    mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
+    free = [min(_free(state, row, c), MILLI_PER_GPU) for c in range(state.max_gpus)]
+    after = [max(f - req.gpu_milli, 0) if c in cols else f for c, f in enumerate(free)]
+    delta = stranded(cpu - req.cpu_milli, mem - req.memory_mib, after) - stranded(cpu, mem, free)
+    return min(max(0.5 - delta / 2000.0, 0.0), 1.0)
 
 
 def _splitmix64(x: int) -> int:
@@ -296,6 +332,7 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
     if k == 0:  # CPU-only: only the node-level terms score; per-GPU terms count 0
         node = _node_terms(state, row, req)
         node["fgd"] = _fgd_score(state, row, req, ())
+        node["priced_stranding"] = _priced_stranding_score(state, row, req, ())
         total = sum(weights[n] * node[n] for n in names if n in node)
         return ReferenceResult(True, reason, min(max(total / sum(weights[n] for n in names), 0.0), 1.0), ())
     fitting = [c for c, p in enumerate(gpu_checks) if p == 7]
@@ -308,6 +345,7 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
     cols = tuple(sorted(fitting, key=lambda c: (-pref[c], c))[:k])
     node = _node_terms(state, row, req)
     node["fgd"] = _fgd_score(state, row, req, cols)
+    node["priced_stranding"] = _priced_stranding_score(state, row, req, cols)
     total = 0.0
     for name in names:
         if name in node:

@@ -34,6 +34,7 @@ from scoring import (
     memory_headroom,
     multi_gpu_reserve,
     node_packing,
+    priced_stranding,
     qos_interference,
     random_fit,
     resource_balance,
@@ -74,7 +75,8 @@ STRATEGIES: dict[str, Strategy] = {
     for s in map(
         _strategy,
         (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance, gap_fill, gap_price),
+         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance, gap_fill, gap_price,
+         priced_stranding),
     )
 }
 """Registry: strategy name -> Strategy."""
