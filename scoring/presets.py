@@ -114,7 +114,7 @@ cheap, because that node already could not run the types that need more. Default
 =====================================================  =====  =====
 alone (the default before)                             4.05   4.01
 ``priced_stranding`` 6 (**default**)                   3.82   3.85
-``priced_stranding`` 3                                 3.84   PS3_51
+``priced_stranding`` 3                                 3.84   3.85
 first form (types shut out of each gap), weight 6      5.77   4.98
 ``adaptive_balance`` 0.5 instead of 0.2                3.98   4.02
 ``gap_price.SATURATION`` 1.05 instead of 1             4.01   4.01
@@ -124,7 +124,7 @@ first form (types shut out of each gap), weight 6      5.77   4.98
 =====================================================  =====  =====
 
 Weight 6 is ``gap_price``'s, so that a milli of stranded value costs what a milli of priced
-gap does; 3 does as well on seed 47. The first form charged, per gap, the types whose CPU
+gap does; 3 does as well (3.84 / 3.85). The first form charged, per gap, the types whose CPU
 or memory the pod shuts out, a myopic count: at 100 % arrived on seed 47 it had left 74
 whole GPUs free on nodes with under 4 cores. The fluid form
 counts a node's CPU as serving ``c / rho_cpu`` milli of GPU value whoever comes, so using
