@@ -153,8 +153,7 @@ def gap_score(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]
 
 
 def waste_by_gpu(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]],
-                 *shares: NDArray[np.int64], rows: NDArray[np.int64] | None = None,
-                 ) -> tuple[NDArray[np.float64], ...]:
+                 *shares: NDArray[np.int64]) -> tuple[NDArray[np.float64], ...]:
     """``V[f]`` per GPU, each GPU with its model's table.
 
     Parameters
@@ -162,21 +161,19 @@ def waste_by_gpu(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float
     ctx : FitContext
     waste : callable
         As in ``gap_score``.
-    *shares : ndarray of shape (r, max_gpus), int64
-        Free shares in [0, 1000] milli-GPU, of the candidates ``rows``.
-    rows : ndarray of shape (r,), int64, or None
-        Positions in ``ctx``'s candidates; None for all of them.
+    *shares : ndarray of shape (m, max_gpus), int64
+        Free shares in [0, 1000] milli-GPU of ``ctx``'s candidate GPUs.
 
     Returns
     -------
-    tuple of ndarray of shape (r, max_gpus), float64
+    tuple of ndarray of shape (m, max_gpus), float64
         One per ``shares``, milli-GPU.
     """
     tasks = ctx.tasks
     if tasks is None or tasks.model_mask is None or ctx.gpu_model is None:
         w = waste(None)
         return tuple(w[f] for f in shares)
-    model = np.maximum(ctx.gpu_model if rows is None else ctx.gpu_model[rows], 0)  # -1 padding: any row
+    model = np.maximum(ctx.gpu_model, 0)  # -1 padding: no free share, any row will do
     ids, row = np.unique(model, return_inverse=True)
     w_by_model = np.stack([waste(j) for j in ids.tolist()])
     row = row.reshape(model.shape)

@@ -1,8 +1,9 @@
 """Named weight presets: the shipped default and baselines for comparison.
 
 ``default`` is FGD with a light, adaptive resource-balance term, gap price and priced
-stranding (``fgd`` 1, ``adaptive_balance`` 0.2, ``gap_price`` 6, ``priced_stranding`` 6), for the shipped profile where every pod of the gpufrac
-scheduler, CPU-only ones included, reaches the extender (``scheduler-config.yaml``). It
+stranding (``fgd`` 1, ``adaptive_balance`` 0.2, ``gap_price`` 6, ``priced_stranding`` 6),
+for the shipped profile where every pod of the gpufrac scheduler, CPU-only ones included,
+reaches the extender (``scheduler-config.yaml``). It
 was chosen on the openb trace with ``gpufrac replay --in-process`` (seed 42, unallocated
 GPU % at 100 % arrived; ``benchmarks/README.md``). First FGD and a fixed balance:
 
@@ -126,8 +127,7 @@ first form (types shut out of each gap), weight 6      5.77   4.98
 Weight 6 is ``gap_price``'s, so that a milli of stranded value costs what a milli of priced
 gap does; 3 does as well (3.84 / 3.85). The first form charged, per gap, the types whose CPU
 or memory the pod shuts out, a myopic count: at 100 % arrived on seed 47 it had left 74
-whole GPUs free on nodes with under 4 cores. The fluid form
-counts a node's CPU as serving ``c / rho_cpu`` milli of GPU value whoever comes, so using
+whole GPUs free on nodes with under 4 cores. The fluid form counts a node's CPU as serving ``c / rho_cpu`` milli of GPU value whoever comes, so using
 up a small node's cores is a cost only where it leaves value unserved. ``SATURATION``
 above 1 changes the LP's prices at a few points only (at 1.1, 9 of 208 checkpoints, one
 every 40 pods of seed 47, 6 of them in the first 6 % of arrivals), so its 0.04 on seed 47

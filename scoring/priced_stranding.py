@@ -88,7 +88,7 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         return np.full(m, 0.5)
     rho_cpu, rho_mem = host_per_milli(ctx)
     req = ctx.request
-    free = np.where(ctx.gpu_exists, np.clip(ctx.free_milli, 0, MILLI_PER_GPU), 0)
+    free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)  # 0 on padding
     after = np.where(chosen, np.clip(free - req.gpu_milli, 0, MILLI_PER_GPU), free)
     u_free, u_after = waste_by_gpu(ctx, model_waste(ctx), free, after)
     value, value_after = (free - u_free).sum(axis=1), (after - u_after).sum(axis=1)
