@@ -129,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for label, path in clusters.items():
             specs = load_cluster_file(path, replicas_per_gpu=20)
-            proc, url = start_extender(path, "default", 20)
-            client = ExtenderClient(url)
+            proc, client = start_extender(path, "default", 20)
             try:
                 reached = load_to(client, specs, pods, args.load_pct, seed=7)
                 for cache_capable in (True, False):

@@ -17,6 +17,7 @@ import csv
 import json
 import multiprocessing
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -52,9 +53,11 @@ GRID = np.arange(0, 130.5, 0.5)
 class ExtenderClient:
     """kube-scheduler's side of the extender protocol, over HTTP (keep-alive)."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, events_token: str | None = None) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s)
+        # The pod-events endpoint takes a bearer token (``--events-token``); the verbs need none.
+        headers = {"Authorization": f"Bearer {events_token}"} if events_token else {}
+        self.http = httpx.Client(timeout=timeout_s, headers=headers)
 
     def _post(self, verb: str, body: Any) -> Any:
         resp = self.http.post(f"{self.url}/{verb}", content=orjson.dumps(body),
@@ -187,14 +190,20 @@ def free_port() -> int:
 
 
 def start_extender(nodes: Path, policy: str, replicas: int,
-                   config: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``gpufrac serve`` (standalone) on a free loopback port; wait until ready."""
+                   config: Path | None = None) -> tuple[subprocess.Popen[bytes], ExtenderClient]:
+    """Start ``gpufrac serve`` (standalone) on a free loopback port; wait until ready.
+
+    The pod-events endpoint is opened with a fresh random token (passed in the environment,
+    never on the command line); the returned client sends it.
+    """
     port = free_port()
+    token = secrets.token_urlsafe(24)
     cmd = [sys.executable, "-m", "extender", "serve", "--cluster-file", str(nodes),
            "--preset", policy, "--port", str(port), "--replicas-per-gpu", str(replicas)]
     if config is not None:
         cmd += ["--config", str(config)]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
+                                                     "GPUFRAC_EVENTS_TOKEN": token})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -202,7 +211,7 @@ def start_extender(nodes: Path, policy: str, replicas: int,
             raise RuntimeError(f"extender exited with {proc.returncode}")
         try:
             if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url
+                return proc, ExtenderClient(url, events_token=token)
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
@@ -433,7 +442,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
     p.add_argument("--policy", default="default", help="weight preset (scoring.presets)")
     p.add_argument("--out", type=Path, default=Path("replay-out"))
-    p.add_argument("--url", help="use a running standalone extender instead of starting one")
+    p.add_argument("--url", help="use a running standalone extender instead of starting one (its "
+                   "--events-token read from $GPUFRAC_EVENTS_TOKEN)")
     p.add_argument("--config", type=Path,
                    help="admin config file for the extender (scoring weights; overrides --policy)")
     p.add_argument("--in-process", action="store_true",
@@ -471,10 +481,10 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
         scoring = (load_admin_config(args.config) if args.config else scoring_config(args.policy))
         client = InProcessClient(specs, scoring)
     else:
-        url = args.url
-        if url is None:
-            proc, url = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config)
-        client = ExtenderClient(url)
+        if args.url is None:
+            proc, client = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config)
+        else:
+            client = ExtenderClient(args.url, events_token=os.environ.get("GPUFRAC_EVENTS_TOKEN"))
     try:
         return [replay_seed(client, specs, pods, tasks, seed, profile, args.out,
                             progress=not args.no_progress, limit=args.limit, position=position)

@@ -39,6 +39,12 @@ REQUEUE = f"{DOMAIN}/requeue"
 INVENTORY = f"{DOMAIN}/inventory"
 """Node annotation holding the JSON ``NodeInventory``."""
 
+MAX_GPUS_PER_NODE = 64
+"""Most GPUs (or MIG devices) one node's inventory may list; also the most a pod may ask for."""
+
+MAX_GPU_MEMORY_MIB = 2**24
+"""Largest memory of one GPU, MiB (16 TiB): bounds inventory values and pod requests."""
+
 INVENTORY_SCHEMA_V1 = "gpufrac.io/inventory/v1"
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "inventory.v1.json"
 
@@ -49,7 +55,7 @@ class PodGpuUsage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     uid: Annotated[str, Field(min_length=1, max_length=64, description="pod UID")]
-    memory_used_mib: Annotated[int, Field(ge=0)]
+    memory_used_mib: Annotated[int, Field(ge=0, le=MAX_GPU_MEMORY_MIB)]
 
 
 class GpuInventory(BaseModel):
@@ -57,13 +63,14 @@ class GpuInventory(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    index: Annotated[int, Field(ge=0, description="NVML device index")]
+    index: Annotated[int, Field(ge=0, le=4095, description="NVML device index")]
     uuid: Annotated[str, Field(min_length=1, max_length=128, description="NVML UUID")]
     model: Annotated[
         str, Field(min_length=1, max_length=64, description="model name matched by gpufrac.io/gpu-model")
     ]
-    memory_mib: Annotated[int, Field(gt=0, description="total GPU memory, MiB")]
-    memory_used_mib: Annotated[int, Field(ge=0, description="NVML memory used, MiB")] = 0
+    memory_mib: Annotated[int, Field(gt=0, le=MAX_GPU_MEMORY_MIB, description="total GPU memory, MiB")]
+    memory_used_mib: Annotated[
+        int, Field(ge=0, le=MAX_GPU_MEMORY_MIB, description="NVML memory used, MiB")] = 0
     replicas: Annotated[
         int, Field(ge=1, le=1000, description="time-slicing replica slots: pods that may share it")
     ] = 1
@@ -90,7 +97,7 @@ class NodeInventory(BaseModel):
     )
     node: Annotated[str, Field(min_length=1, max_length=253)]
     heartbeat: Annotated[datetime, Field(description="when the agent last read NVML (RFC 3339)")]
-    gpus: Annotated[list[GpuInventory], Field(max_length=64)]
+    gpus: Annotated[list[GpuInventory], Field(max_length=MAX_GPUS_PER_NODE)]
 
 
 def inventory_json_schema() -> dict[str, object]:

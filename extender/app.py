@@ -9,12 +9,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from kubernetes.client import CoreV1Api
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from extender.bodylimit import BodyLimitMiddleware
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
 from extender.kube import ClusterSync, KubeBinder, SyncOptions
 from extender.metrics import Metrics
+from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
 from extender.routes import bind, filter, health, preempt, prioritize, standalone
 from extender.routes.jsonresp import json_response
@@ -62,6 +64,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     def apply_policy(new: AdminPolicy) -> None:
         cache.set_policy(build_scorer(new.scoring), new.tenants)
 
+    metrics = Metrics(cache.summary)
+    quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())
     sync: ClusterSync | None = None
     if settings.mode == "cluster":
         if kube_api is None:
@@ -69,12 +73,12 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         sync = ClusterSync(kube_api, cache, SyncOptions(
             inventory_stale_after_s=settings.inventory_stale_after_s,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
-            scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods))
+            scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods),
+            quarantine=quarantine)
         binder = KubeBinder(kube_api, cache, settings.assume_ttl_s).bind
     else:
         binder = cache.bind
 
-    metrics = Metrics(cache.summary)
     watcher = (None if settings.config_file is None else
                ConfigWatcher(settings.config_file, apply_policy, metrics, settings.config_poll_s))
 
@@ -102,6 +106,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.settings = settings
     app.state.cache = cache
     app.state.metrics = metrics
+    app.state.quarantine = quarantine
     app.state.config_watcher = watcher
     app.state.ready = lambda: False
     app.state.binder = binder
@@ -110,8 +115,13 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
         return json_response({"Error": _validation_message(exc)}, status_code=400)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # 404, 405, 413 and the rest answer in the extender's own shape, never {"detail"}.
+        return json_response({"Error": str(exc.detail)}, status_code=exc.status_code)
+
     for module in (filter, prioritize, bind, preempt, health):
         app.include_router(module.router)
-    if settings.mode == "standalone":
+    if settings.mode == "standalone" and settings.events_token is not None:
         app.include_router(standalone.router)
     return app

@@ -19,11 +19,12 @@ from typing import Literal
 
 import numpy as np
 
-from extender import translate
+from extender import accounting, translate
+from extender import annotations as ann
 from extender.tenants import NO_TENANTS, TenantPolicy, Usage
 from extender.translate import PodIntent
-from scoring.fit import Reason, gpu_memory_request_mib
-from scoring.request import PodRequest, model_mask
+from scoring.fit import Reason, fit, gpu_memory_request_mib
+from scoring.request import model_mask
 from scoring.state import Allocation, ClusterState, NodeSpec
 from scoring.strategies import Evaluation, Scorer
 
@@ -44,12 +45,28 @@ class PodRecord:
     held (counted, so no other bind can take it) but the pod watch has not yet shown the
     pod bound to that node. It is a ``time.monotonic()`` deadline after which
     ``expire_assumed`` gives the allocation back.
+
+    ``overcommit`` is set for a bound pod whose recorded allocation gpufrac could not have
+    made (``extender.accounting``): ``allocation`` and ``extra`` then hold, per GPU, only
+    what was free of it.
     """
 
     intent: PodIntent
     allocation: Allocation | None = None
     gpu_uuids: tuple[str, ...] = ()
     assumed_until: float | None = None
+    extra: tuple[Allocation, ...] = ()
+    overcommit: str = ""
+
+    @property
+    def held(self) -> tuple[Allocation, ...]:
+        """Every allocation the record holds (none while pending)."""
+        return () if self.allocation is None else (self.allocation, *self.extra)
+
+    @property
+    def gpu_milli_held(self) -> int:
+        """Total share held, milli-GPU (victim ordering)."""
+        return sum(a.gpu_milli * len(a.gpu_cols) for a in self.held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,71 @@ class _Candidates:
         out = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
         return out if (out >= 0).all() else None
 
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptBudget:
+    """Bounds of one ``preempt`` call's victim search.
+
+    Attributes
+    ----------
+    max_victims : int
+        Candidates considered per node (the lowest classes and priorities first); a pod
+        never needs more victims than a GPU has replica slots, times its GPUs.
+    max_tries : int
+        Fit checks per node: exact search by set size while it lasts, then a greedy set.
+    time_s : float
+        Wall time for the whole call; nodes not reached by then are left out (kube-scheduler
+        then considers only the nodes answered).
+    """
+
+    max_victims: int = 128
+    max_tries: int = 512
+    time_s: float = 1.0
+
+
+def _fewest_victims(eligible: list[tuple[str, PodRecord]],
+                    fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool],
+                    max_tries: int, deadline: float) -> list[str]:
+    """The first (in ``eligible`` order) smallest victim set that makes the pod fit.
+
+    Exact while ``max_tries`` fit checks last (every set of size 1, then 2...), then the
+    greedy set: the shortest working prefix of ``eligible``, less any member not needed.
+    Empty when even all of ``eligible`` does not make it fit, or the deadline passed.
+    """
+    if not eligible or not fits_without(eligible):
+        return []
+    tries = 0
+    for size in range(1, len(eligible)):
+        for combo in itertools.combinations(eligible, size):
+            tries += 1
+            if tries > max_tries or time.monotonic() > deadline:
+                return _greedy_victims(eligible, fits_without, deadline)
+            if fits_without(combo):
+                return [uid for uid, _ in combo]
+    return [uid for uid, _ in eligible]
+
+
+def _greedy_victims(eligible: list[tuple[str, PodRecord]],
+                    fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool],
+                    deadline: float) -> list[str]:
+    """Shortest prefix of ``eligible`` that works (by bisection: fitting only grows with
+    the prefix), then drop any member not needed while time is left."""
+    lo, hi = 1, len(eligible)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits_without(eligible[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = list(eligible[:hi])
+    for member in reversed(list(chosen)):
+        if time.monotonic() > deadline:
+            break
+        rest = [v for v in chosen if v is not member]
+        if rest and fits_without(rest):
+            chosen = rest
+    return [uid for uid, _ in chosen]
 
 
 def _without_usage(node: NodeSpec) -> NodeSpec:
@@ -118,6 +200,9 @@ class GpuCache:
         self._ns_labels: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
+        # Most healthy GPUs on one node, and the most memory of one GPU (MiB): bounds a pod
+        # must be within to fit anywhere (``_beyond_cluster``).
+        self._largest = (0, 0)
         self._pods: dict[str, PodRecord] = {}
         # Memo of the last evaluation: kube-scheduler calls prioritize right after filter with
         # a subset of the same candidates, and node scores do not depend on the candidate set.
@@ -184,6 +269,10 @@ class GpuCache:
             use[0] += sign * alloc.gpu_milli * len(alloc.gpu_cols)
             use[1] += sign * sum(alloc.gpu_memory_mib)
 
+    def _hold_record(self, rec: PodRecord, sign: int = 1) -> None:
+        for alloc in rec.held:
+            self._hold(rec.intent, alloc, sign)
+
     # -- node events ---------------------------------------------------------------------
 
     def set_nodes(self, nodes: Sequence[NodeSpec]) -> None:
@@ -230,6 +319,9 @@ class GpuCache:
 
     def _rebuild(self) -> None:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
+        usable = state.gpu_exists & state.gpu_healthy
+        self._largest = (int(usable.sum(axis=1).max(initial=0)),
+                         int(np.where(usable, state.gpu_mem_total_mib, 0).max(initial=0)))
         self._candidates = None
         self._state = state
         self._ns_usage = {}
@@ -241,13 +333,16 @@ class GpuCache:
                 continue
             if alloc.node not in state.node_index:
                 log.info("node gone, dropping allocation", extra={"pod": rec.intent.key})
-                self._pods[uid] = replace(rec, allocation=None, gpu_uuids=())
+                self._pods[uid] = replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit="")
+                continue
+            if rec.overcommit:
+                self._pods[uid] = self._account(rec.intent)  # counted anew against the new arrays
                 continue
             if rec.gpu_uuids:
                 # Columns may move when a node's GPU list changes: re-resolve by UUID.
                 cols = self._cols_for_uuids(state, alloc.node, rec.gpu_uuids)
                 if cols is None:
-                    self._pods[uid] = replace(rec, allocation=None, gpu_uuids=())
+                    self._pods[uid] = replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit="")
                     continue
                 alloc = replace(alloc, gpu_cols=cols)
             # Model ids are positions in this state's model list: re-resolve the mask too.
@@ -323,13 +418,15 @@ class GpuCache:
             self._store(intent.uid, rec)
             return False
 
-    def set_pods(self, intents: Iterable[PodIntent]) -> None:
+    def set_pods(self, intents: Iterable[PodIntent],
+                 on_error: Callable[[PodIntent, Exception], None] | None = None) -> None:
         """A full pod list (start-up, or a new list after the watch expired).
 
         Pods missing from the list are forgotten, except those with a bind in flight
         (assumed): the list may predate their Binding. Every listed pod is applied as
         ``ADDED``, so a bound pod's allocation is rebuilt from its ``gpufrac.io/assigned-*``
-        annotations.
+        annotations. ``on_error``: a pod whose update raises is reported there and skipped
+        (cluster mode quarantines it) instead of stopping the list.
         """
         with self._lock:
             intents = list(intents)
@@ -338,7 +435,13 @@ class GpuCache:
                 if uid not in listed and rec.assumed_until is None:
                     self.remove_pod(uid)
             for intent in intents:
-                self.apply_pod_event("ADDED", intent)
+                try:
+                    self.apply_pod_event("ADDED", intent)
+                except Exception as exc:  # one pod must never stop the others' sync
+                    if on_error is None:
+                        raise
+                    log.exception("pod %s: cache update failed", intent.key)
+                    on_error(intent, exc)
 
     def remove_pod(self, uid: str) -> bool:
         """Forget a pod (deleted) and free what it held; unknown UIDs are ignored.
@@ -375,34 +478,49 @@ class GpuCache:
             return uid in self._pods
 
     def _account(self, intent: PodIntent) -> PodRecord:
+        """Count a bound pod we did not just bind, from its allocation record.
+
+        CPU and memory always count. Its GPUs count as recorded when the record is one gpufrac
+        could have made, else only what was free of them (``extender.accounting``).
+        """
         state, node = self._state, intent.node_name
-        cols: tuple[int, ...] = ()
-        uuids: tuple[str, ...] = ()
-        mem: tuple[int, ...] = ()
-        milli = 0
-        if intent.gpu_count and intent.assigned_gpus:
-            found = self._cols_for_uuids(state, node, intent.assigned_gpus)
-            if found is None:
-                log.warning("assigned GPUs not on node; counting CPU and memory only",
-                            extra={"pod": intent.key, "node": node})
-            else:
-                cols, uuids = found, intent.assigned_gpus
-                milli = intent.assigned_gpu_milli or intent.gpu_milli
-                if intent.assigned_memory_mib:
-                    mem = intent.assigned_memory_mib
-                else:
-                    row = state.node_index[node]
-                    req = replace(translate.pod_request(intent, state), gpu_milli=milli)
-                    per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
-                    mem = tuple(int(x) for x in per_gpu[0])
-        alloc = Allocation(node, cols, milli, mem, intent.qos, intent.cpu_milli, intent.memory_mib,
-                           _model_mask(intent, state))
-        self._hold(intent, alloc)
-        return PodRecord(intent, alloc, uuids)
+        if not (intent.gpu_count and intent.assigned_gpus):
+            alloc = Allocation(node, (), 0, (), intent.qos, intent.cpu_milli, intent.memory_mib,
+                               _model_mask(intent, state))
+            self._hold(intent, alloc)
+            return PodRecord(intent, alloc)
+        cols = self._cols_for_uuids(state, node, intent.assigned_gpus)
+        if cols is None:
+            log.warning("assigned GPUs not on node; counting CPU and memory only",
+                        extra={"pod": intent.key, "node": node})
+            alloc = Allocation(node, (), 0, (), intent.qos, intent.cpu_milli, intent.memory_mib,
+                               _model_mask(intent, state))
+            self._hold(intent, alloc)
+            return PodRecord(intent, alloc, overcommit="assigned GPUs not on the node")
+        milli = intent.assigned_gpu_milli or intent.gpu_milli
+        if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
+            mem = intent.assigned_memory_mib
+        else:
+            row = state.node_index[node]
+            req = replace(translate.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
+            per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
+            mem = tuple(int(x) for x in per_gpu[0])
+        tenant = self._tenants.tenant(intent.namespace, self._ns_labels.get(intent.namespace))
+        verdict = self._admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
+                                  sum(dict(zip(cols, mem, strict=True)).values()))
+        got = accounting.read_back(state, self._scorer.policy, intent, cols, milli, mem,
+                                   _model_mask(intent, state), verdict,
+                                   None if tenant is None else tenant.qos_ceiling)
+        if got.overcommit:
+            log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "
+                        "counting only what was free", intent.key, node, got.overcommit)
+        rec = PodRecord(intent, got.allocations[0], intent.assigned_gpus, None, got.allocations[1:],
+                        got.overcommit)
+        self._hold_record(rec)
+        return rec
 
     def _release(self, rec: PodRecord) -> None:
-        if rec.allocation is not None:
-            self._hold(rec.intent, rec.allocation, sign=-1)
+        self._hold_record(rec, sign=-1)
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -429,10 +547,26 @@ class GpuCache:
             ev = self._scorer.evaluate(state, request, cand.rows)
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
-            rejected = self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
+            rejected = (self._beyond_cluster(intent)
+                        or self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)))
             result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected)
             self._memo = (self._generation, intent, cand, result)
             return result
+
+    def _beyond_cluster(self, intent: PodIntent) -> str | None:
+        """Why no node of the cluster as it is could ever hold the pod, or None.
+
+        More GPUs than any node has, or more memory per GPU than the largest GPU: every
+        candidate fails in ``FailedAndUnresolvableNodes`` (preemption cannot help).
+        """
+        most_gpus, most_mib = self._largest
+        if intent.gpu_count > most_gpus:
+            return (f"gpufrac: the pod asks for {intent.gpu_count} GPUs ({ann.RESOURCE_GPU}); no node "
+                    f"in the cluster has more than {most_gpus}")
+        if intent.gpu_count and (intent.gpu_memory_mib or 0) > most_mib:
+            return (f"gpufrac: {ann.MEMORY} {intent.gpu_memory_mib}Mi is more than the largest GPU in "
+                    f"the cluster has ({most_mib}Mi)")
+        return None
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
         """Choose the GPUs for a pending pod on ``node`` and record the allocation (standalone).
@@ -475,6 +609,8 @@ class GpuCache:
             rec = self._pods.get(uid)
             if rec is None:
                 raise BindError(f"gpufrac: pod {namespace}/{name} (uid {uid}) unknown: no pod event seen")
+            if (rec.intent.namespace, rec.intent.name) != (namespace, name):
+                raise BindError(f"gpufrac: uid {uid} is pod {rec.intent.key}, not {namespace}/{name}")
             if rec.allocation is not None:
                 if rec.allocation.node == node:
                     return rec
@@ -503,7 +639,8 @@ class GpuCache:
             self._store(uid, bound)
             return bound
 
-    def preempt(self, intent: PodIntent, nodes: Iterable[str]) -> dict[str, list[str]]:
+    def preempt(self, intent: PodIntent, nodes: Iterable[str],
+                budget: PreemptBudget | None = None) -> dict[str, list[str]]:
         """Victims that would make a pod fit, per candidate node (the ``preempt`` verb).
 
         On each node, the victims are taken among the pods there with a lower priority than
@@ -513,9 +650,12 @@ class GpuCache:
         then largest shares) first. A node where the pod fits already, or where no set
         works, is left out: kube-scheduler rejects an empty victim list.
 
-        The what-if is computed on the live arrays under the cache lock (victims released,
-        the pod evaluated on the node, victims restored), so nothing is copied and nothing
-        is left changed.
+        The search is bounded (``PreemptBudget``): at most ``max_victims`` candidates per
+        node (the first in the order above), ``max_tries`` fit checks per node, and
+        ``time_s`` for the whole call, after which the nodes answered so far are returned.
+        The cache lock is taken per node, never across the whole search, so filter, bind
+        and the watches go on between nodes. Each what-if runs on a copy of the node's row
+        (``ClusterState.rows_copy``): the live arrays are never changed.
 
         Parameters
         ----------
@@ -523,83 +663,61 @@ class GpuCache:
             The preemptor.
         nodes : iterable of str
             Candidate node names (``NodeNameToMetaVictims`` keys).
+        budget : PreemptBudget, optional
 
         Returns
         -------
         dict of str to list of str
             Node name -> victim pod UIDs, only for nodes where preemption works.
         """
+        budget = budget or PreemptBudget()
+        deadline = time.monotonic() + budget.time_s
         with self._lock:
-            state = self._state
-            request = translate.pod_request(intent, state)
             if self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)) is not None:
                 return {}
-            by_node: dict[str, list[tuple[str, PodRecord]]] = {}
-            for uid, rec in self._pods.items():
-                if rec.allocation is not None:
-                    by_node.setdefault(rec.allocation.node, []).append((uid, rec))
-            out: dict[str, list[str]] = {}
-            for node in nodes:
-                row = state.node_index.get(node)
-                if row is None:
-                    continue
-                rows = np.array([row], dtype=np.int64)
-                if self._scorer.evaluate(state, request, rows).context.node_fits[0]:
-                    continue
-                eligible = sorted(
-                    ((uid, rec) for uid, rec in by_node.get(node, ())
-                     if rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
-                    key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
-                                    -ur[1].allocation.gpu_milli * len(ur[1].allocation.gpu_cols)))  # type: ignore[union-attr]
-                victims = self._fewest_victims(request, rows, eligible)
-                if victims:
-                    out[node] = victims
-            return out
+        out: dict[str, list[str]] = {}
+        for node in nodes:
+            if time.monotonic() > deadline:
+                log.info("preempt for %s: time budget spent; answering %d node(s)", intent.key, len(out))
+                break
+            with self._lock:
+                victims = self._victims_on(intent, node, budget, deadline)
+            if victims:
+                out[node] = victims
+        return out
 
-    _MAX_VICTIM_TRIES = 512
-    """Victim sets tried exactly per node before falling back to a greedy set."""
-
-    def _fewest_victims(self, request: PodRequest, rows: np.ndarray,
-                        eligible: list[tuple[str, PodRecord]]) -> list[str]:
-        """The first (in ``eligible`` order) smallest victim set that makes the pod fit."""
+    def _victims_on(self, intent: PodIntent, node: str, budget: PreemptBudget, deadline: float) -> list[str]:
+        """``preempt`` on one node, under the lock, on a one-row copy of the state."""
+        state = self._state
+        row = state.node_index.get(node)
+        if row is None:
+            return []
+        request = translate.pod_request(intent, state)
+        scratch = state.rows_copy(np.array([row], dtype=np.int64))
+        rows = np.zeros(1, dtype=np.int64)
+        policy = self._scorer.policy
+        if fit(scratch, request, rows, policy).node_fits[0]:
+            return []
+        eligible = sorted(
+            ((uid, rec) for uid, rec in self._pods.items()
+             if rec.allocation is not None and rec.allocation.node == node
+             and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
+            key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority, -ur[1].gpu_milli_held))
+        eligible = eligible[:budget.max_victims]
 
         def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
-            done: list[PodRecord] = []
+            done: list[Allocation] = []
             try:
                 for _, rec in victims:
-                    self._release(rec)
-                    done.append(rec)
-                return bool(self._scorer.evaluate(self._state, request, rows).context.node_fits[0])
+                    for alloc in rec.held:
+                        scratch.apply(replace(alloc, node=scratch.node_names[0]), -1)
+                        done.append(alloc)
+                return bool(fit(scratch, request, rows, policy).node_fits[0])
             finally:
-                for rec in done:
-                    self._hold(rec.intent, rec.allocation)  # type: ignore[arg-type]
+                for alloc in done:
+                    scratch.apply(replace(alloc, node=scratch.node_names[0]), 1)
 
-        if not eligible or not fits_without(eligible):
-            return []
-        tries = 0
-        for size in range(1, len(eligible)):
-            for combo in itertools.combinations(eligible, size):
-                tries += 1
-                if tries > self._MAX_VICTIM_TRIES:
-                    return self._greedy_victims(eligible, fits_without)
-                if fits_without(combo):
-                    return [uid for uid, _ in combo]
-        return [uid for uid, _ in eligible]
-
-    @staticmethod
-    def _greedy_victims(eligible: list[tuple[str, PodRecord]],
-                        fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool]) -> list[str]:
-        """Shortest prefix of ``eligible`` that works, then drop any member not needed."""
-        chosen = list(eligible)
-        for n in range(1, len(eligible) + 1):
-            if fits_without(eligible[:n]):
-                chosen = eligible[:n]
-                break
-        for member in reversed(list(chosen)):
-            rest = [v for v in chosen if v is not member]
-            if rest and fits_without(rest):
-                chosen = rest
-        return [uid for uid, _ in chosen]
+        return _fewest_victims(eligible, fits_without, budget.max_tries, deadline)
 
     def forget(self, uid: str) -> bool:
         """Give back an assumed allocation (a bind that failed); the pod is pending again.
@@ -663,16 +781,22 @@ class GpuCache:
             return out
 
     def summary(self) -> dict[str, int]:
-        """Totals for metrics and readiness: nodes, GPUs, allocated milli, pods."""
-        with self._lock:
-            s = self._state
-            return {
-                "nodes": s.n_nodes,
-                "gpus": int(s.gpu_exists.sum()),
-                "gpu_allocated_milli": int(s.gpu_used_milli.sum()),
-                "pods": len(self._pods),
-                "pods_bound": sum(1 for r in self._pods.values() if r.allocation is not None),
-            }
+        """Totals for metrics and readiness: nodes, GPUs, allocated milli, pods, over-commits.
+
+        Read without the cache lock, so ``/readyz`` and ``/metrics`` answer at once while a
+        verb holds it: the totals may be one change behind, never torn (the state object and
+        the pod list are each taken once, atomically).
+        """
+        s = self._state
+        records = list(self._pods.values())
+        return {
+            "nodes": s.n_nodes,
+            "gpus": int(s.gpu_exists.sum()),
+            "gpu_allocated_milli": int(s.gpu_used_milli.sum()),
+            "pods": len(records),
+            "pods_bound": sum(1 for r in records if r.allocation is not None),
+            "pods_overcommitted": sum(1 for r in records if r.overcommit),
+        }
 
     def state_copy(self) -> ClusterState:
         """A deep copy of the arrays (for tests and inspection)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from extender.app import create_app
+    from extender.server import uvicorn_config
     from extender.settings import ConfigError, Settings
 
     overrides = {k: v for k, v in {
@@ -24,7 +24,10 @@ def _serve(args: argparse.Namespace) -> int:
         "inventory_stale_after_s": args.inventory_stale_after_s,
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
         "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
-        "tls_client_ca_file": args.tls_client_ca_file}.items() if v is not None}
+        "tls_client_ca_file": args.tls_client_ca_file,
+        "events_token": (args.events_token_file.read_text().strip() if args.events_token_file
+                         else args.events_token),
+        }.items() if v is not None}
     try:
         settings = Settings(**overrides)
         app = create_app(settings, kube_api=_kube_api(settings.kubeconfig) if settings.mode == "cluster" else None)
@@ -32,13 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"gpufrac: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper())
-    tls: dict[str, object] = {}
-    if settings.tls_cert_file is not None:
-        tls = {"ssl_certfile": str(settings.tls_cert_file), "ssl_keyfile": str(settings.tls_key_file)}
-        if settings.tls_client_ca_file is not None:
-            tls |= {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False, timeout_keep_alive=settings.timeout_keep_alive_s, **tls)
+    uvicorn.Server(uvicorn_config(app, settings)).run()
     return 0
 
 
@@ -213,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key-file", type=Path)
     serve.add_argument("--tls-client-ca-file", type=Path,
                        help="require client certificates signed by this CA (only kube-scheduler)")
+    serve.add_argument("--events-token", help="standalone mode: the pod-events bearer token (visible in "
+                       "the process list: prefer --events-token-file or $GPUFRAC_EVENTS_TOKEN)")
+    serve.add_argument("--events-token-file", type=Path,
+                       help="standalone mode: open /standalone/pod-events to callers presenting this "
+                            "file's token as 'Authorization: Bearer <token>' (or $GPUFRAC_EVENTS_TOKEN); "
+                            "off when neither is set")
     serve.set_defaults(func=_serve)
 
     from benchmarks.replay import add_arguments

@@ -32,6 +32,7 @@ from extender import annotations as ann
 from extender import translate
 from extender.cache import BindError, GpuCache
 from extender.kubeio import drain, response_json
+from extender.quarantine import Quarantine
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +104,17 @@ class ClusterSync:
     options : SyncOptions
     now : callable returning a timezone-aware datetime, optional
         Wall clock for heartbeat ages (injected by tests).
+    quarantine : Quarantine, optional
+        Where objects that cannot be read are recorded (and skipped): one bad Pod, Node or
+        Namespace never stops a list, a watch or readiness.
     """
 
     def __init__(self, api: client.CoreV1Api, cache: GpuCache, options: SyncOptions,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 quarantine: Quarantine | None = None) -> None:
         self._api = api
         self._cache = cache
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
         self._opts = options
         self._now = now
         self._stop = threading.Event()
@@ -176,13 +182,13 @@ class ClusterSync:
 
     def _list_and_watch_namespaces(self) -> None:
         data = response_json(self._api.list_namespace(_preload_content=False))
-        self._cache.set_namespaces({item["metadata"]["name"]: item["metadata"].get("labels") or {}
-                                    for item in data.get("items", [])})
+        labels = dict(filter(None, (_namespace_labels(item) for item in data.get("items", []))))
+        self._cache.set_namespaces(labels)
         self.namespaces_synced.set()
         for kind, obj in self._stream(self._api.list_namespace, data["metadata"]["resourceVersion"]):
-            meta = obj.get("metadata") or {}
-            self._cache.upsert_namespace(str(meta.get("name", "")),
-                                         None if kind == "DELETED" else (meta.get("labels") or {}))
+            got = _namespace_labels(obj)
+            if got is not None:
+                self._cache.upsert_namespace(got[0], None if kind == "DELETED" else got[1])
 
     def _run_housekeeping(self) -> None:
         while not self._stop.wait(self._opts.housekeeping_s):
@@ -254,64 +260,109 @@ class ClusterSync:
 
     # -- nodes ---------------------------------------------------------------------------
 
-    def _observe(self, obj: Mapping[str, Any]) -> translate.NodeObservation:
-        obs = translate.node_observation(obj)
-        if obs.problem:
-            log.warning("node %s: no usable GPUs: %s", obs.name, obs.problem)
+    def _observe(self, obj: Mapping[str, Any]) -> translate.NodeObservation | None:
+        """The node as gpufrac reads it; None (quarantined) when it has no usable name."""
+        try:
+            obs = translate.node_observation(obj)
+        except ValueError as exc:
+            self.quarantine.reject("node", _object_key(obj), str(exc))
+            return None
+        if obs.problem and not obs.problem.startswith("no "):
+            self.quarantine.reject("node", obs.name, obs.problem)
+        else:
+            self.quarantine.clear("node", obs.name)
+            if obs.problem:
+                log.info("node %s: no usable GPUs: %s", obs.name, obs.problem)
         return obs
 
     def _list_and_watch_nodes(self) -> None:
         data = response_json(self._api.list_node(_preload_content=False))
         now = self._now()
-        observations = [self._observe(item) for item in data.get("items", [])]
+        observations = [o for o in map(self._observe, data.get("items", [])) if o is not None]
         with self._obs_lock:
             self._observations = {o.name: o for o in observations}
         self._cache.set_nodes([o.spec(now, self._opts.inventory_stale_after_s) for o in observations])
         self.nodes_synced.set()
         for kind, obj in self._stream(self._api.list_node, data["metadata"]["resourceVersion"]):
             if kind == "DELETED":
-                name = obj["metadata"]["name"]
+                name = _object_key(obj, namespaced=False)
+                self.quarantine.clear("node", name)
                 with self._obs_lock:
                     self._observations.pop(name, None)
                 self._cache.remove_node(name)
                 continue
             obs = self._observe(obj)
+            if obs is None:
+                continue
             with self._obs_lock:
                 self._observations[obs.name] = obs
             self._cache.upsert_node(obs.spec(self._now(), self._opts.inventory_stale_after_s))
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _apply_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        if kind == "DELETED":
-            if self._cache.remove_pod(str(meta.get("uid", ""))):
-                self._released.set()
-            return
+    def _read_pod(self, obj: Mapping[str, Any]) -> translate.PodIntent | None:
+        """The pod as gpufrac reads it; None (quarantined, skipped) when it cannot be read.
+
+        A pending pod that cannot be read also fails filter, which tells its owner why in
+        the pod's events; one bound elsewhere is not counted (its CPU and memory included).
+        """
         try:
             intent = translate.pod_intent(obj)
         except ValueError as exc:
-            # Pending: filter reports it to the pod's events. Bound by another scheduler
-            # with bad gpufrac annotations: not counted (logged).
-            log.warning("pod %s/%s not accounted: %s", meta.get("namespace"), meta.get("name"), exc)
+            self.quarantine.reject("pod", _object_key(obj), str(exc))
+            return None
+        self.quarantine.clear("pod", intent.key)
+        return intent
+
+    def _apply_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+            uid = meta.get("uid") if isinstance(meta, Mapping) else None
+            self.quarantine.clear("pod", _object_key(obj))
+            if isinstance(uid, str) and self._cache.remove_pod(uid):
+                self._released.set()
             return
-        if self._cache.apply_pod_event(kind, intent):  # type: ignore[arg-type]
+        intent = self._read_pod(obj)
+        if intent is None:
+            return
+        try:
+            released = self._cache.apply_pod_event(kind, intent)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - one pod must never stop the watch
+            log.exception("pod %s: cache update failed", intent.key)
+            self.quarantine.reject("pod", intent.key, f"internal: {type(exc).__name__}: {exc}")
+            return
+        if released:
             self._released.set()
 
     def _list_and_watch_pods(self) -> None:
         data = response_json(self._api.list_pod_for_all_namespaces(_preload_content=False))
-        intents = []
-        for item in data.get("items", []):
-            try:
-                intents.append(translate.pod_intent(item))
-            except ValueError as exc:
-                meta = item.get("metadata") or {}
-                log.warning("pod %s/%s not accounted: %s", meta.get("namespace"), meta.get("name"), exc)
-        self._cache.set_pods(intents)
+        intents = [i for i in map(self._read_pod, data.get("items", [])) if i is not None]
+        self._cache.set_pods(intents, on_error=lambda intent, exc: self.quarantine.reject(
+            "pod", intent.key, f"internal: {type(exc).__name__}: {exc}"))
         self.pods_synced.set()
         for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,
                                       data["metadata"]["resourceVersion"]):
             self._apply_pod(kind, obj)
+
+
+def _object_key(obj: Any, namespaced: bool = True) -> str:
+    """``namespace/name`` (or the name) of an API object for logs, whatever its shape."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = translate.quote(meta.get("name", "?"), 253)[1:-1]
+    if not namespaced:
+        return name
+    return f"{translate.quote(meta.get('namespace', '?'), 63)[1:-1]}/{name}"
+
+
+def _namespace_labels(obj: Any) -> tuple[str, dict[str, str]] | None:
+    """A Namespace's name and string labels; None when it has no name."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        return None
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    return meta["name"], {str(k): str(v) for k, v in labels.items()}
 
 
 class KubeBinder:

@@ -39,9 +39,18 @@ class Metrics:
             "1 when the admin config file last read was valid and is in force, 0 when the "
             "last change was rejected.", registry=self.registry)
         self.config_valid.set(1)
+        self.rejected_objects = Counter(
+            "gpufrac_rejected_objects_total",
+            "Objects from the API gpufrac could not read and skipped (quarantined), by kind "
+            "(pod, node, namespace) and reason (the first field that failed).",
+            ["kind", "reason"], registry=self.registry)
         for key in ("nodes", "gpus", "gpu_allocated_milli", "pods_bound"):
             g = Gauge(f"gpufrac_cache_{key}", f"Cache total: {key}.", registry=self.registry)
             g.set_function(lambda key=key: summary()[key])
+        over = Gauge("gpufrac_overcommitted_pods",
+                     "Bound pods whose allocation record gpufrac could not have made (forged, or "
+                     "bound outside gpufrac): counted only up to what was free.", registry=self.registry)
+        over.set_function(lambda: summary()["pods_overcommitted"])
 
     @contextmanager
     def timer(self, verb: str) -> Iterator[None]:

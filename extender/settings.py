@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
@@ -66,6 +66,14 @@ class Settings(BaseSettings):
     about 30 MB; with ``nodeCacheCapable`` names only, 85 KB)."""
     timeout_keep_alive_s: int = Field(30, ge=1)
     """Idle keep-alive connections are closed after this long (kube-scheduler reconnects)."""
+    request_read_timeout_s: float = Field(10.0, gt=0)
+    """A client that has not sent its whole request (headers and body) this long after
+    connecting, or after its previous request, is disconnected (slow or half-sent requests
+    never hold a connection or a worker)."""
+    events_token: SecretStr | None = None
+    """Standalone mode: bearer token the ``/standalone/pod-events`` endpoint requires
+    (``Authorization: Bearer <token>``). Unset: the endpoint is off (404). Set it through
+    ``$GPUFRAC_EVENTS_TOKEN`` (or ``--events-token-file``) rather than on the command line."""
 
     @model_validator(mode="after")
     def _tls_pairs(self) -> Settings:

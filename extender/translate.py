@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -111,24 +112,62 @@ class PodIntent:
         return self.phase in ("Succeeded", "Failed")
 
 
-MAX_QUANTITY = 2**53
-"""Largest quantity accepted in a pod (bytes, cores or a count)."""
+# -- bounds --------------------------------------------------------------------------------
+# Every quantity from a pod, node or request body is checked against one of these before it
+# becomes a number the core sees, so nothing a user writes can size an array, overflow
+# int64 or underflow to zero. Each is far beyond any real machine.
+
+MAX_GPUS_PER_POD = ann.MAX_GPUS_PER_NODE
+"""Most GPUs a pod may ask for: the most a node's inventory may list (``NodeInventory.gpus``)."""
+MAX_CPU_MILLI = 10**9
+"""Largest CPU request or allocatable, milli-cores (a million cores)."""
+MAX_MEMORY_MIB = 2**40
+"""Largest host memory request or allocatable, MiB (an exbibyte)."""
+MAX_GPU_MEMORY_MIB = ann.MAX_GPU_MEMORY_MIB
+"""Largest GPU memory per GPU a pod may ask for, MiB (16 TiB)."""
+INT32 = (-(2**31), 2**31 - 1)
+"""Range of ``spec.priority`` (Go ``*int32``)."""
+MAX_NAME_CHARS = 253
+MAX_MODELS = 64
+
+_QUANTITY = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3}|[KMGTPE]i|[numkMGTPE])?", re.ASCII)
+"""Kubernetes' quantity grammar (``resource.ParseQuantity``), ASCII digits only, exponents of
+at most three digits (``1e-1000030`` would underflow to 0 and ``1e999999`` overflow)."""
+_FRACTION = re.compile(r"(?:[0-9]{1,4}(?:\.[0-9]{0,9})?|\.[0-9]{1,9})", re.ASCII)
 
 
-def _quantity(value: object, field: str) -> Decimal:
-    try:
-        q = parse_quantity(value)
-    except (ValueError, TypeError, InvalidOperation):
+def _text(value: object, field: str, limit: int = MAX_NAME_CHARS) -> str:
+    """A string field of user input: must be a string of at most ``limit`` characters."""
+    if not isinstance(value, str):
+        raise PodSpecError(f"{field}: {quote(value)} must be a string")
+    if len(value) > limit:
+        raise PodSpecError(f"{field}: {quote(value)} is longer than {limit} characters")
+    return value
+
+
+def _quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = "",
+              positive: bool = False) -> Decimal:
+    """A Kubernetes quantity in ``[0, maximum]`` (``(0, maximum]`` with ``positive``).
+
+    Accepts a string in Kubernetes' quantity grammar (ASCII digits, SI or binary suffix) or a
+    JSON integer; never a boolean, a float, a list or an object.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise PodSpecError(f"{field}: {quote(value)} must be a quantity string, e.g. \"8Gi\", \"500m\", \"2\"")
+    text = value.strip() if isinstance(value, str) else repr(value)
+    if len(text) > 64 or not _QUANTITY.fullmatch(text):
         raise PodSpecError(
-            f"{field}: {quote(value)} is not a Kubernetes quantity (e.g. \"8Gi\", \"500Mi\", \"2\")"
-        ) from None
-    if not q.is_finite():
-        raise PodSpecError(f"{field}: {quote(value)} must be finite")
-    if abs(q) > MAX_QUANTITY:
-        # Beyond any real node (8 PiB of bytes), and beyond what int64 arrays can hold once
-        # converted to milli or MiB.
-        raise PodSpecError(f"{field}: {quote(value)} is too large (at most 2^53)")
-    return Decimal(q)
+            f"{field}: {quote(value)} is not a Kubernetes quantity (e.g. \"8Gi\", \"500Mi\", \"2\")")
+    try:
+        q = Decimal(parse_quantity(text))
+    except (ValueError, TypeError, ArithmeticError):
+        raise PodSpecError(f"{field}: {quote(value)} is not a Kubernetes quantity") from None
+    if q < 0 or (positive and q == 0):
+        raise PodSpecError(f"{field}: {quote(value)} must be {'> 0' if positive else '>= 0'}")
+    if q > maximum:
+        raise PodSpecError(f"{field}: {quote(value)} is too large (at most {maximum}{unit})")
+    return q
 
 
 def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, int, int]:
@@ -142,37 +181,52 @@ def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, 
     gpus = 0
     raw_gpu = limits.get(ann.RESOURCE_GPU, requests.get(ann.RESOURCE_GPU))
     if raw_gpu is not None:
-        q = _quantity(raw_gpu, f"{where}.resources.limits[{ann.RESOURCE_GPU}]")
-        if q < 0 or q != q.to_integral_value():
+        field = f"{where}.resources.limits[{ann.RESOURCE_GPU}]"
+        q = _quantity(raw_gpu, field, maximum=MAX_GPUS_PER_POD, unit=" GPUs")
+        if q != q.to_integral_value():
             raise PodSpecError(
-                f"{where}.resources.limits[{ann.RESOURCE_GPU}]: {quote(raw_gpu)} must be a "
-                "whole number of GPUs >= 0 (use the gpufrac.io/fraction annotation for a share)"
-            )
+                f"{field}: {quote(raw_gpu)} must be a whole number of GPUs >= 0 (use the "
+                "gpufrac.io/fraction annotation for a share)")
         gpus = int(q)
     # kube-scheduler falls back to limits when a request is absent.
     cpu = requests.get("cpu", limits.get("cpu"))
     mem = requests.get("memory", limits.get("memory"))
-    cpu_milli = math.ceil(_quantity(cpu, f"{where}.resources.requests.cpu") * 1000) if cpu else 0
-    mem_mib = math.ceil(_quantity(mem, f"{where}.resources.requests.memory") / MIB) if mem else 0
+    cpu_milli = mem_mib = 0
+    if cpu is not None and cpu != "":
+        q = _quantity(cpu, f"{where}.resources.requests.cpu", maximum=Decimal(MAX_CPU_MILLI) / 1000,
+                      unit=" cores")
+        cpu_milli = math.ceil(q * 1000)
+    if mem is not None and mem != "":
+        q = _quantity(mem, f"{where}.resources.requests.memory", maximum=Decimal(MAX_MEMORY_MIB) * MIB,
+                      unit=" bytes")
+        mem_mib = math.ceil(q / MIB)
     return gpus, cpu_milli, mem_mib
 
 
-def _fraction_milli(raw: object) -> int:
-    rule = "must be a decimal in (0, 1] with at most 3 decimal places, e.g. \"0.25\""
-    try:
-        value = Decimal(str(raw).strip())
-    except InvalidOperation:
-        raise PodSpecError(f"{ann.FRACTION}: {quote(raw)} is not a number; {rule}") from None
-    if not value.is_finite() or not 0 < value <= 1:
-        raise PodSpecError(f"{ann.FRACTION}: {quote(raw)} is out of range; {rule}")
+def _fraction_milli(raw: object, field: str = ann.FRACTION) -> int:
+    """``gpufrac.io/fraction``: a decimal in [0.001, 1], in milli-GPU (never 0)."""
+    rule = "must be a decimal in [0.001, 1] with at most 3 decimal places, e.g. \"0.25\""
+    if not isinstance(raw, str):
+        raise PodSpecError(f"{field}: {quote(raw)} must be a string; {rule}")
+    text = raw.strip()
+    if not _FRACTION.fullmatch(text):
+        raise PodSpecError(f"{field}: {quote(raw)} is not a plain decimal number; {rule}")
+    value = Decimal(text)
+    if not 0 < value <= 1:
+        raise PodSpecError(f"{field}: {quote(raw)} is out of range; {rule}")
     milli = value * MILLI_PER_GPU
     if milli != milli.to_integral_value():
-        raise PodSpecError(f"{ann.FRACTION}: {quote(raw)} is finer than 1/1000 GPU; {rule}")
+        raise PodSpecError(f"{field}: {quote(raw)} is finer than 1/1000 GPU; {rule}")
     return int(milli)
 
 
 def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     """Parse a Pod object (API JSON, as in ``ExtenderArgs.Pod`` or a watch event).
+
+    Every quantity is bounded here (``MAX_GPUS_PER_POD``, ``MAX_CPU_MILLI``,
+    ``MAX_MEMORY_MIB``, ``MAX_GPU_MEMORY_MIB``, int32 priority), so a ``PodIntent`` always
+    makes a valid ``scoring.PodRequest`` and nothing in it can size an array past the
+    cluster's own dimensions.
 
     Parameters
     ----------
@@ -187,7 +241,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     ------
     PodSpecError
         On a malformed Pod or an invalid gpufrac annotation or resource; the message names
-        the annotation, the value and the rule.
+        the field, the value and the rule.
     """
     if not isinstance(pod, Mapping):
         raise PodSpecError("Pod: must be an object")
@@ -196,12 +250,11 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     status = pod.get("status") or {}
     if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
         raise PodSpecError("Pod: metadata, spec and status must be objects")
-    name, namespace = meta.get("name"), meta.get("namespace") or "default"
-    uid = meta.get("uid") or ""
-    if not isinstance(name, str) or not name:
+    name = _text(meta.get("name"), "Pod.metadata.name")
+    if not name:
         raise PodSpecError("Pod.metadata.name: missing")
-    if not isinstance(uid, str) or not isinstance(namespace, str):
-        raise PodSpecError("Pod.metadata.uid and namespace: must be strings")
+    namespace = _text(meta.get("namespace") or "default", "Pod.metadata.namespace", 63)
+    uid = _text(meta.get("uid") or "", "Pod.metadata.uid", 128)
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise PodSpecError("Pod.metadata.annotations: must be an object")
@@ -210,13 +263,19 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
         items = spec.get(key) or []
         if not isinstance(items, list) or not all(isinstance(c, Mapping) for c in items):
             raise PodSpecError(f"Pod.spec.{key}: must be a list of objects")
-        return [_container_requests(c, f"{key}[{c.get('name', i)}]") for i, c in enumerate(items)]
+        return [_container_requests(c, f"{key}[{quote(c.get('name', i), 63)[1:-1]}]")
+                for i, c in enumerate(items)]
 
     main = containers("containers")
     init = containers("initContainers")
     # Effective request = max(sum over containers, max over init containers), as kubelet.
     eff = [max(sum(c[i] for c in main), max((c[i] for c in init), default=0)) for i in range(3)]
     gpu_count, cpu_milli, memory_mib = eff
+    for total, bound, what in ((gpu_count, MAX_GPUS_PER_POD, f"{ann.RESOURCE_GPU} (all containers)"),
+                               (cpu_milli, MAX_CPU_MILLI, "cpu requests (all containers), milli-cores"),
+                               (memory_mib, MAX_MEMORY_MIB, "memory requests (all containers), MiB")):
+        if total > bound:
+            raise PodSpecError(f"Pod.spec: {what} add up to {total}, more than {bound}")
 
     milli = MILLI_PER_GPU
     if ann.FRACTION in annotations:
@@ -229,40 +288,42 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     gpu_mem: int | None = None
     if ann.MEMORY in annotations:
         raw = annotations[ann.MEMORY]
-        q = _quantity(raw, ann.MEMORY)
-        if q <= 0:
-            raise PodSpecError(f"{ann.MEMORY}: {quote(raw)} must be a positive quantity, e.g. \"8Gi\"")
+        q = _quantity(_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=Decimal(MAX_GPU_MEMORY_MIB) * MIB,
+                      unit=" bytes", positive=True)
         gpu_mem = math.ceil(q / MIB)
     models: frozenset[str] | None = None
     if ann.GPU_MODEL in annotations:
-        raw = annotations[ann.GPU_MODEL]
-        parts = [p.strip() for p in str(raw).split("|")]
-        if not all(parts):
+        raw = _text(annotations[ann.GPU_MODEL], ann.GPU_MODEL, MAX_MODELS * 65)
+        parts = [p.strip() for p in raw.split("|")]
+        if not all(parts) or len(parts) > MAX_MODELS or any(len(p) > 64 for p in parts):
             raise PodSpecError(
-                f"{ann.GPU_MODEL}: {quote(raw)} has an empty model; use model names separated by "
-                "'|', e.g. \"T4|V100M32\""
+                f"{ann.GPU_MODEL}: {quote(raw)} must be 1 to {MAX_MODELS} model names of 1 to 64 "
+                "characters separated by '|', e.g. \"T4|V100M32\""
             )
         models = frozenset(parts)
     qos = QoSClass.BURSTABLE
     if ann.QOS in annotations:
         raw = annotations[ann.QOS]
-        if raw not in _QOS_BY_NAME:
+        if not isinstance(raw, str) or raw not in _QOS_BY_NAME:
             raise PodSpecError(
                 f"{ann.QOS}: {quote(raw)} is not a QoS class; use one of "
                 f"{', '.join(q.wire_name for q in QoSClass)}"
             )
         qos = _QOS_BY_NAME[raw]
     priority = spec.get("priority") or 0
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise PodSpecError(f"Pod.spec.priority: {quote(priority)} must be an integer")
-    assigned = tuple(u for u in str(annotations.get(ann.ASSIGNED_GPUS, "")).split(",") if u)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not INT32[0] <= priority <= INT32[1]:
+        raise PodSpecError(f"Pod.spec.priority: {quote(priority)} must be an int32 integer")
+    raw_assigned = annotations.get(ann.ASSIGNED_GPUS, "")
+    assigned = tuple(u for u in raw_assigned.split(",") if u) if isinstance(raw_assigned, str) else ()
+    if len(assigned) > MAX_GPUS_PER_POD or any(len(u) > 128 for u in assigned):
+        assigned = ()  # not a record gpufrac could have written: counts as none
     assigned_milli, assigned_mem = _assigned_share(annotations, len(assigned))
     return PodIntent(
         uid=uid,
         namespace=namespace,
         name=name,
-        node_name=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
+        node_name=_text(spec.get("nodeName") or "", "Pod.spec.nodeName"),
+        phase=_text(status.get("phase") or "Pending", "Pod.status.phase", 32),
         gpu_count=gpu_count,
         gpu_milli=milli,
         gpu_memory_mib=gpu_mem,
@@ -273,7 +334,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
         assigned_gpus=assigned,
         assigned_gpu_milli=assigned_milli,
         assigned_memory_mib=assigned_mem,
-        scheduler_name=str(spec.get("schedulerName") or ""),
+        scheduler_name=_text(spec.get("schedulerName") or "", "Pod.spec.schedulerName"),
         priority=priority,
     )
 
@@ -286,14 +347,16 @@ def _assigned_share(annotations: Mapping[str, Any], n_gpus: int) -> tuple[int | 
     """
     milli: int | None = None
     try:
-        milli = _fraction_milli(annotations[ann.ASSIGNED_FRACTION])
+        milli = _fraction_milli(annotations[ann.ASSIGNED_FRACTION], ann.ASSIGNED_FRACTION)
     except (KeyError, PodSpecError):
         pass
     mem: tuple[int, ...] = ()
     raw = annotations.get(ann.ASSIGNED_MEMORY)
-    if raw:
+    if raw and isinstance(raw, str):
         try:
-            values = tuple(math.ceil(_quantity(v, ann.ASSIGNED_MEMORY) / MIB) for v in str(raw).split(","))
+            values = tuple(math.ceil(_quantity(v, ann.ASSIGNED_MEMORY, positive=True,
+                                               maximum=Decimal(MAX_GPU_MEMORY_MIB) * MIB) / MIB)
+                           for v in raw.split(",")[:MAX_GPUS_PER_POD + 1])
         except PodSpecError:
             values = ()
         if len(values) == n_gpus and all(v > 0 for v in values):
@@ -349,15 +412,18 @@ def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
     )
 
 
-def extender_args(pod: Mapping[str, Any], node_items: Sequence[Mapping[str, Any]] | None,
+def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
                   node_names: Sequence[str] | None) -> tuple[PodIntent, list[str]]:
     """The pod and candidate names of an ``ExtenderArgs`` (``filter``, ``prioritize``).
+
+    A name listed twice is kept once (its first place): kube-scheduler never sends
+    duplicates, and a node must not get two answers.
 
     Parameters
     ----------
     pod : mapping
         ``ExtenderArgs.Pod``.
-    node_items : sequence of mapping or None
+    node_items : sequence or None
         ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false), else None.
     node_names : sequence of str or None
         ``ExtenderArgs.NodeNames`` (nodeCacheCapable true), else None.
@@ -365,17 +431,21 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Mapping[str, Any]
     Raises
     ------
     ValueError
-        When neither node form is given or a Node has no name; ``PodSpecError`` for the pod.
+        When neither node form is given, or a Node is not an object with a name;
+        ``PodSpecError`` for the pod.
     """
     if node_names is not None:
-        names = list(node_names)
+        names = list(dict.fromkeys(node_names))
     elif node_items is not None:
         names = []
         for i, item in enumerate(node_items):
-            name = ((item or {}).get("metadata") or {}).get("name")
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"Nodes.items[{i}].metadata.name: missing")
+            meta = item.get("metadata") if isinstance(item, Mapping) else None
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+                raise ValueError(f"Nodes.items[{i}].metadata.name: missing or not a name of at most "
+                                 f"{MAX_NAME_CHARS} characters")
             names.append(name)
+        names = list(dict.fromkeys(names))
     else:
         raise ValueError("ExtenderArgs: one of NodeNames or Nodes is required")
     return pod_intent(pod), names
@@ -435,19 +505,27 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
     ValueError
         When the Node has no name.
     """
-    meta = node.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    meta = node.get("metadata") if isinstance(node, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
         raise ValueError("Node.metadata.name: missing")
-    alloc = (node.get("status") or {}).get("allocatable") or {}
+    status = node.get("status")
+    alloc = (status.get("allocatable") if isinstance(status, Mapping) else None) or {}
+    annotations = meta.get("annotations") or {}
+    if not isinstance(alloc, Mapping) or not isinstance(annotations, Mapping):
+        return NodeObservation(name, 0, 0, (), None, "status.allocatable and metadata.annotations: must be objects")
     try:
-        cpu_milli = math.floor(_quantity(alloc.get("cpu", "0"), "cpu") * 1000)
-        memory_mib = math.floor(_quantity(alloc.get("memory", "0"), "memory") / MIB)
+        cpu_milli = math.floor(_quantity(alloc.get("cpu", "0"), "cpu",
+                                         maximum=Decimal(MAX_CPU_MILLI) / 1000, unit=" cores") * 1000)
+        memory_mib = math.floor(_quantity(alloc.get("memory", "0"), "memory",
+                                          maximum=Decimal(MAX_MEMORY_MIB) * MIB, unit=" bytes") / MIB)
     except PodSpecError as exc:
         return NodeObservation(name, 0, 0, (), None, f"status.allocatable.{exc}")
-    raw = (meta.get("annotations") or {}).get(ann.INVENTORY)
+    raw = annotations.get(ann.INVENTORY)
     if raw is None:
         return NodeObservation(name, cpu_milli, memory_mib, (), None, f"no {ann.INVENTORY} annotation")
+    if not isinstance(raw, str):
+        return NodeObservation(name, cpu_milli, memory_mib, (), None, f"{ann.INVENTORY}: must be a string")
     try:
         inv = ann.parse_inventory(raw)
     except ValueError as exc:

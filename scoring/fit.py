@@ -144,6 +144,36 @@ def gpu_memory_request_mib(
 DEFAULT_QOS_POLICY = QosPolicy()
 
 
+def share_room(qos: QoSClass, used: NDArray[np.int64], best_effort: NDArray[np.int64],
+               qos_pods: NDArray[np.int64], policy: QosPolicy) -> NDArray[np.int64]:
+    """The most share a pod of class ``qos`` may take on each GPU (``QosPolicy`` rules).
+
+    ``share_fits`` is ``request <= share_room``; the cache also uses it to bound what it
+    counts of an allocation it did not make (``extender.accounting``).
+
+    Parameters
+    ----------
+    qos : QoSClass
+    used, best_effort : ndarray of shape (m, g), int64
+        Allocated share, and its best-effort part, milli-GPU.
+    qos_pods : ndarray of shape (m, g, 3), int64
+        Pods per QoS class on each GPU.
+    policy : QosPolicy
+
+    Returns
+    -------
+    ndarray of shape (m, g), int64
+        Milli-GPU; negative where the GPU is already past what the class may use.
+    """
+    holds_guaranteed = qos_pods[..., QoSClass.GUARANTEED] > 0
+    if qos == QoSClass.GUARANTEED:
+        return MILLI_PER_GPU - used
+    if qos == QoSClass.BURSTABLE:
+        reserved_room = MILLI_PER_GPU - used + best_effort
+        return np.where(holds_guaranteed, np.minimum(reserved_room, MILLI_PER_GPU - used), reserved_room)
+    return np.where(holds_guaranteed, MILLI_PER_GPU, policy.best_effort_cap_milli) - used
+
+
 def share_fits(request: PodRequest, used: NDArray[np.int64], best_effort: NDArray[np.int64],
                qos_pods: NDArray[np.int64], policy: QosPolicy) -> NDArray[np.bool_]:
     """Whether each GPU has the share the pod's QoS class may take (``QosPolicy`` rules).
@@ -161,13 +191,7 @@ def share_fits(request: PodRequest, used: NDArray[np.int64], best_effort: NDArra
     -------
     ndarray of shape (m, g), bool
     """
-    after = used + request.gpu_milli
-    holds_guaranteed = qos_pods[..., QoSClass.GUARANTEED] > 0
-    if request.qos == QoSClass.GUARANTEED:
-        return after <= MILLI_PER_GPU
-    if request.qos == QoSClass.BURSTABLE:
-        return (after - best_effort <= MILLI_PER_GPU) & (~holds_guaranteed | (after <= MILLI_PER_GPU))
-    return after <= np.where(holds_guaranteed, MILLI_PER_GPU, policy.best_effort_cap_milli)
+    return request.gpu_milli <= share_room(request.qos, used, best_effort, qos_pods, policy)
 
 
 def isolation_ok(request: PodRequest, qos_pods: NDArray[np.int64],

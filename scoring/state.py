@@ -12,7 +12,7 @@ cache) under its lock.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numpy.typing import NDArray
@@ -104,6 +104,9 @@ class Allocation:
     model_mask : int
         The GPU models the pod accepts (``scoring.request.model_mask``); counted in the
         ``workload`` so fragmentation knows which GPUs each task type can use.
+    in_workload : bool
+        Whether the allocation is demand the ``workload`` learns from (True for what
+        gpufrac placed; False for capacity held by an allocation it did not make).
     """
 
     node: str
@@ -114,6 +117,7 @@ class Allocation:
     cpu_milli: int
     memory_mib: int
     model_mask: int = ANY_MODEL_MASK
+    in_workload: bool = True
 
 
 @dataclass(eq=False)
@@ -339,38 +343,39 @@ class ClusterState:
             self.gpu_pods[row, cols] += sign
             self.gpu_slots_free[row, cols] -= sign
             self.gpu_qos_pods[row, cols, int(alloc.qos)] += sign
-            self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
-                               alloc.model_mask), sign)
+            if alloc.in_workload:
+                self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
+                                   alloc.model_mask), sign)
 
     def copy(self) -> ClusterState:
         """Deep copy (arrays copied), for snapshots and what-if evaluation."""
+        return self.rows_copy(np.arange(self.n_nodes, dtype=I64), workload=self.workload.copy())
+
+    def rows_copy(self, rows: NDArray[np.int64], workload: WorkloadModel | None = None) -> ClusterState:
+        """A state of only ``rows`` (arrays copied), for what-if checks on a few nodes.
+
+        Parameters
+        ----------
+        rows : ndarray of shape (k,), int64
+            Rows to keep, in the new state's order.
+        workload : WorkloadModel, optional
+            The copy's workload; a new empty one by default (``apply`` on the copy then
+            never touches this state's).
+
+        Returns
+        -------
+        ClusterState
+            ``k`` nodes; models, GPU columns and ``gpus_by_model`` as in this state.
+        """
+        names = [self.node_names[r] for r in rows.tolist()]
+        arrays = {f.name: getattr(self, f.name)[rows] for f in fields(self)
+                  if isinstance(getattr(self, f.name), np.ndarray)}
         return ClusterState(
-            node_names=list(self.node_names),
-            node_index=dict(self.node_index),
+            node_names=names,
+            node_index={n: i for i, n in enumerate(names)},
             models=list(self.models),
-            cpu_alloc_milli=self.cpu_alloc_milli.copy(),
-            cpu_used_milli=self.cpu_used_milli.copy(),
-            mem_alloc_mib=self.mem_alloc_mib.copy(),
-            mem_used_mib=self.mem_used_mib.copy(),
-            node_ready=self.node_ready.copy(),
-            gpu_exists=self.gpu_exists.copy(),
-            gpu_healthy=self.gpu_healthy.copy(),
-            gpu_index=self.gpu_index.copy(),
-            gpu_model=self.gpu_model.copy(),
-            gpu_mem_total_mib=self.gpu_mem_total_mib.copy(),
-            gpu_mem_used_mib=self.gpu_mem_used_mib.copy(),
-            gpu_used_milli=self.gpu_used_milli.copy(),
-            gpu_best_effort_milli=self.gpu_best_effort_milli.copy(),
-            gpu_mem_nvml_used_mib=self.gpu_mem_nvml_used_mib.copy(),
-            gpu_replicas=self.gpu_replicas.copy(),
-            gpu_pods=self.gpu_pods.copy(),
-            gpu_qos_pods=self.gpu_qos_pods.copy(),
-            gpu_free_milli=self.gpu_free_milli.copy(),
-            gpu_mem_free_mib=self.gpu_mem_free_mib.copy(),
-            gpu_slots_free=self.gpu_slots_free.copy(),
-            node_gpu_total_milli=self.node_gpu_total_milli.copy(),
-            node_gpu_used_milli=self.node_gpu_used_milli.copy(),
-            gpu_uuid=[list(r) for r in self.gpu_uuid],
-            workload=self.workload.copy(),
+            gpu_uuid=[list(self.gpu_uuid[r]) for r in rows.tolist()],
+            workload=workload if workload is not None else WorkloadModel(),
             gpus_by_model=self.gpus_by_model,
+            **arrays,
         )

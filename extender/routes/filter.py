@@ -1,4 +1,8 @@
-"""``POST /filter``: which candidate nodes can take the pod. No side effects."""
+"""``POST /filter``: which candidate nodes can take the pod. No side effects.
+
+A plain ``def`` handler: FastAPI runs it in its worker threads, so the numpy work never
+blocks the event loop that answers ``/healthz`` and ``/metrics``.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ _parse, _openapi = json_body(ExtenderArgs)
 
 
 @router.post("/filter", openapi_extra=_openapi)
-async def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
+def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``ExtenderFilterResult``; a bad pod gets ``Error`` naming annotation and rule."""
     with metrics.timer("filter"):
         node_items = args.Nodes.items if args.Nodes is not None else None

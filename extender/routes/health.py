@@ -1,4 +1,9 @@
-"""``/healthz`` (process up), ``/readyz`` (cache synced), ``/metrics`` (Prometheus)."""
+"""``/healthz`` (process up), ``/readyz`` (cache synced), ``/metrics`` (Prometheus),
+``/quarantine`` (objects skipped), ``/allocations``.
+
+The first four are ``async`` and never take the cache lock: they answer from the event loop
+at once, whatever a verb is doing in a worker thread.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +17,30 @@ router = APIRouter()
 
 
 @router.get("/healthz")
-def healthz() -> Response:
+async def healthz() -> Response:
     """Always 200 while the process serves HTTP."""
     return json_response({"status": "ok"})
 
 
 @router.get("/readyz")
-def readyz(request: Request, cache: CacheDep) -> Response:
-    """200 once the cache has had its first full sync, else 503."""
+async def readyz(request: Request, cache: CacheDep) -> Response:
+    """200 once the cache has had its first full sync, else 503 (lock-free: answers at once
+    while a verb is busy)."""
     ready = bool(request.app.state.ready())
     return json_response({"ready": ready, **cache.summary()}, status_code=200 if ready else 503)
 
 
 @router.get("/metrics")
-def metrics_endpoint(metrics: MetricsDep) -> Response:
+async def metrics_endpoint(metrics: MetricsDep) -> Response:
     """Prometheus text exposition."""
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/quarantine")
+async def quarantine(request: Request) -> Response:
+    """Objects the API watch could not read and skipped (cluster mode; empty otherwise)."""
+    q = request.app.state.quarantine
+    return json_response([{"kind": r.kind, "key": r.key, "message": r.message} for r in q.entries()])
 
 
 @router.get("/allocations")

@@ -17,7 +17,7 @@ _parse, _openapi = json_body(ExtenderArgs)
 
 
 @router.post("/prioritize", openapi_extra=_openapi)
-async def prioritize_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
+def prioritize_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep, metrics: MetricsDep) -> Response:
     """Answer ``HostPriorityList``; unknown or infeasible nodes score 0."""
     with metrics.timer("prioritize"):
         try:

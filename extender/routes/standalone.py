@@ -3,16 +3,22 @@
 In cluster mode the Kubernetes pod watch calls the same ``GpuCache.apply_pod_event``; this
 endpoint exists so that a standalone extender (the replay) learns of every pod it did not
 bind (CPU-only pods, deletions) through the very same path.
+
+Whoever may post here decides what the cache believes, so the endpoint exists only when
+the extender was started with an events token (``--events-token-file`` or
+``$GPUFRAC_EVENTS_TOKEN``), and every call must present it as ``Authorization: Bearer
+<token>`` (compared in constant time); otherwise 401, and nothing is read.
 """
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
 from extender import translate
-from extender.deps import CacheDep
+from extender.deps import CacheDep, SettingsDep
 from extender.routes.body import json_body
 from extender.routes.jsonresp import json_response
 from extender.wire import PodEvent
@@ -21,7 +27,16 @@ router = APIRouter()
 _parse, _openapi = json_body(list[PodEvent])
 
 
-@router.post("/standalone/pod-events", openapi_extra=_openapi)
+def _authorized(request: Request, settings: SettingsDep) -> None:
+    token = settings.events_token
+    authorization = request.headers.get("authorization")
+    expected = f"Bearer {token.get_secret_value()}" if token is not None else None
+    if expected is None or authorization is None or not hmac.compare_digest(
+            authorization.encode(), expected.encode()):
+        raise HTTPException(401, "pod events need 'Authorization: Bearer <events token>'")
+
+
+@router.post("/standalone/pod-events", openapi_extra=_openapi, dependencies=[Depends(_authorized)])
 def pod_events(events: Annotated[list[PodEvent], Depends(_parse)], cache: CacheDep) -> Response:
     """Apply a batch of ``{"type", "object"}`` events in order.
 

@@ -15,14 +15,19 @@ from extender.settings import Settings, scoring_config
 from scoring.state import NodeSpec
 from scoring.strategies import build_scorer
 
+EVENTS_TOKEN = "test-events-token"
+"""The ``events_token`` of ``client_for``'s app; its client sends it on every call."""
+
 
 @contextmanager
-def client_for(nodes: list[NodeSpec], preset: str = "default") -> Iterator[tuple[TestClient, GpuCache]]:
-    """A started app (lifespan run) whose cache holds ``nodes``."""
+def client_for(nodes: list[NodeSpec], preset: str = "default",
+               **settings: object) -> Iterator[tuple[TestClient, GpuCache]]:
+    """A started app (lifespan run) whose cache holds ``nodes``; the pod-events endpoint is
+    on (``EVENTS_TOKEN``, sent by the client). ``settings``: more ``Settings`` fields."""
     cache = GpuCache(build_scorer(scoring_config(preset)))
     cache.set_nodes(nodes)
-    app = create_app(Settings(preset=preset), cache=cache)
-    with TestClient(app) as client:
+    app = create_app(Settings(preset=preset, events_token=EVENTS_TOKEN, **settings), cache=cache)
+    with TestClient(app, headers={"Authorization": f"Bearer {EVENTS_TOKEN}"}) as client:
         yield client, cache
 
 

@@ -101,11 +101,11 @@ def test_malformed_filter_bodies(body: bytes, status: int, message: str) -> None
 
 
 @pytest.mark.parametrize(("annotations", "gpus", "needle"), [
-    ({"gpufrac.io/fraction": "abc"}, 1, 'gpufrac.io/fraction: "abc" is not a number'),
+    ({"gpufrac.io/fraction": "abc"}, 1, 'gpufrac.io/fraction: "abc" is not a plain decimal number'),
     ({"gpufrac.io/fraction": "0"}, 1, 'gpufrac.io/fraction: "0" is out of range'),
     ({"gpufrac.io/fraction": "1.5"}, 1, 'gpufrac.io/fraction: "1.5" is out of range'),
     ({"gpufrac.io/fraction": "0.5"}, 2, "a share below 1 needs exactly 1 GPU"),
-    ({"gpufrac.io/memory": "-8Gi"}, 1, 'gpufrac.io/memory: "-8Gi" must be a positive quantity'),
+    ({"gpufrac.io/memory": "-8Gi"}, 1, 'gpufrac.io/memory: "-8Gi" must be > 0'),
     ({"gpufrac.io/memory": "8 gigs"}, 1, 'gpufrac.io/memory: "8 gigs" is not a Kubernetes quantity'),
     ({"gpufrac.io/qos": "gold"}, 1, 'gpufrac.io/qos: "gold" is not a QoS class'),
 ])

@@ -19,6 +19,7 @@ from extender.cache import GpuCache
 from extender.settings import ConfigError, Settings, load_policy
 from scoring.state import NodeSpec
 from tests.conftest import gpu_node, pod_json
+from tests.extender.helpers import EVENTS_TOKEN
 
 TENANTS = """
 qos:
@@ -43,8 +44,8 @@ default_tenant: batch
 def app_with(nodes: list[NodeSpec], config: Path, **settings: Any) -> Iterator[tuple[TestClient, GpuCache]]:
     cache = GpuCache(load_scorer(config))
     cache.set_nodes(nodes)
-    app = create_app(Settings(config_file=config, **settings), cache=cache)
-    with TestClient(app) as client:
+    app = create_app(Settings(config_file=config, events_token=EVENTS_TOKEN, **settings), cache=cache)
+    with TestClient(app, headers={"Authorization": f"Bearer {EVENTS_TOKEN}"}) as client:
         yield client, cache
 
 

@@ -43,22 +43,33 @@ def test_effective_requests_with_init_containers() -> None:
 
 @pytest.mark.parametrize(("annotations", "gpus", "message"), [
     ({"gpufrac.io/fraction": "abc"}, 1,
-     'gpufrac.io/fraction: "abc" is not a number; must be a decimal in (0, 1]'),
-    ({"gpufrac.io/fraction": "0"}, 1, 'gpufrac.io/fraction: "0" is out of range; must be a decimal in (0, 1]'),
+     'gpufrac.io/fraction: "abc" is not a plain decimal number; must be a decimal in [0.001, 1]'),
+    ({"gpufrac.io/fraction": "0"}, 1, 'gpufrac.io/fraction: "0" is out of range; must be a decimal in [0.001, 1]'),
     ({"gpufrac.io/fraction": "1.5"}, 1, 'gpufrac.io/fraction: "1.5" is out of range'),
-    ({"gpufrac.io/fraction": "-0.5"}, 1, 'gpufrac.io/fraction: "-0.5" is out of range'),
-    ({"gpufrac.io/fraction": "nan"}, 1, 'gpufrac.io/fraction: "nan" is out of range'),
+    ({"gpufrac.io/fraction": "-0.5"}, 1, 'gpufrac.io/fraction: "-0.5" is not a plain decimal number'),
+    ({"gpufrac.io/fraction": "nan"}, 1, 'gpufrac.io/fraction: "nan" is not a plain decimal number'),
+    # issue 22: rounded to 0 milli and passed, then the core raised (500 on every verb)
+    ({"gpufrac.io/fraction": "1e-1000030"}, 1, 'gpufrac.io/fraction: "1e-1000030" is not a plain decimal'),
+    # issue 22: Decimal reads non-ASCII digits ("\u0660.\u0665" was 0.5)
+    ({"gpufrac.io/fraction": "\u0660.\u0665"}, 1, 'is not a plain decimal number'),
+    ({"gpufrac.io/fraction": "0.0001"}, 1, 'gpufrac.io/fraction: "0.0001" is finer than 1/1000 GPU'),
     ({"gpufrac.io/fraction": "0.3333"}, 1, 'gpufrac.io/fraction: "0.3333" is finer than 1/1000 GPU'),
     ({"gpufrac.io/fraction": "0.5"}, 2,
      'gpufrac.io/fraction: "0.5" is below 1 but the pod asks for 2 GPUs (gpufrac.io/gpu); '
      "a share below 1 needs exactly 1 GPU"),
-    ({"gpufrac.io/memory": "-1Gi"}, 1, 'gpufrac.io/memory: "-1Gi" must be a positive quantity'),
+    ({"gpufrac.io/memory": "-1Gi"}, 1, 'gpufrac.io/memory: "-1Gi" must be > 0'),
+    ({"gpufrac.io/memory": "0"}, 1, 'gpufrac.io/memory: "0" must be > 0'),
+    ({"gpufrac.io/memory": "1e-999999"}, 1, 'gpufrac.io/memory: "1e-999999" is not a Kubernetes quantity'),
     ({"gpufrac.io/memory": "lots"}, 1, 'gpufrac.io/memory: "lots" is not a Kubernetes quantity'),
     # found by the HTTP fuzzing: 1e400 bytes overflowed the int64 arrays (a 500, not a 4xx)
-    ({"gpufrac.io/memory": "1e400"}, 1, 'gpufrac.io/memory: "1e400" is too large (at most 2^53)'),
+    ({"gpufrac.io/memory": "1e400"}, 1, 'gpufrac.io/memory: "1e400" is too large (at most 17592186044416 bytes)'),
     ({"gpufrac.io/qos": "platinum"}, 1,
      'gpufrac.io/qos: "platinum" is not a QoS class; use one of guaranteed, burstable, best-effort'),
-    ({"gpufrac.io/gpu-model": "T4||A10"}, 1, 'gpufrac.io/gpu-model: "T4||A10" has an empty model'),
+    ({"gpufrac.io/gpu-model": "T4||A10"}, 1, 'gpufrac.io/gpu-model: "T4||A10" must be 1 to 64 model names'),
+    # issue 22: a list where a string belongs raised TypeError (HTTP 500)
+    ({"gpufrac.io/qos": ["guaranteed"]}, 1, 'gpufrac.io/qos: "[\'guaranteed\']" is not a QoS class'),
+    ({"gpufrac.io/fraction": 0.5}, 1, 'gpufrac.io/fraction: "0.5" must be a string'),
+    ({"gpufrac.io/gpu-model": {"T4": 1}}, 1, 'gpufrac.io/gpu-model: "{\'T4\': 1}" must be a string'),
 ])
 def test_bad_annotation_names_annotation_value_and_rule(annotations: dict[str, str], gpus: int,
                                                         message: str) -> None:

@@ -1,0 +1,78 @@
+"""Run the app under uvicorn with a read deadline on every request.
+
+uvicorn closes idle keep-alive connections (``timeout_keep_alive``) but has no deadline for
+reading a request: a client that connects and sends half a header, or a body that never
+ends, holds its connection forever. ``ReadDeadlineProtocol`` adds one to uvicorn's
+httptools protocol: a connection that has not delivered a whole request
+``read_timeout_s`` after it connected (or after the first byte of its next request) is
+closed. The route never sees such a request, and no worker thread waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from extender.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class ReadDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a per-request read deadline (``read_timeout_s``)."""
+
+    read_timeout_s: float = 10.0
+    _read_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._read_timer is None:
+            self._read_timer = self.loop.call_later(self.read_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _expired(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            log.info("closing a connection that did not send a whole request in %.1fs", self.read_timeout_s)
+            self.transport.close()
+
+
+def protocol_class(read_timeout_s: float) -> type[ReadDeadlineProtocol]:
+    """``ReadDeadlineProtocol`` with its deadline set (uvicorn instantiates the class)."""
+    return type("ReadDeadlineProtocol", (ReadDeadlineProtocol,), {"read_timeout_s": read_timeout_s})
+
+
+def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """The uvicorn config for ``settings``: address, TLS, keep-alive and read deadlines."""
+    tls: dict[str, Any] = {}
+    if settings.tls_cert_file is not None:
+        tls = {"ssl_certfile": str(settings.tls_cert_file), "ssl_keyfile": str(settings.tls_key_file)}
+        if settings.tls_client_ca_file is not None:
+            tls |= {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                          access_log=False, timeout_keep_alive=settings.timeout_keep_alive_s,
+                          http=protocol_class(settings.request_read_timeout_s), **tls)
