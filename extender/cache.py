@@ -647,7 +647,8 @@ class GpuCache:
         the preemptor (kube-scheduler's rule) and a lower QoS class (gpufrac's: never a pod
         of an equal or higher class). The smallest set that makes the pod fit is chosen;
         among sets of that size, the one with the lowest classes (then lowest priorities,
-        then largest shares) first. A node where the pod fits already, or where no set
+        then grouped by GPU, then largest shares) first: grouping by GPU puts the pods that
+        together free one GPU next to each other, which the bounded search relies on. A node where the pod fits already, or where no set
         works, is left out: kube-scheduler rejects an empty victim list.
 
         The search is bounded (``PreemptBudget``): at most ``max_victims`` candidates per
@@ -702,7 +703,9 @@ class GpuCache:
             ((uid, rec) for uid, rec in self._pods.items()
              if rec.allocation is not None and rec.allocation.node == node
              and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
-            key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority, -ur[1].gpu_milli_held))
+            key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
+                            min(ur[1].allocation.gpu_cols, default=-1),  # type: ignore[union-attr]
+                            -ur[1].gpu_milli_held))
         eligible = eligible[:budget.max_victims]
 
         def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
@@ -756,7 +759,12 @@ class GpuCache:
     # -- reads ---------------------------------------------------------------------------
 
     def allocations(self) -> list[dict[str, object]]:
-        """Every bound pod's allocation, for ``/allocations`` and the replay's placements."""
+        """Every bound pod's allocation, for ``/allocations`` and the replay's placements.
+
+        ``gpu_milli`` is the share the pod's record gives it; ``held_milli`` and
+        ``gpu_memory_mib`` what the cache counts per GPU (less than recorded only for an
+        over-commit, whose reason is in ``overcommit``; empty otherwise).
+        """
         with self._lock:
             state = self._state
             out: list[dict[str, object]] = []
@@ -765,18 +773,23 @@ class GpuCache:
                 if a is None:
                     continue
                 row = state.node_index[a.node]
+                held = rec.held
+                cols = [c for h in held for c in h.gpu_cols]
                 out.append({
                     "uid": rec.intent.uid,
                     "namespace": rec.intent.namespace,
                     "name": rec.intent.name,
                     "node": a.node,
-                    "gpu_indices": [int(state.gpu_index[row, c]) for c in a.gpu_cols],
-                    "gpu_uuids": list(rec.gpu_uuids),
-                    "gpu_milli": a.gpu_milli,
-                    "gpu_memory_mib": list(a.gpu_memory_mib),
+                    "gpu_indices": [int(state.gpu_index[row, c]) for c in cols],
+                    "gpu_uuids": [state.gpu_uuid[row][c] for c in cols],
+                    "gpu_milli": a.gpu_milli if not rec.overcommit else (
+                        rec.intent.assigned_gpu_milli or rec.intent.gpu_milli),
+                    "gpu_memory_mib": [m for h in held for m in h.gpu_memory_mib],
+                    "held_milli": [h.gpu_milli for h in held for _ in h.gpu_cols],
                     "qos": a.qos.wire_name,
                     "cpu_milli": a.cpu_milli,
                     "memory_mib": a.memory_mib,
+                    "overcommit": rec.overcommit,
                 })
             return out
 

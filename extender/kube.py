@@ -265,7 +265,7 @@ class ClusterSync:
         try:
             obs = translate.node_observation(obj)
         except ValueError as exc:
-            self.quarantine.reject("node", _object_key(obj), str(exc))
+            self.quarantine.reject("node", _object_key(obj, namespaced=False), str(exc))
             return None
         if obs.problem and not obs.problem.startswith("no "):
             self.quarantine.reject("node", obs.name, obs.problem)

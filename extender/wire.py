@@ -72,14 +72,15 @@ class MetaVictims(_Wire):
     """``extender/v1.MetaVictims``: victims on one node, by UID."""
 
     Pods: list[MetaPod] = Field(default_factory=list)
-    NumPDBViolations: int = 0
+    NumPDBViolations: int = Field(0, ge=0, le=2**63 - 1)
+    """Go ``int64``: larger values cannot be answered back (and cannot be real)."""
 
 
 class Victims(_Wire):
     """``extender/v1.Victims``: victims on one node as full Pod objects (nodeCacheCapable false)."""
 
     Pods: list[dict[str, Any]] = Field(default_factory=list)
-    NumPDBViolations: int = 0
+    NumPDBViolations: int = Field(0, ge=0, le=2**63 - 1)
 
 
 class ExtenderPreemptionArgs(_Wire):

@@ -1,0 +1,303 @@
+"""Issue 22's defects, one test each: what a hostile or careless pod did to the extender.
+
+Each test sends what the issue found (the value in a comment), over HTTP to the app or
+through the cluster-mode sync with a fake API, and checks the answer is a 4xx or an
+extender ``Error``/``FailedNodes`` message naming the field and the rule, with nothing else
+changed. Before the fixes each of them was a 500, an OOM kill, a wedged sync or a success.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from extender import annotations as ann
+from extender import translate
+from extender.app import create_app
+from extender.cache import GpuCache
+from extender.kube import ClusterSync, SyncOptions
+from extender.server import uvicorn_config
+from extender.settings import Settings, scoring_config
+from scoring.strategies import build_scorer
+from tests.conftest import gpu_node, pod_json
+from tests.extender.helpers import EVENTS_TOKEN, FakeResponse, client_for
+
+NODES = [gpu_node("a", 2, replicas=4), gpu_node("b", 1, replicas=4)]
+
+
+def filter_reply(client: Any, pod: dict[str, Any], names: list[str] | None = None) -> dict[str, Any]:
+    r = client.post("/filter", json={"Pod": pod, "NodeNames": names or ["a", "b"]})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("pod", "message"), [
+    # was: arrays sized by 1,048,576,000 GPUs, the process grew to ~23 GB and was OOM-killed
+    (pod_json(gpus="1000Mi"), 'limits[gpufrac.io/gpu]: "1000Mi" is too large (at most 64 GPUs)'),
+    (pod_json(gpus=str(2**70)), "is too large (at most 64 GPUs)"),
+    # was: 2^53 cores * 1000 overflowed int64 once summed (500)
+    (pod_json(cpu=str(2**53)), "requests.cpu: \"9007199254740992\" is too large (at most 1000000 cores)"),
+    (pod_json(cpu="-1"), 'requests.cpu: "-1" must be >= 0'),           # was: accepted
+    (pod_json(memory="-5Gi"), 'requests.memory: "-5Gi" must be >= 0'),
+    (pod_json(cpu="٣"), 'requests.cpu: "\\u0663" is not a Kubernetes quantity'),  # Arabic 3
+    # was: rounded to 0 milli, passed, and the core raised on every verb (500)
+    (pod_json(annotations={ann.FRACTION: "1e-1000030"}), 'gpufrac.io/fraction: "1e-1000030" is not a plain'),
+    (pod_json(annotations={ann.FRACTION: "٠.٥"}), "is not a plain decimal number"),  # was 0.5
+])
+def test_out_of_bound_quantities_get_a_filter_error_naming_field_and_rule(pod: dict[str, Any],
+                                                                          message: str) -> None:
+    with client_for(NODES) as (client, cache):
+        before = cache.summary()
+        reply = filter_reply(client, pod)
+        assert message in reply["Error"], reply
+        assert reply["NodeNames"] is None and cache.summary() == before
+
+
+def test_json_true_as_a_gpu_count_is_not_one_gpu() -> None:
+    pod = pod_json()
+    pod["spec"]["containers"][0]["resources"]["limits"][ann.RESOURCE_GPU] = True  # was read as 1
+    with client_for(NODES) as (client, _):
+        assert "must be a quantity string" in filter_reply(client, pod)["Error"]
+
+
+@pytest.mark.parametrize("where", ["qos", "node-metadata", "containers", "annotations-list"])
+def test_wrong_json_shapes_are_4xx_or_error_never_500(where: str) -> None:
+    pod = pod_json()
+    body: dict[str, Any] = {"Pod": pod, "NodeNames": ["a"]}
+    if where == "qos":
+        pod["metadata"]["annotations"][ann.QOS] = ["guaranteed"]  # was TypeError: unhashable (500)
+    elif where == "node-metadata":
+        body = {"Pod": pod, "Nodes": {"items": [{"metadata": "a"}]}}  # was AttributeError (500)
+    elif where == "containers":
+        pod["spec"]["containers"] = {"c": 1}
+    else:
+        pod["metadata"]["annotations"] = ["x"]
+    with client_for(NODES) as (client, _):
+        verbs = ("filter", "prioritize") if where == "node-metadata" else ("filter", "prioritize", "preempt")
+        for verb in verbs:
+            r = client.post(f"/{verb}", json=body if verb != "preempt" else {"Pod": pod})
+            assert r.status_code < 500, (verb, r.text)
+            assert r.json().get("Error"), (verb, r.text)
+
+
+def test_a_pod_asking_more_than_any_node_has_is_unresolvable_with_a_message() -> None:
+    with client_for(NODES) as (client, _):
+        reply = filter_reply(client, pod_json(gpus=3))
+        assert reply["NodeNames"] == [] and reply["FailedNodes"] == {}
+        assert set(reply["FailedAndUnresolvableNodes"]) == {"a", "b"}
+        assert "asks for 3 GPUs (gpufrac.io/gpu); no node in the cluster has more than 2" in \
+            reply["FailedAndUnresolvableNodes"]["a"]
+        reply = filter_reply(client, pod_json(annotations={ann.MEMORY: "64Gi"}))
+        assert "more than the largest GPU in the cluster has (16384Mi)" in \
+            reply["FailedAndUnresolvableNodes"]["b"]
+
+
+def test_huge_num_pdb_violations_is_a_400_not_a_500() -> None:
+    with client_for(NODES) as (client, _):
+        r = client.post("/preempt", json={"Pod": pod_json(), "NodeNameToMetaVictims": {
+            "a": {"Pods": [{"UID": "x"}], "NumPDBViolations": 2**70}}})  # was: orjson overflow (500)
+        assert r.status_code == 400 and "NumPDBViolations" in r.json()["Error"]
+
+
+def test_duplicate_node_names_get_one_answer_each() -> None:
+    with client_for(NODES) as (client, _):
+        r = client.post("/prioritize", json={"Pod": pod_json(), "NodeNames": ["a", "a", "b"]})
+        hosts = [h["Host"] for h in r.json()]
+        assert sorted(hosts) == ["a", "b"]  # was: "a" twice, scored 10 and 9
+        f = filter_reply(client, pod_json(), ["b", "b"])
+        assert f["NodeNames"] == ["b"]
+
+
+def test_a_bind_with_the_right_uid_but_another_name_is_refused() -> None:
+    with client_for(NODES) as (client, cache):
+        client.post("/standalone/pod-events", json=[{"type": "ADDED", "object": pod_json("y")}])
+        r = client.post("/bind", json={"PodName": "other", "PodNamespace": "kube-system",
+                                       "PodUID": "uid-y", "Node": "a"})
+        assert "uid uid-y is pod default/y, not kube-system/other" in r.json()["Error"]  # was: bound
+        assert cache.allocations() == []
+
+
+def test_chunked_body_over_the_limit_answers_with_error_not_detail() -> None:
+    with client_for(NODES, max_request_body_bytes=2048) as (client, _):
+        def chunks() -> Any:
+            for _ in range(8):
+                yield b" " * 1024
+        r = client.post("/filter", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "over 2048 bytes" in r.json()["Error"]  # was {"detail": ...}
+
+
+def test_pod_events_need_the_token_and_are_off_without_one() -> None:
+    event = [{"type": "ADDED", "object": pod_json("forged", node="a", annotations=translate.allocation_annotations(
+        ["GPU-a-0"], 1000, [16384], translate.datetime.now(translate.UTC)))}]
+    with client_for(NODES) as (client, cache):
+        for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}):
+            r = client.post("/standalone/pod-events", json=event, headers=headers)
+            assert r.status_code == 401 and "Bearer" in r.json()["Error"]
+        assert cache.allocations() == []
+        assert client.post("/standalone/pod-events", json=event).status_code == 200
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    app = create_app(Settings(), cache=cache)  # no token: the endpoint does not exist
+    from fastapi.testclient import TestClient
+    with TestClient(app) as client:
+        r = client.post("/standalone/pod-events", json=event, headers={"Authorization": "Bearer x"})
+        assert r.status_code == 404 and cache.knows_pod("uid-forged") is False
+
+
+# -- cluster mode: one unreadable pod costs nobody else anything ------------------------------
+
+class _ListOnlyApi:
+    """Lists Nodes, Pods and Namespaces from fixed items; any watch ends the loop."""
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        self.nodes, self.pods = nodes, pods
+
+    def _list(self, items: list[dict[str, Any]], **kw: Any) -> FakeResponse:
+        if kw.get("watch"):
+            raise ConnectionError("watch not served by this fake")
+        return FakeResponse({"metadata": {"resourceVersion": "1"}, "items": items})
+
+    def list_node(self, **kw: Any) -> FakeResponse:
+        return self._list(self.nodes, **kw)
+
+    def list_pod_for_all_namespaces(self, **kw: Any) -> FakeResponse:
+        return self._list(self.pods, **kw)
+
+    def list_namespace(self, **kw: Any) -> FakeResponse:
+        return self._list([], **kw)
+
+
+def _node_json(name: str) -> dict[str, Any]:
+    inv = ann.NodeInventory(node=name, heartbeat=translate.datetime.now(translate.UTC), gpus=[
+        ann.GpuInventory(index=0, uuid=f"GPU-{name}-0", model="T4", memory_mib=16384, replicas=4)])
+    return {"metadata": {"name": name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
+
+
+def test_a_poison_pod_in_the_pod_list_is_quarantined_and_sync_completes() -> None:
+    poison = pod_json("poison", annotations={ann.FRACTION: "1e-1000030"})
+    poison["metadata"]["namespace"] = "mallory"
+    good = pod_json("good", node="n1", phase="Running", annotations=translate.allocation_annotations(
+        ["GPU-n1-0"], 500, [8192], translate.datetime.now(translate.UTC)))
+    weird = {"metadata": "not an object", "spec": [], "status": 7}
+    api = _ListOnlyApi([_node_json("n1"), {"metadata": {"annotations": {}}}], [poison, weird, good])
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    counted: list[tuple[str, str]] = []
+    from extender.quarantine import Quarantine
+    sync = ClusterSync(api, cache, SyncOptions(), quarantine=Quarantine(lambda k, r: counted.append((k, r))))
+    with pytest.raises(ConnectionError):
+        sync._list_and_watch_nodes()
+    with pytest.raises(ConnectionError):
+        sync._list_and_watch_pods()
+    # Was: the poison pod raised inside set_pods, so pods_synced never became true.
+    assert sync.pods_synced.is_set() and sync.nodes_synced.is_set()
+    assert cache.summary()["gpu_allocated_milli"] == 500 and cache.knows_pod("uid-good")
+    keys = {(r.kind, r.key) for r in sync.quarantine.entries()}
+    assert ("pod", "mallory/poison") in keys and ("node", "?") in keys and len(keys) == 3
+    assert ("pod", "Pod") in counted or ("pod", "gpufrac.io/fraction") in counted
+    # the same poison pod seen again by the watch is not logged or counted twice
+    n = len(counted)
+    sync._apply_pod("MODIFIED", poison)
+    assert len(counted) == n
+    sync._apply_pod("DELETED", poison)
+    assert ("pod", "mallory/poison") not in {(r.kind, r.key) for r in sync.quarantine.entries()}
+
+
+# -- nothing blocks: health answers while a long preempt runs; half-sent requests are closed --
+
+class _Server:
+    """The real app under uvicorn (with gpufrac's read deadline) on a free loopback port."""
+
+    def __init__(self, cache: GpuCache, **settings: Any) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = Settings(port=port, events_token=EVENTS_TOKEN, **settings)
+        self.server = uvicorn.Server(uvicorn_config(create_app(cfg, cache=cache), cfg))
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> _Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def crowded_cache(victims: int) -> tuple[GpuCache, dict[str, Any]]:
+    """One 8-GPU node full of ``victims`` tiny best-effort pods, and a guaranteed preemptor
+    that needs a whole GPU (the issue's 800-victim preempt held the cache lock for 67 s)."""
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes([gpu_node("n", 8, replicas=victims)])
+    share = max(1, 8000 // victims)
+    per_gpu: dict[int, int] = {}
+    for i in range(victims):
+        g = i % 8
+        if per_gpu.get(g, 0) + share > 1000:
+            continue
+        per_gpu[g] = per_gpu.get(g, 0) + share
+        frac = f"{share / 1000:.3f}"
+        p = pod_json(f"v{i}", node="n", phase="Running", cpu="10m", memory="16Mi", annotations={
+            ann.QOS: "best-effort", ann.FRACTION: frac,
+            **translate.allocation_annotations([f"GPU-n-{g}"], share, [1], translate.datetime.now(translate.UTC))})
+        p["spec"]["priority"] = 0
+        cache.apply_pod_event("ADDED", translate.pod_intent(p))
+    preemptor = pod_json("vip", annotations={ann.QOS: "guaranteed"})
+    preemptor["spec"]["priority"] = 1000
+    return cache, preemptor
+
+
+def test_health_answers_within_100ms_while_a_big_preempt_runs() -> None:
+    cache, preemptor = crowded_cache(800)
+    assert cache.summary()["pods_bound"] == 800
+    worst = 0.0
+    with _Server(cache) as srv, httpx.Client(timeout=30) as http:
+        done: dict[str, Any] = {}
+
+        def run_preempt() -> None:
+            start = time.monotonic()
+            r = http.post(f"{srv.url}/preempt", json={"Pod": preemptor, "NodeNameToMetaVictims": {
+                "n": {"Pods": [{"UID": "uid-v0"}], "NumPDBViolations": 0}}})
+            done["elapsed"], done["reply"] = time.monotonic() - start, r.json()
+
+        t = threading.Thread(target=run_preempt)
+        t.start()
+        with httpx.Client(timeout=5) as probe:
+            while t.is_alive():
+                start = time.monotonic()
+                assert probe.get(f"{srv.url}/healthz").status_code == 200
+                assert probe.get(f"{srv.url}/metrics").status_code == 200
+                worst = max(worst, time.monotonic() - start)
+                time.sleep(0.01)
+        t.join()
+    # A whole GPU of 100 ten-milli pods: the victims are those 100, found within the budget.
+    victims = done["reply"]["NodeNameToMetaVictims"]["n"]["Pods"]
+    assert len(victims) == 100, done
+    assert done["elapsed"] < 10, done["elapsed"]  # bounded by PreemptBudget.time_s, not 67 s
+    assert worst < 0.1 * 2, worst  # two calls (healthz + metrics) each within 100 ms
+
+
+def test_a_half_sent_request_is_closed_by_the_read_deadline() -> None:
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    with _Server(cache, request_read_timeout_s=0.5) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
+            sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"Pod\":")
+            start = time.monotonic()
+            assert sock.recv(1024) == b""  # closed by the server, without an answer
+            assert time.monotonic() - start < 4
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHo")  # half a header
+            assert sock.recv(1024) == b""
+        assert httpx.get(f"{srv.url}/healthz", timeout=5).status_code == 200
