@@ -484,8 +484,11 @@ class GpuCache:
         could have made, else only what was free of them (``extender.accounting``).
         """
         state, node = self._state, intent.node_name
+        tenant = self._tenants.tenant(intent.namespace, self._ns_labels.get(intent.namespace))
+        ceiling = None if tenant is None else tenant.qos_ceiling
+        qos = intent.qos if ceiling is None else max(intent.qos, ceiling)  # never better than allowed
         if not (intent.gpu_count and intent.assigned_gpus):
-            alloc = Allocation(node, (), 0, (), intent.qos, intent.cpu_milli, intent.memory_mib,
+            alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
                                _model_mask(intent, state))
             self._hold(intent, alloc)
             return PodRecord(intent, alloc)
@@ -493,7 +496,7 @@ class GpuCache:
         if cols is None:
             log.warning("assigned GPUs not on node; counting CPU and memory only",
                         extra={"pod": intent.key, "node": node})
-            alloc = Allocation(node, (), 0, (), intent.qos, intent.cpu_milli, intent.memory_mib,
+            alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
                                _model_mask(intent, state))
             self._hold(intent, alloc)
             return PodRecord(intent, alloc, overcommit="assigned GPUs not on the node")
@@ -505,12 +508,10 @@ class GpuCache:
             req = replace(translate.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
             per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
             mem = tuple(int(x) for x in per_gpu[0])
-        tenant = self._tenants.tenant(intent.namespace, self._ns_labels.get(intent.namespace))
         verdict = self._admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
                                   sum(dict(zip(cols, mem, strict=True)).values()))
         got = accounting.read_back(state, self._scorer.policy, intent, cols, milli, mem,
-                                   _model_mask(intent, state), verdict,
-                                   None if tenant is None else tenant.qos_ceiling)
+                                   _model_mask(intent, state), verdict, ceiling)
         if got.overcommit:
             log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "
                         "counting only what was free", intent.key, node, got.overcommit)
