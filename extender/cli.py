@@ -11,15 +11,14 @@ from pathlib import Path
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from extender.app import create_app
-    from extender.server import uvicorn_config
+    from extender.server import serve
     from extender.settings import ConfigError, Settings
 
     overrides = {k: v for k, v in {
         "mode": args.mode, "host": args.host, "port": args.port, "cluster_file": args.cluster_file,
         "config_file": args.config, "preset": args.preset, "kubeconfig": args.kubeconfig,
+        "health_port": args.health_port, "health_host": args.health_host,
         "replicas_per_gpu": args.replicas_per_gpu, "log_level": args.log_level,
         "inventory_stale_after_s": args.inventory_stale_after_s,
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
@@ -35,7 +34,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"gpufrac: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper())
-    uvicorn.Server(uvicorn_config(app, settings)).run()
+    scheme = "https" if settings.tls_cert_file is not None else "http"
+    logging.getLogger("extender").warning(
+        "gpufrac %s: verbs on %s://%s:%d%s%s", settings.mode, scheme, settings.host, settings.port,
+        " (client certificates required)" if settings.tls_client_ca_file is not None else "",
+        f"; health and metrics on http://{settings.health_host}:{settings.health_port}"
+        if settings.health_port is not None else "")
+    serve(app, settings)
     return 0
 
 
@@ -201,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--health-port", type=int,
+                       help="also serve /healthz, /readyz and /metrics (only) over plain HTTP on this port")
+    serve.add_argument("--health-host", help="address of the --health-port listener (default 0.0.0.0)")
     serve.add_argument("--cluster-file", type=Path, help="node list, YAML or openb CSV")
     serve.add_argument("--config", type=Path, help="admin config file (scoring weights)")
     serve.add_argument("--preset", help="weight preset when no config file is given")

@@ -66,6 +66,46 @@ def protocol_class(read_timeout_s: float) -> type[ReadDeadlineProtocol]:
     return type("ReadDeadlineProtocol", (ReadDeadlineProtocol,), {"read_timeout_s": read_timeout_s})
 
 
+HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""What the plain health listener serves; everything else there is 404."""
+
+
+def health_only(app: Any) -> Any:
+    """An ASGI app serving only ``HEALTH_PATHS`` of ``app`` (and no lifespan of its own)."""
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] in HEALTH_PATHS:
+            await app(scope, receive, send)
+            return
+        if scope["type"] == "http":
+            body = b'{"Error":"not found: the verbs are on the extender port"}'
+            await send({"type": "http.response.start", "status": 404,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+    return wrapped
+
+
+def serve(app: Any, settings: Settings) -> None:
+    """Run the extender (and its health listener, when ``settings.health_port`` is set)
+    until SIGTERM/SIGINT; either server stopping stops both."""
+    main = uvicorn.Server(uvicorn_config(app, settings))
+    if settings.health_port is None:
+        main.run()
+        return
+    health = uvicorn.Server(uvicorn.Config(
+        health_only(app), host=settings.health_host, port=settings.health_port, lifespan="off",
+        log_level=settings.log_level, access_log=False, timeout_keep_alive=settings.timeout_keep_alive_s,
+        http=protocol_class(settings.request_read_timeout_s)))
+
+    async def both() -> None:
+        tasks = [asyncio.ensure_future(main.serve()), asyncio.ensure_future(health.serve())]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        main.should_exit = health.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(both())
+
+
 def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     """The uvicorn config for ``settings``: address, TLS, keep-alive and read deadlines."""
     tls: dict[str, Any] = {}

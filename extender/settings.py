@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     about 30 MB; with ``nodeCacheCapable`` names only, 85 KB)."""
     timeout_keep_alive_s: int = Field(30, ge=1)
     """Idle keep-alive connections are closed after this long (kube-scheduler reconnects)."""
+    health_port: int | None = Field(None, ge=0, le=65535)
+    """A second, plain-HTTP listener on ``health_host:health_port`` serving only ``/healthz``,
+    ``/readyz`` and ``/metrics`` (kubelet probes and Prometheus; they cannot present the
+    client certificate the verb port requires). None: no second listener."""
+    health_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come from outside the pod
     request_read_timeout_s: float = Field(10.0, gt=0)
     """A client that has not sent its whole request (headers and body) this long after
     connecting, or after its previous request, is disconnected (slow or half-sent requests

@@ -412,6 +412,13 @@ def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
     )
 
 
+def _item_name(item: Any) -> str | None:
+    """``metadata.name`` of a Node item of any shape; None when it has none."""
+    meta = item.get("metadata") if isinstance(item, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name and len(name) <= MAX_NAME_CHARS else None
+
+
 def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
                   node_names: Sequence[str] | None) -> tuple[PodIntent, list[str]]:
     """The pod and candidate names of an ``ExtenderArgs`` (``filter``, ``prioritize``).
@@ -439,9 +446,8 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
     elif node_items is not None:
         names = []
         for i, item in enumerate(node_items):
-            meta = item.get("metadata") if isinstance(item, Mapping) else None
-            name = meta.get("name") if isinstance(meta, Mapping) else None
-            if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+            name = _item_name(item)
+            if name is None:
                 raise ValueError(f"Nodes.items[{i}].metadata.name: missing or not a name of at most "
                                  f"{MAX_NAME_CHARS} characters")
             names.append(name)
@@ -619,8 +625,7 @@ def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str]
     node_names: list[str] | None = passed
     if node_items is not None:
         keep = set(passed)
-        nodes = {"metadata": {},
-                 "items": [it for it in node_items if it.get("metadata", {}).get("name") in keep]}
+        nodes = {"metadata": {}, "items": [it for it in node_items if _item_name(it) in keep]}
         node_names = None
     return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
             "FailedAndUnresolvableNodes": unresolvable, "Error": ""}

@@ -21,9 +21,12 @@ def test_deploy_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
     out = cluster.cp.kubectl("apply", "-k", str(ROOT / "deploy" / "base"), "--dry-run=server", "-o", "name")
     created = set(out.stdout.split())
-    assert {"namespace/gpufrac-system", "serviceaccount/gpufrac-scheduler",
+    assert {"namespace/gpufrac-system", "serviceaccount/gpufrac-scheduler", "serviceaccount/gpufrac-extender",
             "clusterrole.rbac.authorization.k8s.io/gpufrac-extender",
-            "deployment.apps/gpufrac-scheduler"} <= created, out.stdout
+            "deployment.apps/gpufrac-scheduler", "deployment.apps/gpufrac-extender",
+            "service/gpufrac-extender", "networkpolicy.networking.k8s.io/gpufrac-extender",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-pods",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-bindings"} <= created, out.stdout
 
 
 def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) -> None:
@@ -31,7 +34,7 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
     cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
     cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "serviceaccount.yaml"))
     cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "rbac.yaml"))
-    sa = "system:serviceaccount:gpufrac-system:gpufrac-scheduler"
+    sa = "system:serviceaccount:gpufrac-system:gpufrac-extender"
 
     def can(verb: str, resource: str) -> bool:
         resource, _, sub = resource.partition("/")
@@ -42,8 +45,9 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
 
     for verb, resource in [("watch", "nodes"), ("list", "pods"), ("patch", "pods"), ("create", "pods/binding")]:
         assert can(verb, resource), (verb, resource)
-    # (Deleting pods is allowed: kube-scheduler's own role needs it for preemption.)
-    for verb, resource in [("delete", "nodes"), ("patch", "nodes"), ("get", "secrets"), ("create", "pods")]:
+    # None of kube-scheduler's rights: gpufrac does not delete preemption victims.
+    for verb, resource in [("delete", "nodes"), ("patch", "nodes"), ("get", "secrets"), ("create", "pods"),
+                           ("delete", "pods"), ("update", "pods/status"), ("create", "events")]:
         assert not can(verb, resource), (verb, resource)
 
     # And gpufrac really works as that identity: it syncs, and its bind goes through.

@@ -15,21 +15,57 @@ def test_deployed_scheduler_config_is_the_repository_one() -> None:
     assert (BASE / "scheduler-config.yaml").read_text() == (ROOT / "scheduler-config.yaml").read_text()
 
 
-def test_sidecar_listens_where_kube_scheduler_calls() -> None:
+def docs(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((BASE / name).read_text()))
+
+
+def test_kube_scheduler_calls_the_extender_service_over_mutual_tls() -> None:
     cfg = yaml.safe_load((ROOT / "scheduler-config.yaml").read_text())
     (ext,) = cfg["extenders"]
-    deployment = yaml.safe_load((BASE / "deployment.yaml").read_text())
-    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
-    args = containers["gpufrac"]["command"]
-    assert ext["urlPrefix"] == "http://127.0.0.1:8888"
-    assert "--host=127.0.0.1" in args and "--port=8888" in args and "--mode=cluster" in args
-    profile = cfg["profiles"][0]["schedulerName"]
-    assert profile == "gpufrac-scheduler"
+    objs = {(d["kind"], d["metadata"]["name"]): d for d in docs("deployment.yaml")}
+    extender = objs[("Deployment", "gpufrac-extender")]["spec"]["template"]["spec"]
+    scheduler = objs[("Deployment", "gpufrac-scheduler")]["spec"]["template"]["spec"]
+    (gpufrac,) = extender["containers"]
+    (kube,) = scheduler["containers"]
+    args = gpufrac["command"]
+    service = objs[("Service", "gpufrac-extender")]
+    port = {p["name"]: p["port"] for p in service["spec"]["ports"]}["extender"]
+    assert ext["urlPrefix"] == f"https://gpufrac-extender.gpufrac-system.svc:{port}" and ext["enableHTTPS"]
+    assert "--port=8888" in args and "--mode=cluster" in args and "--host=0.0.0.0" in args
+    # gpufrac requires a client certificate; kube-scheduler presents one from its mounted Secret
+    assert any(a.startswith("--tls-client-ca-file=") for a in args)
+    tls_dir = {m["name"]: m["mountPath"] for m in kube["volumeMounts"]}["extender-client-tls"]
+    assert all(ext["tlsConfig"][k].startswith(tls_dir + "/") for k in ("caFile", "certFile", "keyFile"))
+    # two identities: the verbs' service account is not kube-scheduler's
+    assert extender["serviceAccountName"] == "gpufrac-extender"
+    assert scheduler["serviceAccountName"] == "gpufrac-scheduler"
+    # probes on the plain health port, which serves nothing else
+    assert "--health-port=8080" in args and gpufrac["readinessProbe"]["httpGet"]["port"] == "health"
+    policy = objs[("NetworkPolicy", "gpufrac-extender")]["spec"]["ingress"][0]
+    assert policy["from"][0]["podSelector"]["matchLabels"] == \
+        objs[("Deployment", "gpufrac-scheduler")]["spec"]["template"]["metadata"]["labels"]
+    assert cfg["profiles"][0]["schedulerName"] == "gpufrac-scheduler"
+
+
+def test_admission_policy_names_the_deployed_identities() -> None:
+    text = (BASE / "admission-policy.yaml").read_text()
+    assert "system:serviceaccount:gpufrac-system:gpufrac-extender" in text
+    assert "'gpufrac-scheduler'" in text
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs("admission-policy.yaml")}
+    assert kinds == {("ValidatingAdmissionPolicy", "gpufrac-pods"), ("ValidatingAdmissionPolicyBinding", "gpufrac-pods"),
+                     ("ValidatingAdmissionPolicy", "gpufrac-bindings"),
+                     ("ValidatingAdmissionPolicyBinding", "gpufrac-bindings")}
+    assert "admission-policy.yaml" in yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"]
 
 
 def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
-    docs = list(yaml.safe_load_all((BASE / "rbac.yaml").read_text()))
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-extender"]
+    rbac = docs("rbac.yaml")
+    (role,) = [d for d in rbac if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-extender"]
+    # bound to gpufrac's own service account only; kube-scheduler's roles to kube-scheduler's
+    subjects = {(b["roleRef"]["name"], s["name"]) for b in rbac if b["kind"].endswith("Binding")
+                for s in b["subjects"]}
+    assert {s for r, s in subjects if r == "gpufrac-extender"} == {"gpufrac-extender"}
+    assert {s for r, s in subjects if r != "gpufrac-extender"} == {"gpufrac-scheduler"}
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     # extender/kube.py: list/watch nodes and pods, read a pod at bind, create the Binding
     # (which carries the allocation annotations), patch pending pods' requeue annotation,

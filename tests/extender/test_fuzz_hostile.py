@@ -98,10 +98,11 @@ def hostile_pods(draw: st.DrawFn) -> Any:
                                          ("metadata", "annotations"), ("spec", "containers"),
                                          ("spec", "nodeName"), ("spec", "schedulerName"),
                                          ("spec", "initContainers")]))
-            target = pod
+            target: Any = pod
             for key in path[:-1]:
-                target = target[key]
-            target[path[-1]] = draw(any_json)
+                target = target.get(key) if isinstance(target, dict) else None
+            if isinstance(target, dict):  # an earlier wrong type may have replaced the parent
+                target[path[-1]] = draw(any_json)
         else:
             pod["metadata"]["annotations"][field] = draw(annotation_values)
     if draw(st.integers(0, 9)) == 0 and isinstance(pod["spec"], dict) and isinstance(

@@ -1,0 +1,170 @@
+"""Issue 22 against the real kube-apiserver: poison pods, forged records, the shipped policy.
+
+- A pod no parser should accept, pending in another namespace under any scheduler name, does
+  not keep gpufrac from becoming ready after a restart, nor from scheduling others; it is
+  listed at ``/quarantine`` and counted in ``gpufrac_rejected_objects_total``; and the
+  restart still loses no allocation.
+- The shipped ``deploy/base/admission-policy.yaml`` (ValidatingAdmissionPolicy, evaluated by
+  the API server) refuses a user pod that writes ``gpufrac.io/assigned-gpus`` itself, a user
+  update that adds or changes it, a Binding carrying it from anyone but gpufrac's service
+  account, a GPU pod under another scheduler or with ``spec.nodeName`` set, and any change
+  by gpufrac's account beyond the requeue annotation; gpufrac, as that account, still binds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from benchmarks.controlplane import free_port
+from tests.e2e.conftest import Cluster, unique, wait_for_pods
+from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "deploy" / "base"
+EXTENDER_SA = "system:serviceaccount:gpufrac-system:gpufrac-extender"
+FORGED = {"gpufrac.io/assigned-gpus": "GPU-forged-0", "gpufrac.io/assigned-fraction": "1"}
+
+
+def poison_pod(name: str, scheduler: str, **limits: str) -> client.V1Pod:
+    pod = gpu_pod(name, "nowhere", scheduler=scheduler, extra_annotations={"gpufrac.io/fraction": "1e-1000030"})
+    pod.spec.containers[0].resources.limits.update(limits)
+    return pod
+
+
+def test_poison_pods_elsewhere_do_not_stop_readiness_scheduling_or_the_restart(cluster: Cluster) -> None:
+    group = unique("poison")
+    make_nodes(cluster.api, group, count=2, gpus=2)
+    ns = new_namespace(cluster.api, group)
+    mallory = new_namespace(cluster.api, f"{group}-mallory")
+    # The issue's pods: a fraction that underflows to 0, and 1000Mi GPUs (was an OOM kill).
+    cluster.api.create_namespaced_pod(mallory, poison_pod("underflow", "nobody"))
+    cluster.api.create_namespaced_pod(mallory, poison_pod("huge", "gpufrac-scheduler", **{"gpufrac.io/gpu": "1000Mi"}))
+    try:
+        cluster.api.create_namespaced_pod(ns, gpu_pod("before", group, fraction="0.5"))
+        wait_for_pods(cluster, ns, ["before"])
+        before = cluster.allocations()
+        cluster.gpufrac.kill()
+        cluster.start_gpufrac()  # waits for /readyz: was never 200 with the underflow pod present
+        assert cluster.allocations() == before  # the restart lost nothing
+        quarantined = {q["key"]: q["message"] for q in httpx.get(f"{cluster.url}/quarantine", timeout=10).json()}
+        assert "is not a plain decimal number" in quarantined[f"{mallory}/underflow"]
+        assert "is too large (at most 64 GPUs)" in quarantined[f"{mallory}/huge"]
+        metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+        assert 'gpufrac_rejected_objects_total{kind="pod"' in metrics
+        # and every other tenant is scheduled as usual
+        names = [f"after-{i}" for i in range(4)]
+        for n in names:
+            cluster.api.create_namespaced_pod(ns, gpu_pod(n, group, fraction="0.25"))
+        wait_for_pods(cluster, ns, names)
+    finally:
+        cluster.api.delete_namespace(mallory)
+
+
+def _apply_policy(cluster: Cluster, action: str) -> None:
+    cluster.cp.kubectl(action, "-f", str(BASE / "admission-policy.yaml"), *(["--wait=true"] if action == "delete" else []))
+
+
+def _refused(call: Any, *args: Any, **kw: Any) -> str:
+    """The API's message for a refused call (fails the test if it went through)."""
+    with pytest.raises(ApiException) as exc:
+        call(*args, **kw)
+    assert exc.value.status in (403, 422), exc.value
+    return str(exc.value.body)
+
+
+def test_shipped_admission_policy_keeps_the_allocation_record_gpufracs(cluster: Cluster) -> None:
+    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+        cluster.cp.kubectl("apply", "-f", str(BASE / name))
+    group = unique("vap")
+    node = make_nodes(cluster.api, group, count=1, gpus=2)[0]
+    ns = new_namespace(cluster.api, group)
+    _apply_policy(cluster, "apply")
+    try:
+        # The policy is compiled by the API server a moment after it is created: poll.
+        def forged_refused() -> bool:
+            pod = gpu_pod(unique("forged"), group, extra_annotations=FORGED)
+            try:
+                cluster.api.create_namespaced_pod(ns, pod)
+            except ApiException as exc:
+                return exc.status in (403, 422) and "allocation record" in str(exc.body)
+            cluster.api.delete_namespaced_pod(pod.metadata.name, ns)
+            return False
+        cluster.wait(forged_refused, 60, "the admission policy refuses a forged record")
+
+        # A pod gpufrac will place: nobody else may add the record to it, or bind it with one.
+        # (Its node selector matches no node, so kube-scheduler leaves it to this test.)
+        pending = gpu_pod("honest", group, fraction="0.5")
+        pending.spec.node_selector = {"gpufrac.io/test-group": f"{group}-none"}
+        pod = cluster.api.create_namespaced_pod(ns, pending)
+        msg = _refused(cluster.api.patch_namespaced_pod, "honest", ns, {"metadata": {"annotations": FORGED}})
+        assert "may not set, change or remove them" in msg
+        binding = client.V1Binding(
+            metadata=client.V1ObjectMeta(name="honest", namespace=ns, annotations=FORGED),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
+        msg = _refused(cluster.api.create_namespaced_pod_binding, "honest", ns, binding, _preload_content=False)
+        assert "only gpufrac's service account may create one" in msg
+        # GPU pods are gpufrac's to place: not under another scheduler, not pinned by nodeName.
+        other = gpu_pod("elsewhere", group, scheduler="default-scheduler")
+        assert "must set spec.schedulerName: gpufrac-scheduler" in _refused(
+            cluster.api.create_namespaced_pod, ns, other)
+        pinned = gpu_pod("pinned", group)
+        pinned.spec.node_name = node
+        assert "must not set spec.nodeName" in _refused(cluster.api.create_namespaced_pod, ns, pinned)
+        # A CPU-only pod with no record is not affected.
+        cpu_only = gpu_pod("cpu-only", group, scheduler="nobody")
+        cpu_only.spec.containers[0].resources.limits = {}
+        cluster.api.create_namespaced_pod(ns, cpu_only)
+
+        # gpufrac, running as its own service account, binds with the record.
+        kubeconfig = cluster.cp.user_kubeconfig(EXTENDER_SA, ["system:serviceaccounts",
+                                                              "system:serviceaccounts:gpufrac-system"])
+        port = free_port()
+        proc = cluster.cp.start_gpufrac(port, kubeconfig, extra=["--inventory-stale-after-s", "3600"],
+                                        name="gpufrac-as-its-service-account")
+        try:
+            body = {"PodName": "honest", "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
+
+            def bind() -> bool:
+                reply = httpx.post(f"http://127.0.0.1:{port}/bind", json=body, timeout=30).json()
+                return reply.get("Error", "") == ""
+            cluster.wait(bind, 30, "bind as gpufrac's service account")
+            bound = cluster.api.read_namespaced_pod("honest", ns)
+            assert bound.spec.node_name == node and bound.metadata.annotations["gpufrac.io/assigned-gpus"]
+            # Its pod patch right reaches the requeue annotation and nothing else.
+            sa_api = client.CoreV1Api(client.ApiClient(_config(kubeconfig)))
+            sa_api.patch_namespaced_pod("honest", ns, {"metadata": {"annotations": {"gpufrac.io/requeue": "x"}}})
+            assert "only the gpufrac.io/requeue annotation" in _refused(
+                sa_api.patch_namespaced_pod, "honest", ns, {"metadata": {"labels": {"evil": "yes"}}})
+            # Once written, the record is nobody else's to change or remove.
+            assert "may not set, change or remove them" in _refused(
+                cluster.api.patch_namespaced_pod, "honest", ns,
+                {"metadata": {"annotations": {"gpufrac.io/assigned-gpus": None}}})
+        finally:
+            proc.stop()
+    finally:
+        _apply_policy(cluster, "delete")
+
+        # Later tests share this API server: wait until the policy is gone from admission.
+        def lifted() -> bool:
+            pod = gpu_pod(unique("after"), group, scheduler="nobody", extra_annotations=FORGED)
+            try:
+                cluster.api.create_namespaced_pod(ns, pod)
+            except ApiException:
+                return False
+            return True
+        cluster.wait(lifted, 60, "the admission policy lifted")
+        cluster.api.delete_namespace(ns)
+
+
+def _config(kubeconfig: Path) -> client.Configuration:
+    from kubernetes import config
+
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return cfg
