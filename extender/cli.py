@@ -90,7 +90,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
     else:
-        print(inspection.render_table(reports))
+        print(inspection.render_table(reports, inspection.rejected_pods(pods)))
     return 0
 
 

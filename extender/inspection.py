@@ -8,7 +8,7 @@ what survives a restart: the allocation record gpufrac writes on pods at bind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,15 @@ class GpuReport:
     share_used_milli: int = 0
     memory_used_mib: int = 0
     pods: list[dict[str, Any]] = field(default_factory=list)
+    reserved_milli: int = 0
+    """The share of its non-best-effort pods (at most 1000 for any allocation gpufrac makes)."""
+
+    @property
+    def overcommitted(self) -> bool:
+        """More reserved share, memory or pods than the GPU has: records gpufrac did not make
+        (forged, or bound outside it), which the extender counts only up to what was free."""
+        return (self.reserved_milli > MILLI_PER_GPU or self.memory_used_mib > self.memory_mib
+                or len(self.pods) > self.replicas)
 
     @property
     def share_free_milli(self) -> int:
@@ -47,7 +56,7 @@ class GpuReport:
         """JSON form, with the derived free amounts."""
         return {**asdict(self), "share_free_milli": self.share_free_milli,
                 "memory_free_mib": self.memory_free_mib, "replicas_used": self.replicas_used,
-                "replicas_free": self.replicas - self.replicas_used}
+                "replicas_free": self.replicas - self.replicas_used, "overcommitted": self.overcommitted}
 
 
 @dataclass
@@ -96,12 +105,29 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
             if gpu is None:
                 continue
             gpu.share_used_milli += milli
+            if intent.qos.wire_name != "best-effort":
+                gpu.reserved_milli += milli
             gpu.memory_used_mib += mem
             gpu.pods.append({"pod": intent.key, "qos": intent.qos.wire_name, "milli": milli, "memory_mib": mem})
     return [reports[n] for n in sorted(reports)]
 
 
-def render_table(reports: list[NodeReport]) -> str:
+def rejected_pods(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Pods that concern gpufrac (a ``gpufrac.io/gpu`` request or a ``gpufrac.io/`` annotation)
+    but cannot be read: gpufrac skips them (its ``/quarantine``). ``(namespace/name, why)``."""
+    out = []
+    for pod in pods:
+        try:
+            translate.pod_intent(pod)
+        except ValueError as exc:
+            text = str(pod)
+            if "gpufrac.io/" in text:
+                meta = pod.get("metadata") or {}
+                out.append((f"{meta.get('namespace', '?')}/{meta.get('name', '?')}", str(exc)))
+    return out
+
+
+def render_table(reports: list[NodeReport], rejected: Sequence[tuple[str, str]] = ()) -> str:
     """A fixed-width text table, one row per GPU, then cluster totals."""
     header = ("NODE", "GPU", "MODEL", "SHARE USED/FREE", "MEM MiB USED/FREE", "REPLICAS USED/FREE", "PODS (QOS)")
     rows: list[tuple[str, ...]] = []
@@ -110,7 +136,7 @@ def render_table(reports: list[NodeReport]) -> str:
         flag = "" if node.inventory_fresh else " (stale)"
         for g in node.gpus:
             pods = ", ".join(f"{p['pod']}({p['qos']})" for p in g.pods) or "-"
-            health = "" if g.healthy else " UNHEALTHY"
+            health = ("" if g.healthy else " UNHEALTHY") + (" OVERCOMMIT" if g.overcommitted else "")
             rows.append((node.name + flag, str(g.index), g.model + health,
                          f"{g.share_used_milli / 1000:.3g}/{g.share_free_milli / 1000:.3g}",
                          f"{g.memory_used_mib}/{g.memory_free_mib}",
@@ -125,4 +151,7 @@ def render_table(reports: list[NodeReport]) -> str:
     pct = 100 * used / total if total else 0.0
     lines.append(f"\n{len(reports)} nodes, {total // MILLI_PER_GPU} GPUs, "
                  f"{used / 1000:.3f} GPUs allocated ({pct:.1f}%)")
+    if rejected:
+        lines.append(f"\n{len(rejected)} pod(s) gpufrac cannot read (skipped, not counted):")
+        lines.extend(f"  {key}: {why}" for key, why in rejected)
     return "\n".join(lines)
