@@ -20,7 +20,6 @@ from typing import Literal
 import numpy as np
 
 from extender import accounting, translate
-from extender import annotations as ann
 from extender.tenants import NO_TENANTS, TenantPolicy, Usage
 from extender.translate import PodIntent
 from scoring.fit import Reason, fit, gpu_memory_request_mib
@@ -128,8 +127,8 @@ def _fewest_victims(eligible: list[tuple[str, PodRecord]],
     """The first (in ``eligible`` order) smallest victim set that makes the pod fit.
 
     Exact while ``max_tries`` fit checks last (every set of size 1, then 2...), then the
-    greedy set: the shortest working prefix of ``eligible``, less any member not needed.
-    Empty when even all of ``eligible`` does not make it fit, or the deadline passed.
+    greedy set: the shortest working prefix of ``eligible``, less any member not needed
+    (while the deadline allows). Empty when even all of ``eligible`` does not make it fit.
     """
     if not eligible or not fits_without(eligible):
         return []
@@ -200,9 +199,6 @@ class GpuCache:
         self._ns_labels: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
-        # Most healthy GPUs on one node, and the most memory of one GPU (MiB): bounds a pod
-        # must be within to fit anywhere (``_beyond_cluster``).
-        self._largest = (0, 0)
         self._pods: dict[str, PodRecord] = {}
         # Memo of the last evaluation: kube-scheduler calls prioritize right after filter with
         # a subset of the same candidates, and node scores do not depend on the candidate set.
@@ -319,9 +315,6 @@ class GpuCache:
 
     def _rebuild(self) -> None:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
-        usable = state.gpu_exists & state.gpu_healthy
-        self._largest = (int(usable.sum(axis=1).max(initial=0)),
-                         int(np.where(usable, state.gpu_mem_total_mib, 0).max(initial=0)))
         self._candidates = None
         self._state = state
         self._ns_usage = {}
@@ -548,26 +541,10 @@ class GpuCache:
             ev = self._scorer.evaluate(state, request, cand.rows)
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
-            rejected = (self._beyond_cluster(intent)
-                        or self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)))
+            rejected = self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
             result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected)
             self._memo = (self._generation, intent, cand, result)
             return result
-
-    def _beyond_cluster(self, intent: PodIntent) -> str | None:
-        """Why no node of the cluster as it is could ever hold the pod, or None.
-
-        More GPUs than any node has, or more memory per GPU than the largest GPU: every
-        candidate fails in ``FailedAndUnresolvableNodes`` (preemption cannot help).
-        """
-        most_gpus, most_mib = self._largest
-        if intent.gpu_count > most_gpus:
-            return (f"gpufrac: the pod asks for {intent.gpu_count} GPUs ({ann.RESOURCE_GPU}); no node "
-                    f"in the cluster has more than {most_gpus}")
-        if intent.gpu_count and (intent.gpu_memory_mib or 0) > most_mib:
-            return (f"gpufrac: {ann.MEMORY} {intent.gpu_memory_mib}Mi is more than the largest GPU in "
-                    f"the cluster has ({most_mib}Mi)")
-        return None
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
         """Choose the GPUs for a pending pod on ``node`` and record the allocation (standalone).

@@ -559,7 +559,8 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     A message depends only on the reason and the pod, never on the node: kube-scheduler
     groups identical reasons into its FailedScheduling event ("0/1213 nodes are available:
     900 gpufrac: insufficient GPU share ..."), which per-node numbers would splinter into
-    hundreds of lines. Reasons preemption cannot fix (``UNRESOLVABLE``) go to the second map.
+    hundreds of lines. Reasons preemption cannot fix (``UNRESOLVABLE``, and a
+    ``gpufrac.io/memory`` larger than every GPU of the node) go to the second map.
 
     Parameters
     ----------
@@ -579,6 +580,10 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     table = np.array([reason_message(r, ctx.request, intent) for r in Reason], dtype=object)
     arr = np.asarray(names, dtype=object)
     unres = np.isin(codes, UNRESOLVABLE)
+    if ctx.request.gpu_memory_mib is not None:
+        # More memory than any GPU of the node has: no preemption can make room there.
+        unres |= (codes == Reason.INSUFFICIENT_GPU_MEMORY) & (
+            ctx.request.gpu_memory_mib > ctx.mem_total_mib.max(axis=1, initial=0))
     fail = ~ctx.node_fits & ~unres
     return (
         arr[ctx.node_fits].tolist(),

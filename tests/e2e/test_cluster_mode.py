@@ -95,7 +95,7 @@ def test_model_constraint_and_a_model_no_node_has(cluster: Cluster) -> None:
 
 
 @pytest.mark.parametrize(("fraction", "rule"), [
-    ("abc", 'gpufrac.io/fraction: "abc" is not a number'),
+    ("abc", 'gpufrac.io/fraction: "abc" is not a plain decimal number'),
     ("1.5", 'gpufrac.io/fraction: "1.5" is out of range'),
 ])
 def test_bad_annotation_reaches_the_pod_events(cluster: Cluster, fraction: str, rule: str) -> None:
