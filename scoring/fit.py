@@ -176,16 +176,8 @@ def share_room(qos: QoSClass, used: NDArray[np.int64], best_effort: NDArray[np.i
 
 def share_fits(request: PodRequest, used: NDArray[np.int64], best_effort: NDArray[np.int64],
                qos_pods: NDArray[np.int64], policy: QosPolicy) -> NDArray[np.bool_]:
-    """Whether each GPU has the share the pod's QoS class may take (``QosPolicy`` rules).
-
-    Parameters
-    ----------
-    request : PodRequest
-    used, best_effort : ndarray of shape (m, g), int64
-        Allocated share, and its best-effort part, milli-GPU.
-    qos_pods : ndarray of shape (m, g, 3), int64
-        Pods per QoS class on each GPU.
-    policy : QosPolicy
+    """Whether each GPU has the share the pod's QoS class may take: ``request.gpu_milli <=
+    share_room(request.qos, ...)``, the other parameters as ``share_room``'s.
 
     Returns
     -------

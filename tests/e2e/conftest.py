@@ -87,6 +87,19 @@ def wait_for_pods(cl: Cluster, namespace: str, names: list[str], timeout_s: floa
     return cl.wait(bound, timeout_s, f"pods {names[:5]}... bound")  # type: ignore[no-any-return]
 
 
+def bind_directly(cl: Cluster, port: int, namespace: str, name: str, uid: str, node: str,
+                  timeout_s: float = 30) -> None:
+    """Call ``/bind`` of the gpufrac on ``port`` as kube-scheduler would, until it succeeds
+    (a freshly started instance answers "node not in gpufrac's cache" until its watch has
+    delivered the node)."""
+    body = {"PodName": name, "PodNamespace": namespace, "PodUID": uid, "Node": node}
+
+    def bind() -> bool:
+        reply = httpx.post(f"http://{LOOPBACK}:{port}/bind", json=body, timeout=30).json()
+        return reply.get("Error", "") == ""
+    cl.wait(bind, timeout_s, f"bind of {namespace}/{name} through gpufrac on port {port}")
+
+
 def failed_scheduling_message(cl: Cluster, namespace: str, name: str, timeout_s: float = 30) -> str:
     """The message of the pod's latest FailedScheduling event (waits for one)."""
     def event() -> str | None:

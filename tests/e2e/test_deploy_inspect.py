@@ -7,10 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
 from benchmarks.controlplane import free_port
-from tests.e2e.conftest import Cluster, unique, wait_for_pods
+from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,13 +58,7 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
         node = make_nodes(cluster.api, group, count=1, gpus=1)[0]
         ns = new_namespace(cluster.api, group)
         pod = cluster.api.create_namespaced_pod(ns, gpu_pod("p", group, fraction="0.5", scheduler="nobody"))
-        body = {"PodName": "p", "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
-        # Retried until this fresh instance's watch has delivered the new node (before that
-        # bind answers "node not in gpufrac's cache").
-        def bind() -> bool:
-            reply = httpx.post(f"http://127.0.0.1:{port}/bind", json=body, timeout=30).json()
-            return reply.get("Error", "") == ""
-        cluster.wait(bind, 30, "bind as the service account")
+        bind_directly(cluster, port, ns, "p", pod.metadata.uid, node)
         bound = cluster.api.read_namespaced_pod("p", ns)
         assert bound.spec.node_name == node and bound.metadata.annotations["gpufrac.io/assigned-gpus"]
     finally:

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from benchmarks.controlplane import free_port
-from tests.e2e.conftest import Cluster, unique, wait_for_pods
+from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,12 +128,7 @@ def test_shipped_admission_policy_keeps_the_allocation_record_gpufracs(cluster: 
         proc = cluster.cp.start_gpufrac(port, kubeconfig, extra=["--inventory-stale-after-s", "3600"],
                                         name="gpufrac-as-its-service-account")
         try:
-            body = {"PodName": "honest", "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
-
-            def bind() -> bool:
-                reply = httpx.post(f"http://127.0.0.1:{port}/bind", json=body, timeout=30).json()
-                return reply.get("Error", "") == ""
-            cluster.wait(bind, 30, "bind as gpufrac's service account")
+            bind_directly(cluster, port, ns, "honest", pod.metadata.uid, node)
             bound = cluster.api.read_namespaced_pod("honest", ns)
             assert bound.spec.node_name == node and bound.metadata.annotations["gpufrac.io/assigned-gpus"]
             # Its pod patch right reaches the requeue annotation and nothing else.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +30,22 @@ def client_for(nodes: list[NodeSpec], preset: str = "default",
     app = create_app(Settings(preset=preset, events_token=EVENTS_TOKEN, **settings), cache=cache)
     with TestClient(app, headers={"Authorization": f"Bearer {EVENTS_TOKEN}"}) as client:
         yield client, cache
+
+
+def infeasible(allocations: list[dict[str, Any]], nodes: list[NodeSpec]) -> list[str]:
+    """GPUs over their share (non-best-effort), memory or replica slots, from ``/allocations``:
+    an independent check of what the cache counts (``held_milli``: an over-commit's counted part)."""
+    gpus = {g.uuid: g for n in nodes for g in n.gpus}
+    share: dict[str, int] = defaultdict(int)
+    mem: dict[str, int] = defaultdict(int)
+    pods: dict[str, int] = defaultdict(int)
+    for a in allocations:
+        for uuid, milli, m in zip(a["gpu_uuids"], a["held_milli"], a["gpu_memory_mib"], strict=True):
+            if a["qos"] != "best-effort":
+                share[uuid] += milli
+            mem[uuid] += m
+            pods[uuid] += 1
+    return [u for u, g in gpus.items() if share[u] > 1000 or mem[u] > g.memory_mib or pods[u] > g.replicas]
 
 
 class FakeResponse:
