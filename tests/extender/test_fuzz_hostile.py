@@ -4,25 +4,34 @@ Where ``test_fuzz_http`` varies mostly valid pods, this suite generates what a h
 careless user writes: extreme quantities (huge, tiny, negative, exponents, non-ASCII
 digits, JSON numbers and booleans where strings belong), wrong JSON types at every level,
 duplicate and unknown node names, and forged ``gpufrac.io/assigned-*`` annotations. For
-every request: no 5xx. Across the whole run: the process's peak RSS grows by less than
+every request: no 5xx. Across the whole run: the extender's peak RSS grows by less than
 200 MB, the allocations stay feasible, and afterwards a normal pod is filtered, prioritized
-and bound as usual.
+and bound as usual. The extender runs as ``gpufrac serve`` in a process of its own, fuzzed
+over real HTTP, so the memory measured is the server's alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
+import socket
+import subprocess
+import sys
+import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender import annotations as ann
 from tests.conftest import gpu_node, pod_json
-from tests.extender.helpers import client_for, infeasible
+from tests.extender.helpers import EVENTS_TOKEN, infeasible
 
 NODES = [gpu_node("a", 2, replicas=4), gpu_node("b", 1, model="A10", memory_mib=24576, replicas=4)]
 NAMES = ["a", "b", "missing"]
@@ -139,44 +148,84 @@ def bodies(verb: str) -> st.SearchStrategy[Any]:
     return st.one_of(good, any_json)
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (``VmHWM``), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc status")
 
 
-def test_hostile_requests_on_every_verb_never_5xx_bounded_memory_then_normal_service() -> None:
+@contextmanager
+def extender_process(tmp_path: Path) -> Iterator[tuple[httpx.Client, int]]:
+    """``gpufrac serve`` (standalone) in its own process on a free loopback port, with an
+    events token: the process measured is the one being fuzzed, fresh, over real HTTP."""
+    nodes = {"nodes": [{"name": n.name, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib,
+                        "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model,
+                                  "memory_mib": g.memory_mib, "replicas": g.replicas} for g in n.gpus]}
+                       for n in NODES]}
+    cluster = tmp_path / "nodes.yaml"
+    cluster.write_text(yaml.safe_dump(nodes))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "extender", "serve", "--cluster-file", str(cluster),
+                             "--port", str(port)], env={**os.environ, "GPUFRAC_EVENTS_TOKEN": EVENTS_TOKEN},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                        headers={"Authorization": f"Bearer {EVENTS_TOKEN}"})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "extender did not start"
+            try:
+                if http.get("/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield http, proc.pid
+    finally:
+        http.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_hostile_requests_on_every_verb_never_5xx_bounded_memory_then_normal_service(tmp_path: Path) -> None:
     tried: dict[str, int] = defaultdict(int)
-    with client_for(NODES) as (client, cache):
-        start_peak = peak_rss_mb()
+    with extender_process(tmp_path) as (http, pid):
+        start_peak = peak_rss_mb(pid)
+
         def fuzz(verb: str) -> None:
             @settings(max_examples=EXAMPLES, deadline=None, database=None,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
             @given(body=bodies(verb))
             def run(body: Any) -> None:
                 # NaN and infinities go out as the (invalid) JSON tokens NaN/Infinity: a 400 too.
-                r = client.post(f"/{verb}", content=json.dumps(body).encode(),
-                                headers={"content-type": "application/json"})
+                r = http.post(f"/{verb}", content=json.dumps(body).encode(),
+                              headers={"content-type": "application/json"})
                 tried[verb] += 1
                 assert r.status_code < 500, (verb, body, r.status_code, r.text)
-                assert infeasible(cache.allocations(), NODES) == [], (verb, body)
+                assert infeasible(http.get("/allocations").json(), NODES) == [], (verb, body)
 
             run()
 
         for verb in ("filter", "prioritize", "preempt", "bind", "standalone/pod-events"):
             fuzz(verb)
-        growth = peak_rss_mb() - start_peak
+        growth = peak_rss_mb(pid) - start_peak
         assert growth < RSS_GROWTH_LIMIT_MB, f"peak RSS grew {growth:.0f} MB"
         # After all that, with the fuzzed pods deleted, a normal pod is served as usual.
         gone = [{"type": "DELETED", "object": pod_json(n)} for n in ("p1", "p2", "p3")]
-        assert client.post("/standalone/pod-events", json=gone).status_code == 200
-        assert cache.summary()["gpu_allocated_milli"] == 0, cache.allocations()
+        assert http.post("/standalone/pod-events", json=gone).status_code == 200
+        assert http.get("/readyz").json()["gpu_allocated_milli"] == 0, http.get("/allocations").json()
         pod = pod_json("normal", annotations={ann.FRACTION: "0.5"}, cpu="100m", memory="64Mi")
-        assert client.post("/standalone/pod-events", json=[{"type": "ADDED", "object": pod}]).status_code == 200
-        f = client.post("/filter", json={"Pod": pod, "NodeNames": ["a", "b"]}).json()
+        assert http.post("/standalone/pod-events", json=[{"type": "ADDED", "object": pod}]).status_code == 200
+        f = http.post("/filter", json={"Pod": pod, "NodeNames": ["a", "b"]}).json()
         assert f["Error"] == "" and f["NodeNames"], f
-        scores = client.post("/prioritize", json={"Pod": pod, "NodeNames": f["NodeNames"]}).json()
+        scores = http.post("/prioritize", json={"Pod": pod, "NodeNames": f["NodeNames"]}).json()
         host = max(scores, key=lambda h: h["Score"])["Host"]
-        b = client.post("/bind", json={"PodName": "normal", "PodNamespace": "default", "PodUID": "uid-normal",
-                                       "Node": host}).json()
+        b = http.post("/bind", json={"PodName": "normal", "PodNamespace": "default", "PodUID": "uid-normal",
+                                     "Node": host}).json()
         assert b == {"Error": ""}, b
     assert sum(tried.values()) >= 5 * EXAMPLES
-    print(f"hostile fuzz: {dict(tried)} requests, peak RSS growth {growth:.1f} MB")
+    print(f"hostile fuzz: {dict(tried)} requests, peak RSS of the extender {start_peak:.0f} -> "
+          f"{start_peak + growth:.0f} MB (growth {growth:.1f} MB)")
