@@ -37,6 +37,13 @@ def pod_json(name: str = "p", *, uid: str | None = None, gpus: int | None = 1,
     return pod
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under ``tests/e2e`` as ``e2e`` (``pytest -m "not e2e"`` skips them)."""
+    for item in items:
+        if "e2e" in item.path.parent.parts:
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """Seeded generator: every random test is reproducible."""
