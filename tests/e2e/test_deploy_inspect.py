@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from benchmarks.controlplane import free_port
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
@@ -25,6 +27,24 @@ def test_deploy_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
             "service/gpufrac-extender", "networkpolicy.networking.k8s.io/gpufrac-extender",
             "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-pods",
             "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-bindings"} <= created, out.stdout
+
+
+def test_kustomize_keeps_every_object_in_its_own_namespace(cluster: Cluster) -> None:
+    """kustomize's top-level ``namespace:`` moved the kube-system RoleBinding (kube-scheduler's
+    read access to its authentication ConfigMap) into gpufrac-system, where it grants nothing."""
+    rendered = list(yaml.safe_load_all(cluster.cp.kubectl("kustomize", str(ROOT / "deploy" / "base")).stdout))
+    where = {(d["kind"], d["metadata"]["name"]): d["metadata"].get("namespace") for d in rendered if d}
+    assert where[("RoleBinding", "gpufrac-scheduler-authentication-reader")] == "kube-system"
+    namespaced = {k: ns for k, ns in where.items() if k[0] not in (
+        "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding") and k[1] != "gpufrac-scheduler-authentication-reader"}
+    assert set(namespaced.values()) == {"gpufrac-system"}, namespaced
+    # and applied, kube-scheduler's account can really read that ConfigMap
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
+    cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "rbac.yaml"))
+    r = cluster.cp.kubectl("auth", "can-i", "get", "configmap/extension-apiserver-authentication", "-n",
+                           "kube-system", "--as=system:serviceaccount:gpufrac-system:gpufrac-scheduler", check=False)
+    assert r.stdout.strip() == "yes", r.stdout + r.stderr
 
 
 def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) -> None:
