@@ -449,9 +449,22 @@ class GpuCache:
             self._store(uid, None)
             if rec is not None and rec.allocation is not None:
                 self._release(rec)
+                self._recount_overcommits(rec.allocation.node)
                 self._generation += 1
                 return bool(rec.allocation.gpu_cols)
             return False
+
+    def _recount_overcommits(self, node: str) -> None:
+        """Count the node's over-commits anew after something there was freed.
+
+        An over-commit is counted only up to what was free when it was read; the pod really
+        holds more. When share or memory on its node is freed, it is read again, so it takes
+        up what it really uses before anyone else can be placed there.
+        """
+        for uid, other in list(self._pods.items()):
+            if other.overcommit and other.allocation is not None and other.allocation.node == node:
+                self._release(other)
+                self._pods[uid] = self._account(other.intent)
 
     def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
         """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
@@ -714,6 +727,7 @@ class GpuCache:
             if rec is None or rec.allocation is None or rec.assumed_until is None:
                 return False
             self._release(rec)
+            self._recount_overcommits(rec.allocation.node)
             intent = replace(rec.intent, node_name="", assigned_gpus=())
             self._store(uid, PodRecord(intent))
             self._generation += 1
