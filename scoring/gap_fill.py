@@ -65,7 +65,7 @@ def _waste_to_go(sizes: tuple[tuple[int, int], ...], n_pods: int) -> NDArray[np.
     ``W(f)`` only reads ``W(f - s)`` with ``s >= s_min``, the smallest share, so each block
     of ``s_min`` consecutive ``f`` is one vectorized step over (sizes, block) (20 steps for
     openb's 50-milli minimum instead of 1,000 scalar ones); the arithmetic per element is
-    the recursion's, so the values are those of ``scoring.reference``.
+    the recursion's, so the values are those of the scalar reference (``tests/scoring/reference.py``).
     """
     f = np.arange(MILLI_PER_GPU + 1)
     w = f.astype(np.float64)

@@ -10,10 +10,10 @@ import pytest
 from scoring import gap_fill, gap_price
 from scoring.cutting_stock import priced_waste, shadow_prices
 from scoring.fit import fit
-from scoring.reference import _gap_price_score
 from scoring.request import PodRequest, QoSClass, model_mask
 from scoring.state import Allocation, ClusterState
 from tests.conftest import gpu_node
+from tests.scoring.reference import _gap_price_score
 
 
 def test_shadow_prices_of_a_saturated_pairing() -> None:

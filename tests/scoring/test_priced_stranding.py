@@ -7,10 +7,10 @@ import pytest
 
 from scoring import priced_stranding
 from scoring.fit import fit
-from scoring.reference import _priced_stranding_score
 from scoring.request import PodRequest, QoSClass
 from scoring.state import Allocation, ClusterState
 from tests.conftest import gpu_node
+from tests.scoring.reference import _priced_stranding_score
 
 
 def _state() -> ClusterState:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from scoring.presets import PRESETS
-from scoring.reference import evaluate_node
 from scoring.request import QosPolicy
 from scoring.strategies import STRATEGIES, ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
+from tests.scoring.reference import evaluate_node
 
 WEIGHT_SETS = [
     dict(PRESETS["default"].weights),
@@ -49,7 +49,7 @@ def test_gap_fill_waste_to_go_matches_reference(rng: np.random.Generator) -> Non
     # (1,000 blocks of one) to 1000 (one block) and must give the scalar recursion's values
     # exactly, bit for bit (the same float operations per element).
     from scoring.gap_fill import _waste_to_go
-    from scoring.reference import _gap_waste
+    from tests.scoring.reference import _gap_waste
 
     cases = [((1, 3),), ((1000, 5),), ((1, 2), (999, 4)), ((50, 7), (810, 90), (1000, 300))]
     for trial in range(200):

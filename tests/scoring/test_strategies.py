@@ -245,8 +245,8 @@ def test_gap_fill_leaves_the_gap_the_workload_fills() -> None:
 
 def test_gap_fill_values_a_gap_by_the_pods_its_gpu_model_can_take() -> None:
     from scoring import gap_fill
-    from scoring.reference import _gap_fill_score
     from scoring.request import model_mask
+    from tests.scoring.reference import _gap_fill_score
 
     # a: 2 x T4, b: 2 x V100M32. Workload: a 400-milli pod that accepts V100M32 only (on
     # b/GPU0) and a 500-milli pod that accepts any model (on a/GPU0); N = 2, both a_s = 1.
