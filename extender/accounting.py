@@ -57,7 +57,7 @@ class ReadBack:
 
 def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: tuple[int, ...],
               milli: int, memory_mib: tuple[int, ...], model_mask: int,
-              tenant_verdict: str | None, tenant_ceiling: QoSClass | None) -> ReadBack:
+              tenant_verdict: str | None, qos: QoSClass) -> ReadBack:
     """Check a recorded allocation against the state; what to count of it.
 
     Parameters
@@ -79,8 +79,8 @@ def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: t
         ``scoring.request.model_mask`` of the pod's allowed models.
     tenant_verdict : str or None
         ``TenantPolicy.admit``'s answer for this pod against its tenant's current usage.
-    tenant_ceiling : QoSClass or None
-        The best class the pod's tenant may use (None: no tenant).
+    qos : QoSClass
+        The class to count the pod in: its own, but no better than its tenant's ceiling.
 
     Returns
     -------
@@ -94,18 +94,15 @@ def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: t
         problems.append("a GPU is listed twice")
     if len(distinct) != intent.gpu_count:
         problems.append(f"{len(distinct)} GPU(s) recorded for a pod asking {intent.gpu_count}")
-    qos = intent.qos
-    if tenant_ceiling is not None and qos < tenant_ceiling:
-        qos = tenant_ceiling
     idx = np.array(distinct, dtype=np.int64)
+    mem_need = np.array(mems, dtype=np.int64)
     room = share_room(qos, state.gpu_used_milli[row, idx], state.gpu_best_effort_milli[row, idx],
                       state.gpu_qos_pods[row, idx], policy)
     mem_free = state.gpu_mem_free_mib[row, idx]
     slots = state.gpu_slots_free[row, idx]
-    need = milli
-    if (room < need).any():
+    if (room < milli).any():
         problems.append(f"share over what a {qos.wire_name} pod may take")
-    if (mem_free < np.array(mems, dtype=np.int64)).any():
+    if (mem_free < mem_need).any():
         problems.append("memory over what is free")
     if (slots <= 0).any():
         problems.append("no free replica slot")
@@ -115,8 +112,8 @@ def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: t
         return ReadBack((Allocation(intent.node_name, distinct, milli, mems, qos, intent.cpu_milli,
                                     intent.memory_mib, model_mask),))
     # Over-commit: count on each GPU what was free of it, so the GPU reads as full, never more.
-    held_milli = np.clip(np.minimum(need, room), 0, MILLI_PER_GPU).tolist()
-    held_mem = np.clip(np.minimum(np.array(mems, dtype=np.int64), mem_free), 0, None).tolist()
+    held_milli = np.clip(np.minimum(milli, room), 0, MILLI_PER_GPU).tolist()
+    held_mem = np.clip(np.minimum(mem_need, mem_free), 0, None).tolist()
     allocs = tuple(
         Allocation(intent.node_name, (c,), int(m), (int(b),), qos, intent.cpu_milli if i == 0 else 0,
                    intent.memory_mib if i == 0 else 0, model_mask, in_workload=False)

@@ -200,6 +200,10 @@ class GpuCache:
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
         self._pods: dict[str, PodRecord] = {}
+        # UIDs of the records that are over-commits, in the order they became one (``_put``
+        # keeps it): the few that ``_recount_overcommits`` reads again, without a walk over
+        # every pod.
+        self._overcommitted: dict[str, None] = {}
         # Memo of the last evaluation: kube-scheduler calls prioritize right after filter with
         # a subset of the same candidates, and node scores do not depend on the candidate set.
         # Any change to the state or the scorer bumps ``_generation`` and invalidates it.
@@ -322,25 +326,25 @@ class GpuCache:
             alloc = rec.allocation
             if alloc is None:
                 if rec.intent.node_name in state.node_index:
-                    self._pods[uid] = self._account(rec.intent)  # its node arrived after it
+                    self._put(uid, self._account(rec.intent))  # its node arrived after it
                 continue
             if alloc.node not in state.node_index:
                 log.info("node gone, dropping allocation", extra={"pod": rec.intent.key})
-                self._pods[uid] = replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit="")
+                self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit=""))
                 continue
             if rec.overcommit:
-                self._pods[uid] = self._account(rec.intent)  # counted anew against the new arrays
+                self._put(uid, self._account(rec.intent))  # counted anew against the new arrays
                 continue
             if rec.gpu_uuids:
                 # Columns may move when a node's GPU list changes: re-resolve by UUID.
                 cols = self._cols_for_uuids(state, alloc.node, rec.gpu_uuids)
                 if cols is None:
-                    self._pods[uid] = replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit="")
+                    self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit=""))
                     continue
                 alloc = replace(alloc, gpu_cols=cols)
             # Model ids are positions in this state's model list: re-resolve the mask too.
             alloc = replace(alloc, model_mask=_model_mask(rec.intent, state))
-            self._pods[uid] = replace(rec, allocation=alloc)
+            self._put(uid, replace(rec, allocation=alloc))
             self._hold(rec.intent, alloc)
         for rec in self._pods.values():
             if _is_pending(rec):
@@ -359,10 +363,19 @@ class GpuCache:
             self._state.workload.add(_task_key(old.intent, self._state), -1)
         if rec is None:
             self._pods.pop(uid, None)
+            self._overcommitted.pop(uid, None)
             return
         if _is_pending(rec):
             self._state.workload.add(_task_key(rec.intent, self._state), 1)
+        self._put(uid, rec)
+
+    def _put(self, uid: str, rec: PodRecord) -> None:
+        """The one write of a pod's record (``_store`` adds the workload bookkeeping)."""
         self._pods[uid] = rec
+        if rec.overcommit:
+            self._overcommitted.setdefault(uid)
+        else:
+            self._overcommitted.pop(uid, None)
 
     @staticmethod
     def _cols_for_uuids(state: ClusterState, node: str, uuids: Iterable[str]) -> tuple[int, ...] | None:
@@ -461,10 +474,11 @@ class GpuCache:
         holds more. When share or memory on its node is freed, it is read again, so it takes
         up what it really uses before anyone else can be placed there.
         """
-        for uid, other in list(self._pods.items()):
-            if other.overcommit and other.allocation is not None and other.allocation.node == node:
+        for uid in list(self._overcommitted):
+            other = self._pods[uid]
+            if other.allocation is not None and other.allocation.node == node:
                 self._release(other)
-                self._pods[uid] = self._account(other.intent)
+                self._put(uid, self._account(other.intent))
 
     def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
         """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
@@ -493,19 +507,17 @@ class GpuCache:
         tenant = self._tenants.tenant(intent.namespace, self._ns_labels.get(intent.namespace))
         ceiling = None if tenant is None else tenant.qos_ceiling
         qos = intent.qos if ceiling is None else max(intent.qos, ceiling)  # never better than allowed
-        if not (intent.gpu_count and intent.assigned_gpus):
+        cols = (self._cols_for_uuids(state, node, intent.assigned_gpus)
+                if intent.gpu_count and intent.assigned_gpus else ())
+        if not cols:  # no record, or its GPUs are not on the node: CPU and memory only
+            problem = "" if cols is not None else "assigned GPUs not on the node"
+            if problem:
+                log.warning("assigned GPUs not on node; counting CPU and memory only",
+                            extra={"pod": intent.key, "node": node})
             alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
                                _model_mask(intent, state))
             self._hold(intent, alloc)
-            return PodRecord(intent, alloc)
-        cols = self._cols_for_uuids(state, node, intent.assigned_gpus)
-        if cols is None:
-            log.warning("assigned GPUs not on node; counting CPU and memory only",
-                        extra={"pod": intent.key, "node": node})
-            alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
-                               _model_mask(intent, state))
-            self._hold(intent, alloc)
-            return PodRecord(intent, alloc, overcommit="assigned GPUs not on the node")
+            return PodRecord(intent, alloc, overcommit=problem)
         milli = intent.assigned_gpu_milli or intent.gpu_milli
         if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
             mem = intent.assigned_memory_mib
@@ -517,7 +529,7 @@ class GpuCache:
         verdict = self._admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
                                   sum(dict(zip(cols, mem, strict=True)).values()))
         got = accounting.read_back(state, self._scorer.policy, intent, cols, milli, mem,
-                                   _model_mask(intent, state), verdict, ceiling)
+                                   _model_mask(intent, state), verdict, qos)
         if got.overcommit:
             log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "
                         "counting only what was free", intent.key, node, got.overcommit)
@@ -664,22 +676,30 @@ class GpuCache:
         """
         budget = budget or PreemptBudget()
         deadline = time.monotonic() + budget.time_s
+        nodes = list(nodes)
         with self._lock:
             if self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)) is not None:
                 return {}
+            # The pods on the candidate nodes, found in one pass (read again per node below).
+            on_node: dict[str, list[str]] = {n: [] for n in nodes}
+            for uid, rec in self._pods.items():
+                if rec.allocation is not None and rec.allocation.node in on_node:
+                    on_node[rec.allocation.node].append(uid)
         out: dict[str, list[str]] = {}
         for node in nodes:
             if time.monotonic() > deadline:
                 log.info("preempt for %s: time budget spent; answering %d node(s)", intent.key, len(out))
                 break
             with self._lock:
-                victims = self._victims_on(intent, node, budget, deadline)
+                victims = self._victims_on(intent, node, on_node[node], budget, deadline)
             if victims:
                 out[node] = victims
         return out
 
-    def _victims_on(self, intent: PodIntent, node: str, budget: PreemptBudget, deadline: float) -> list[str]:
-        """``preempt`` on one node, under the lock, on a one-row copy of the state."""
+    def _victims_on(self, intent: PodIntent, node: str, uids: list[str], budget: PreemptBudget,
+                    deadline: float) -> list[str]:
+        """``preempt`` on one node, under the lock, on a one-row copy of the state; ``uids``:
+        the pods that were on the node when the call began (those still there are candidates)."""
         state = self._state
         row = state.node_index.get(node)
         if row is None:
@@ -690,9 +710,10 @@ class GpuCache:
         policy = self._scorer.policy
         if fit(scratch, request, rows, policy).node_fits[0]:
             return []
+        records = ((uid, self._pods.get(uid)) for uid in uids)
         eligible = sorted(
-            ((uid, rec) for uid, rec in self._pods.items()
-             if rec.allocation is not None and rec.allocation.node == node
+            ((uid, rec) for uid, rec in records
+             if rec is not None and rec.allocation is not None and rec.allocation.node == node
              and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
             key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
                             min(ur[1].allocation.gpu_cols, default=-1),  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender import translate
-from scoring.request import MILLI_PER_GPU
+from scoring.request import MILLI_PER_GPU, QoSClass
 
 
 @dataclass
@@ -105,7 +105,7 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
             if gpu is None:
                 continue
             gpu.share_used_milli += milli
-            if intent.qos.wire_name != "best-effort":
+            if intent.qos != QoSClass.BEST_EFFORT:
                 gpu.reserved_milli += milli
             gpu.memory_used_mib += mem
             gpu.pods.append({"pod": intent.key, "qos": intent.qos.wire_name, "milli": milli, "memory_mib": mem})

@@ -314,6 +314,10 @@ class ClusterSync:
         self.quarantine.clear("pod", intent.key)
         return intent
 
+    def _reject_failed(self, intent: translate.PodIntent, exc: Exception) -> None:
+        """Quarantine a pod whose cache update raised (a bug, never the pod's fault alone)."""
+        self.quarantine.reject("pod", intent.key, f"internal: {type(exc).__name__}: {exc}")
+
     def _apply_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
             meta = obj.get("metadata") if isinstance(obj, Mapping) else None
@@ -329,7 +333,7 @@ class ClusterSync:
             released = self._cache.apply_pod_event(kind, intent)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - one pod must never stop the watch
             log.exception("pod %s: cache update failed", intent.key)
-            self.quarantine.reject("pod", intent.key, f"internal: {type(exc).__name__}: {exc}")
+            self._reject_failed(intent, exc)
             return
         if released:
             self._released.set()
@@ -337,8 +341,7 @@ class ClusterSync:
     def _list_and_watch_pods(self) -> None:
         data = response_json(self._api.list_pod_for_all_namespaces(_preload_content=False))
         intents = [i for i in map(self._read_pod, data.get("items", [])) if i is not None]
-        self._cache.set_pods(intents, on_error=lambda intent, exc: self.quarantine.reject(
-            "pod", intent.key, f"internal: {type(exc).__name__}: {exc}"))
+        self._cache.set_pods(intents, on_error=self._reject_failed)
         self.pods_synced.set()
         for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,
                                       data["metadata"]["resourceVersion"]):

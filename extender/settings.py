@@ -70,11 +70,13 @@ class Settings(BaseSettings):
     """A second, plain-HTTP listener on ``health_host:health_port`` serving only ``/healthz``,
     ``/readyz`` and ``/metrics`` (kubelet probes and Prometheus; they cannot present the
     client certificate the verb port requires). None: no second listener."""
-    health_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come from outside the pod
+    health_host: str = "0.0.0.0"
+    """Address of the health listener: all interfaces, since probes and scrapes come from
+    outside the pod."""
     request_read_timeout_s: float = Field(10.0, gt=0)
-    """A client that has not sent its whole request (headers and body) this long after
-    connecting, or after its previous request, is disconnected (slow or half-sent requests
-    never hold a connection or a worker)."""
+    """A client that has not sent a whole request (headers and body) this long after
+    connecting, or after the first byte of a later request, is disconnected (slow or
+    half-sent requests never hold a connection or a worker; ``extender.server``)."""
     events_token: SecretStr | None = None
     """Standalone mode: bearer token the ``/standalone/pod-events`` endpoint requires
     (``Authorization: Bearer <token>``). Unset: the endpoint is off (404). Set it through

@@ -125,6 +125,9 @@ MAX_MEMORY_MIB = 2**40
 """Largest host memory request or allocatable, MiB (an exbibyte)."""
 MAX_GPU_MEMORY_MIB = ann.MAX_GPU_MEMORY_MIB
 """Largest GPU memory per GPU a pod may ask for, MiB (16 TiB)."""
+_MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
+_MAX_MEMORY_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
+_MAX_GPU_MEMORY_BYTES = Decimal(MAX_GPU_MEMORY_MIB) * MIB
 INT32 = (-(2**31), 2**31 - 1)
 """Range of ``spec.priority`` (Go ``*int32``)."""
 MAX_NAME_CHARS = 253
@@ -151,7 +154,7 @@ def _quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = 
     """A Kubernetes quantity in ``[0, maximum]`` (``(0, maximum]`` with ``positive``).
 
     Accepts a string in Kubernetes' quantity grammar (ASCII digits, SI or binary suffix) or a
-    JSON integer; never a boolean, a float, a list or an object.
+    JSON number written in that grammar; never a boolean, a list or an object.
     """
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise PodSpecError(f"{field}: {quote(value)} must be a quantity string, e.g. \"8Gi\", \"500m\", \"2\"")
@@ -193,11 +196,11 @@ def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, 
     mem = requests.get("memory", limits.get("memory"))
     cpu_milli = mem_mib = 0
     if cpu is not None and cpu != "":
-        q = _quantity(cpu, f"{where}.resources.requests.cpu", maximum=Decimal(MAX_CPU_MILLI) / 1000,
+        q = _quantity(cpu, f"{where}.resources.requests.cpu", maximum=_MAX_CORES,
                       unit=" cores")
         cpu_milli = math.ceil(q * 1000)
     if mem is not None and mem != "":
-        q = _quantity(mem, f"{where}.resources.requests.memory", maximum=Decimal(MAX_MEMORY_MIB) * MIB,
+        q = _quantity(mem, f"{where}.resources.requests.memory", maximum=_MAX_MEMORY_BYTES,
                       unit=" bytes")
         mem_mib = math.ceil(q / MIB)
     return gpus, cpu_milli, mem_mib
@@ -288,7 +291,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     gpu_mem: int | None = None
     if ann.MEMORY in annotations:
         raw = annotations[ann.MEMORY]
-        q = _quantity(_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=Decimal(MAX_GPU_MEMORY_MIB) * MIB,
+        q = _quantity(_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=_MAX_GPU_MEMORY_BYTES,
                       unit=" bytes", positive=True)
         gpu_mem = math.ceil(q / MIB)
     models: frozenset[str] | None = None
@@ -355,7 +358,7 @@ def _assigned_share(annotations: Mapping[str, Any], n_gpus: int) -> tuple[int | 
     if raw and isinstance(raw, str):
         try:
             values = tuple(math.ceil(_quantity(v, ann.ASSIGNED_MEMORY, positive=True,
-                                               maximum=Decimal(MAX_GPU_MEMORY_MIB) * MIB) / MIB)
+                                               maximum=_MAX_GPU_MEMORY_BYTES) / MIB)
                            for v in raw.split(",")[:MAX_GPUS_PER_POD + 1])
         except PodSpecError:
             values = ()
@@ -511,10 +514,10 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
     ValueError
         When the Node has no name.
     """
-    meta = node.get("metadata") if isinstance(node, Mapping) else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+    name = _item_name(node)
+    if name is None:
         raise ValueError("Node.metadata.name: missing")
+    meta = node["metadata"]
     status = node.get("status")
     alloc = (status.get("allocatable") if isinstance(status, Mapping) else None) or {}
     annotations = meta.get("annotations") or {}
@@ -522,9 +525,9 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
         return NodeObservation(name, 0, 0, (), None, "status.allocatable and metadata.annotations: must be objects")
     try:
         cpu_milli = math.floor(_quantity(alloc.get("cpu", "0"), "cpu",
-                                         maximum=Decimal(MAX_CPU_MILLI) / 1000, unit=" cores") * 1000)
+                                         maximum=_MAX_CORES, unit=" cores") * 1000)
         memory_mib = math.floor(_quantity(alloc.get("memory", "0"), "memory",
-                                          maximum=Decimal(MAX_MEMORY_MIB) * MIB, unit=" bytes") / MIB)
+                                          maximum=_MAX_MEMORY_BYTES, unit=" bytes") / MIB)
     except PodSpecError as exc:
         return NodeObservation(name, 0, 0, (), None, f"status.allocatable.{exc}")
     raw = annotations.get(ann.INVENTORY)
