@@ -462,7 +462,6 @@ class GpuCache:
             self._store(uid, None)
             if rec is not None and rec.allocation is not None:
                 self._release(rec)
-                self._recount_overcommits(rec.allocation.node)
                 self._generation += 1
                 return bool(rec.allocation.gpu_cols)
             return False
@@ -471,13 +470,14 @@ class GpuCache:
         """Count the node's over-commits anew after something there was freed.
 
         An over-commit is counted only up to what was free when it was read; the pod really
-        holds more. When share or memory on its node is freed, it is read again, so it takes
-        up what it really uses before anyone else can be placed there.
+        holds more. When share or memory on its node is freed (``_release``: a deletion, a
+        failed bind, a pod found bound elsewhere), it is read again, so it takes up what it
+        really uses before anyone else can be placed there.
         """
         for uid in list(self._overcommitted):
             other = self._pods[uid]
             if other.allocation is not None and other.allocation.node == node:
-                self._release(other)
+                self._hold_record(other, sign=-1)
                 self._put(uid, self._account(other.intent))
 
     def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
@@ -539,7 +539,10 @@ class GpuCache:
         return rec
 
     def _release(self, rec: PodRecord) -> None:
+        """Free what a record holds; the node's over-commits then take up what they really use."""
         self._hold_record(rec, sign=-1)
+        if rec.allocation is not None and not rec.overcommit:
+            self._recount_overcommits(rec.allocation.node)
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -748,7 +751,6 @@ class GpuCache:
             if rec is None or rec.allocation is None or rec.assumed_until is None:
                 return False
             self._release(rec)
-            self._recount_overcommits(rec.allocation.node)
             intent = replace(rec.intent, node_name="", assigned_gpus=())
             self._store(uid, PodRecord(intent))
             self._generation += 1

@@ -185,6 +185,24 @@ def test_a_forged_record_over_a_full_gpu_is_an_overcommit_that_fills_it_and_no_m
     assert not cache.evaluate(small, ["b"]).evaluation.context.node_fits[0]
 
 
+def test_share_freed_by_a_pod_found_bound_elsewhere_goes_to_the_overcommit_first() -> None:
+    cache = new_cache()
+    # gpufrac assumes a whole GPU-b-0 for "moved"; a forged whole-GPU record on GPU-b-0 then
+    # finds nothing free (counted 0 of its 1000).
+    moved = translate.pod_intent(pod("moved", "other", {}))
+    cache.apply_pod_event("ADDED", moved)
+    cache.assume(moved.uid, "other", "moved", "b", hold_s=60)
+    record = {ann.ASSIGNED_GPUS: "GPU-b-0", ann.ASSIGNED_FRACTION: "1", ann.QOS: "burstable"}
+    cache.apply_pod_event("ADDED", translate.pod_intent(pod("forged", "mallory", record, node="b")))
+    assert {a["name"]: a["held_milli"] for a in cache.allocations()}["forged"] == [0]
+    # The watch shows "moved" bound to node a after all: GPU-b-0's 1000 milli are freed, and
+    # the over-commit takes them (it really runs there) before anyone else is offered them.
+    bound_a = pod("moved", "other", translate.allocation_annotations(["GPU-a-0"], 1000, [16384], NOW), node="a")
+    cache.apply_pod_event("MODIFIED", translate.pod_intent(bound_a))
+    held = {a["name"]: a["held_milli"] for a in cache.allocations()}
+    assert held["forged"] == [1000] and held["moved"] == [1000]
+
+
 def test_a_tenant_cannot_forge_its_way_past_quota_or_ceiling() -> None:
     """The issue's case: a tenant with a 1.5-GPU quota and a burstable ceiling held 6.5 GPUs
     as guaranteed. Forged records past the quota are over-commits, held in the ceiling's
