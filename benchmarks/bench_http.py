@@ -27,11 +27,11 @@ import yaml
 
 from benchmarks import trace
 from benchmarks.replay import ClusterNames, ExtenderClient, start_extender
-from extender import annotations as ann
-from extender import translate
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file, synthetic_uuid
 from extender.settings import scoring_config
+from podspec import annotations as ann
+from podspec.pods import pod_intent
 from scoring.state import NodeSpec
 from scoring.strategies import build_scorer
 
@@ -62,7 +62,7 @@ def load_to(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.Trac
         pod = tp.pod_object(seed)
         pod["metadata"]["name"] = f"load-{i}"
         pod["metadata"]["uid"] = f"load-{seed}-{i}"
-        intent = translate.pod_intent(pod)
+        intent = pod_intent(pod)
         cache.apply_pod_event("ADDED", intent)
         best = cache.evaluate(intent, names)
         pos = best.evaluation.best()

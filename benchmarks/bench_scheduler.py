@@ -1,6 +1,6 @@
 """Pods/s through the real kube-scheduler: no extender, a no-op extender, and gpufrac.
 
-One control plane (``benchmarks.controlplane``: etcd, kube-apiserver, kube-scheduler built
+One control plane (``tests.harness.controlplane``: etcd, kube-apiserver, kube-scheduler built
 from Go modules), one run, three setups side by side for each cluster size:
 
 - ``no extender``: kube-scheduler with the project's profile and the ``extenders`` section
@@ -34,7 +34,8 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from benchmarks.controlplane import (
+from extender.cluster import raw_watch_target
+from tests.harness.controlplane import (
     LOOPBACK,
     ControlPlane,
     add_fake_node,
@@ -44,7 +45,6 @@ from benchmarks.controlplane import (
     start,
     wait_until,
 )
-from extender.kube import raw_watch_target
 
 SCHEDULER = "gpufrac-scheduler"
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import trace
-from benchmarks.kube_scheduler import Profile
+from benchmarks.scheduler_emulation import Profile
 
 PAPER_VARIANTS = ("cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
                   "gpushare100", "multigpu20", "multigpu30", "multigpu40", "multigpu50")

@@ -3,7 +3,7 @@
 For each pod: the pod-event endpoint hears of it (as the pod watch would), the emulated
 kube-scheduler filters CPU/memory/slots in-tree, then calls ``/filter``, ``/prioritize``
 (skipped when one node is left, as kube-scheduler does) and ``/bind``, and combines scores
-as ``benchmarks.kube_scheduler`` describes. Under a profile whose extender lists
+as ``benchmarks.scheduler_emulation`` describes. Under a profile whose extender lists
 ``managedResources`` (gpufrac.io/gpu) CPU-only pods are placed by the in-tree plugins alone
 and reported to the extender as bound; the shipped profile lists none, so they go through
 the extender too. After each seed every pod is deleted through the same event path, and
@@ -34,12 +34,13 @@ import orjson
 from tqdm import tqdm
 
 from benchmarks import trace
-from benchmarks.kube_scheduler import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
-from extender import annotations as ann
-from extender import translate
+from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
 from extender.cache import BindError, GpuCache
 from extender.clusterfile import load_cluster_file
 from extender.settings import load_admin_config, scoring_config
+from extender.translate import inbound, outbound
+from podspec import annotations as ann
+from podspec.pods import PodIntent, pod_intent
 from scoring.fragmentation import TaskTypes, fragmentation_rate
 from scoring.state import NodeSpec
 from scoring.strategies import ScoringConfig, build_scorer
@@ -99,7 +100,7 @@ class InProcessClient:
     """The same verbs as ``ExtenderClient`` on a ``GpuCache`` in this process (``--in-process``).
 
     Each verb runs the code path its HTTP route runs (``translate`` for the wire JSON, the
-    cache for the decision, ``translate.filter_reply`` / ``prioritize_reply`` for the replies) minus the HTTP
+    cache for the decision, ``outbound.filter_reply`` / ``prioritize_reply`` for the replies) minus the HTTP
     and JSON layers, so placements are identical to the HTTP replay's and a seed takes
     seconds: this is the pure-core replay used to explore weights.
     """
@@ -109,29 +110,29 @@ class InProcessClient:
         self.cache.set_nodes(specs)
 
     @staticmethod
-    def _args(args: dict[str, Any]) -> tuple[translate.PodIntent, list[str]]:
+    def _args(args: dict[str, Any]) -> tuple[PodIntent, list[str]]:
         nodes = args.get("Nodes")
-        return translate.extender_args(args["Pod"], nodes["items"] if nodes else None,
+        return inbound.extender_args(args["Pod"], nodes["items"] if nodes else None,
                                        args.get("NodeNames"))
 
     def pod_events(self, events: list[dict[str, Any]]) -> None:
         """Apply watch events in order (as ``/standalone/pod-events``)."""
         for e in events:
-            self.cache.apply_pod_event(e["type"], translate.pod_intent(e["object"]))
+            self.cache.apply_pod_event(e["type"], pod_intent(e["object"]))
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``ExtenderArgs`` -> ``ExtenderFilterResult`` (``translate.filter_reply``, as the route)."""
+        """``ExtenderArgs`` -> ``ExtenderFilterResult`` (``outbound.filter_reply``, as the route)."""
         intent, names = self._args(args)
         ce = self.cache.evaluate(intent, names)
         nodes = args.get("Nodes")
-        return translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown,
+        return outbound.filter_reply(ce.evaluation, intent, ce.names, ce.unknown,
                                       nodes["items"] if nodes else None, ce.rejected)
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList`` (``translate.prioritize_reply``, as the route)."""
+        """``ExtenderArgs`` -> ``HostPriorityList`` (``outbound.prioritize_reply``, as the route)."""
         intent, names = self._args(args)
         ce = self.cache.evaluate(intent, names)
-        return translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected)
+        return outbound.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected)
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """Record the allocation; the ``Error`` string (empty on success)."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.translate import PodIntent
+from podspec.pods import PodIntent
 from scoring.fit import share_room
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.state import Allocation, ClusterState

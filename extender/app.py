@@ -11,15 +11,14 @@ from fastapi.exceptions import RequestValidationError
 from kubernetes.client import CoreV1Api
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from extender.bodylimit import BodyLimitMiddleware
+from extender.bodies import BodyLimitMiddleware, json_response
 from extender.cache import GpuCache
+from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.clusterfile import load_cluster_file
-from extender.kube import ClusterSync, KubeBinder, SyncOptions
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
 from extender.routes import bind, filter, health, preempt, prioritize, standalone
-from extender.routes.jsonresp import json_response
 from extender.settings import AdminPolicy, Settings, policy_from_settings
 from scoring.strategies import build_scorer
 

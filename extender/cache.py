@@ -19,9 +19,10 @@ from typing import Literal
 
 import numpy as np
 
-from extender import accounting, translate
+from extender import accounting
 from extender.tenants import NO_TENANTS, TenantPolicy, Usage
-from extender.translate import PodIntent
+from extender.translate import inbound, outbound
+from podspec.pods import PodIntent
 from scoring.fit import Reason, fit, gpu_memory_request_mib
 from scoring.request import model_mask
 from scoring.state import Allocation, ClusterState, NodeSpec
@@ -183,7 +184,7 @@ def _task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, in
 
 
 def _model_mask(intent: PodIntent, state: ClusterState) -> int:
-    return model_mask(translate.pod_request(intent, state).allowed_models)
+    return model_mask(inbound.pod_request(intent, state).allowed_models)
 
 
 class GpuCache:
@@ -523,7 +524,7 @@ class GpuCache:
             mem = intent.assigned_memory_mib
         else:
             row = state.node_index[node]
-            req = replace(translate.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
+            req = replace(inbound.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
             per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
             mem = tuple(int(x) for x in per_gpu[0])
         verdict = self._admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
@@ -562,10 +563,10 @@ class GpuCache:
             state = self._state
             cand = self._candidates
             if cand is None or cand.names != names:
-                rows, unknown = translate.rows_for_names(state, names)
+                rows, unknown = inbound.rows_for_names(state, names)
                 known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
                 cand = self._candidates = _Candidates(list(names), rows, unknown, known)
-            request = translate.pod_request(intent, state)
+            request = inbound.pod_request(intent, state)
             ev = self._scorer.evaluate(state, request, cand.rows)
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
@@ -625,10 +626,10 @@ class GpuCache:
             if node not in state.node_index:
                 raise BindError(f"gpufrac: node {node!r} not in gpufrac's cache")
             row = state.node_index[node]
-            request = translate.pod_request(rec.intent, state)
+            request = inbound.pod_request(rec.intent, state)
             ev = self._scorer.evaluate(state, request, np.array([row], dtype=np.int64))
             if not ev.context.node_fits[0]:
-                msg = translate.reason_message(Reason(int(ev.context.reason[0])), request, rec.intent)
+                msg = outbound.reason_message(Reason(int(ev.context.reason[0])), request, rec.intent)
                 raise BindError(f"{msg} (at bind, on {node})")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)
@@ -707,7 +708,7 @@ class GpuCache:
         row = state.node_index.get(node)
         if row is None:
             return []
-        request = translate.pod_request(intent, state)
+        request = inbound.pod_request(intent, state)
         scratch = state.rows_copy(np.array([row], dtype=np.int64))
         rows = np.zeros(1, dtype=np.int64)
         policy = self._scorer.policy

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from podspec.kubeio import kube_api
+
 
 def _serve(args: argparse.Namespace) -> int:
     from extender.app import create_app
@@ -29,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
         }.items() if v is not None}
     try:
         settings = Settings(**overrides)
-        app = create_app(settings, kube_api=_kube_api(settings.kubeconfig) if settings.mode == "cluster" else None)
+        app = create_app(settings, kube_api=kube_api(settings.kubeconfig) if settings.mode == "cluster" else None)
     except (ConfigError, ValueError) as exc:
         print(f"gpufrac: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
@@ -44,46 +46,11 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kube_api(kubeconfig: Path | None):  # type: ignore[no-untyped-def]
-    """CoreV1Api from a kubeconfig file, else the in-cluster service account.
-
-    The connection pool is sized for concurrent binds (each makes two API calls from its own
-    worker thread): with the client's default of 5 x CPUs, a burst of binds opens and
-    discards extra TLS connections, which costs more than the calls themselves.
-    """
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig is not None:
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = 64
-    return client.CoreV1Api(client.ApiClient(cfg))
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from benchmarks import replay
-
-    return replay.run(args)
-
-
-def _check(args: argparse.Namespace) -> int:
-    from benchmarks import check_placements
-
-    problems = check_placements.check(args.nodes, args.pods, args.placements,
-                                      replicas_per_gpu=args.replicas_per_gpu)
-    for p in problems[:50]:
-        print(p)
-    print(f"{args.placements}: {'OK' if not problems else f'{len(problems)} problems'}")
-    return 1 if problems else 0
-
-
 def _inspect(args: argparse.Namespace) -> int:
     from extender import inspection
-    from extender.kubeio import response_json
+    from podspec.kubeio import response_json
 
-    api = _kube_api(args.kubeconfig)
+    api = kube_api(args.kubeconfig)
     nodes = response_json(api.list_node(_preload_content=False))["items"]
     pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
     reports = inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s)
@@ -94,70 +61,8 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    import yaml
-
-    from extender.agent.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend
-    from extender.agent.publisher import Publisher, PublishOptions
-
-    logging.basicConfig(level=args.log_level.upper())
-    try:
-        if args.nvml == "fake":
-            cfg = yaml.safe_load(args.fake_config.read_text()) if args.fake_config else {}
-            backend = FakeNvml.from_config({"node": args.node_name, **(cfg or {})})
-        else:
-            backend = PynvmlBackend()
-    except NvmlUnavailable as exc:
-        print(f"gpufrac agent: {exc}", file=sys.stderr)
-        return 3
-    opts = PublishOptions(replicas=args.replicas, heartbeat_s=args.heartbeat_s,
-                          min_interval_s=args.min_interval_s, proc_root=args.proc_root)
-    publisher = Publisher(_kube_api(args.kubeconfig), args.node_name, backend, opts)
-    if args.once:
-        print(publisher.inventory().model_dump_json(by_alias=True, indent=2))
-        backend.close()
-        return 0
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    threads = []
-    if args.device_plugin:
-        from extender.agent.deviceplugin.plugin import PluginServer, slots_of
-        from extender.agent.deviceplugin.stubs import StubsUnavailable, load
-        from extender.kubeio import response_json
-
-        try:
-            load()
-        except StubsUnavailable as exc:
-            print(f"gpufrac agent: {exc} (or pass --no-device-plugin)", file=sys.stderr)
-            return 3
-        api = publisher.api
-        node = args.node_name
-
-        def pods() -> list[dict]:
-            return response_json(api.list_pod_for_all_namespaces(  # type: ignore[no-any-return]
-                field_selector=f"spec.nodeName={node}", _preload_content=False))["items"]
-
-        plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir)
-        publisher.on_publish = plugin.changed.set
-        threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
-    for t in threads:
-        t.start()
-    try:
-        publisher.run(stop)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-        backend.close()
-    return 0
-
-
 def _schema(args: argparse.Namespace) -> int:
-    from extender.annotations import inventory_json_schema
+    from podspec.annotations import inventory_json_schema
 
     print(json.dumps(inventory_json_schema(), indent=2))
     return 0
@@ -226,41 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "off when neither is set")
     serve.set_defaults(func=_serve)
 
-    from benchmarks.replay import add_arguments
-
-    rep = sub.add_parser("replay", help="replay an openb trace through the extender's HTTP verbs")
-    add_arguments(rep)
-    rep.set_defaults(func=_replay)
-
-    chk = sub.add_parser("check-placements", help="independent feasibility check of a placements CSV")
-    chk.add_argument("placements", type=Path)
-    chk.add_argument("--nodes", type=Path, required=True)
-    chk.add_argument("--pods", type=Path, required=True)
-    chk.add_argument("--replicas-per-gpu", type=int, default=20)
-    chk.set_defaults(func=_check)
-
     ins = sub.add_parser("inspect", help="table of nodes, GPUs and the pods on them, read from the API")
     ins.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
     ins.add_argument("--json", action="store_true", help="JSON instead of the table")
     ins.add_argument("--inventory-stale-after-s", type=float, default=180.0)
     ins.set_defaults(func=_inspect)
-
-    agent = sub.add_parser("agent", help="node agent: publish this node's GPU inventory (NVML)")
-    agent.add_argument("--node-name", required=True, help="this node (the DaemonSet passes spec.nodeName)")
-    agent.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
-    agent.add_argument("--nvml", choices=("real", "fake"), default="real")
-    agent.add_argument("--fake-config", type=Path, help="YAML {gpus: [{name, memory_mib, count}]} for --nvml fake")
-    agent.add_argument("--replicas", type=int, default=4, help="time-slicing replicas per GPU (GFD label wins)")
-    agent.add_argument("--heartbeat-s", type=float, default=60.0)
-    agent.add_argument("--min-interval-s", type=float, default=10.0)
-    agent.add_argument("--proc-root", type=Path, default=Path("/proc"),
-                       help="the host's /proc (PIDs from NVML are host PIDs)")
-    agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
-                       help="serve the gpufrac.io/gpu device plugin to kubelet")
-    agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"))
-    agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
-    agent.add_argument("--log-level", default="info")
-    agent.set_defaults(func=_agent)
 
     cfg = sub.add_parser("config", help="admin config file tools")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from extender.annotations import GpuInventory
+from podspec.annotations import GpuInventory
 from scoring.state import GpuSpec, NodeSpec
 
 OPENB_GPU_MEMORY_MIB = {

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from extender import translate
+from podspec.nodes import node_observation
+from podspec.pods import pod_intent
 from scoring.request import MILLI_PER_GPU, QoSClass
 
 
@@ -85,7 +86,7 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
     reports: dict[str, NodeReport] = {}
     by_uuid: dict[str, GpuReport] = {}
     for node in nodes:
-        obs = translate.node_observation(node)
+        obs = node_observation(node)
         if not obs.gpus and obs.problem.startswith("no "):
             continue  # not a GPU node
         gpus = [GpuReport(g.index, g.uuid, g.model, g.healthy, g.memory_mib, g.replicas) for g in obs.gpus]
@@ -93,7 +94,7 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
         reports[obs.name] = NodeReport(obs.name, obs.spec(now, stale_after_s).ready, obs.problem, gpus)
     for pod in pods:
         try:
-            intent = translate.pod_intent(pod)
+            intent = pod_intent(pod)
         except ValueError:
             continue
         if not intent.node_name or intent.finished or not intent.assigned_gpus:
@@ -118,7 +119,7 @@ def rejected_pods(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
     out = []
     for pod in pods:
         try:
-            translate.pod_intent(pod)
+            pod_intent(pod)
         except ValueError as exc:
             text = str(pod)
             if "gpufrac.io/" in text:

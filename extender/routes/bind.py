@@ -6,10 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
+from extender.bodies import json_body, json_response
 from extender.cache import BindError
 from extender.deps import BinderDep, MetricsDep
-from extender.routes.body import json_body
-from extender.routes.jsonresp import json_response
 from extender.wire import ExtenderBindingArgs, ExtenderBindingResult
 
 router = APIRouter()
@@ -21,7 +20,7 @@ def bind_pod(args: Annotated[ExtenderBindingArgs, Depends(_parse)], binder: Bind
     """Answer ``ExtenderBindingResult``: empty ``Error`` when the allocation is recorded.
 
     Standalone mode records the allocation in memory; cluster mode holds it as assumed,
-    then creates the Binding carrying the allocation annotations (``extender.kube``).
+    then creates the Binding carrying the allocation annotations (``extender.cluster``).
     """
     with metrics.timer("bind"):
         try:

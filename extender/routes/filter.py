@@ -11,10 +11,9 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, Depends, Response
 
-from extender import translate
+from extender.bodies import json_body, json_response
 from extender.deps import CacheDep, MetricsDep
-from extender.routes.body import json_body
-from extender.routes.jsonresp import json_response
+from extender.translate import inbound, outbound
 from extender.wire import ExtenderArgs, ExtenderFilterResult
 from scoring.fit import Reason
 
@@ -28,7 +27,7 @@ def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep
     with metrics.timer("filter"):
         node_items = args.Nodes.items if args.Nodes is not None else None
         try:
-            intent, names = translate.extender_args(args.Pod, node_items, args.NodeNames)
+            intent, names = inbound.extender_args(args.Pod, node_items, args.NodeNames)
         except ValueError as exc:
             metrics.filter_errors.inc()
             return json_response(ExtenderFilterResult(Error=str(exc)))
@@ -40,5 +39,5 @@ def filter_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: CacheDep
                 metrics.filter_nodes.labels(label).inc(count)
         if ce.unknown:
             metrics.filter_nodes.labels("node_unknown").inc(len(ce.unknown))
-        return json_response(translate.filter_reply(ce.evaluation, intent, ce.names, ce.unknown, node_items,
+        return json_response(outbound.filter_reply(ce.evaluation, intent, ce.names, ce.unknown, node_items,
                                                    ce.rejected))

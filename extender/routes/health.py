@@ -10,8 +10,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from extender.bodies import json_response
 from extender.deps import CacheDep, MetricsDep
-from extender.routes.jsonresp import json_response
 
 router = APIRouter()
 

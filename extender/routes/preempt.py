@@ -8,11 +8,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
-from extender import translate
+from extender.bodies import json_body, json_response
 from extender.deps import CacheDep, MetricsDep
-from extender.routes.body import json_body
-from extender.routes.jsonresp import json_response
 from extender.wire import ExtenderPreemptionArgs
+from podspec.pods import pod_intent
 
 router = APIRouter()
 _parse, _openapi = json_body(ExtenderPreemptionArgs)
@@ -26,7 +25,7 @@ def preempt(args: Annotated[ExtenderPreemptionArgs, Depends(_parse)], cache: Cac
     ``Error``: kube-scheduler then gives up this preemption attempt."""
     with metrics.timer("preempt"):
         try:
-            intent = translate.pod_intent(args.Pod)
+            intent = pod_intent(args.Pod)
         except ValueError as exc:
             return json_response({"Error": str(exc)}, status_code=400)
         proposed = args.NodeNameToMetaVictims or args.NodeNameToVictims or {}

@@ -6,10 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
-from extender import translate
+from extender.bodies import json_body, json_response
 from extender.deps import CacheDep, MetricsDep
-from extender.routes.body import json_body
-from extender.routes.jsonresp import json_response
+from extender.translate import inbound, outbound
 from extender.wire import ExtenderArgs
 
 router = APIRouter()
@@ -21,10 +20,10 @@ def prioritize_nodes(args: Annotated[ExtenderArgs, Depends(_parse)], cache: Cach
     """Answer ``HostPriorityList``; unknown or infeasible nodes score 0."""
     with metrics.timer("prioritize"):
         try:
-            intent, names = translate.extender_args(
+            intent, names = inbound.extender_args(
                 args.Pod, args.Nodes.items if args.Nodes is not None else None, args.NodeNames)
         except ValueError as exc:
             # kube-scheduler ignores prioritize errors; say why anyway.
             return json_response({"Error": str(exc)}, status_code=400)
         ce = cache.evaluate(intent, names)
-        return json_response(translate.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected))
+        return json_response(outbound.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected))

@@ -17,11 +17,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
-from extender import translate
+from extender.bodies import json_body, json_response
 from extender.deps import CacheDep, SettingsDep
-from extender.routes.body import json_body
-from extender.routes.jsonresp import json_response
 from extender.wire import PodEvent
+from podspec.pods import pod_intent
 
 router = APIRouter()
 _parse, _openapi = json_body(list[PodEvent])
@@ -46,7 +45,7 @@ def pod_events(events: Annotated[list[PodEvent], Depends(_parse)], cache: CacheD
     parsed = []
     for i, event in enumerate(events):
         try:
-            intent = translate.pod_intent(event.object)
+            intent = pod_intent(event.object)
         except ValueError as exc:
             return json_response({"Error": f"events[{i}]: {exc}"}, status_code=400)
         if not intent.uid:

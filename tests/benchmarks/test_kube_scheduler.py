@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.kube_scheduler import Profile, SchedulerView
+from benchmarks.scheduler_emulation import Profile, SchedulerView
 
 REPO = Path(__file__).resolve().parents[2]
 

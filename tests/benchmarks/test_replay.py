@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from benchmarks import check_placements, replay, trace
-from benchmarks.kube_scheduler import Profile
-from extender.cli import main
+from benchmarks.__main__ import main
+from benchmarks.scheduler_emulation import Profile
 from extender.clusterfile import load_cluster_file
 from extender.settings import scoring_config
 from scoring.fragmentation import TaskTypes

@@ -1,6 +1,6 @@
 """A real control plane for the end-to-end tests (session scope, built once, stopped by PID).
 
-etcd, kube-apiserver and kube-scheduler are the real binaries (``benchmarks.controlplane``
+etcd, kube-apiserver and kube-scheduler are the real binaries (``tests.harness.controlplane``
 builds them from Go modules on first use); gpufrac runs in cluster mode as a subprocess,
 exactly as ``gpufrac serve --mode cluster`` would. Nothing here is skipped: a machine that
 cannot build or start them fails these tests.
@@ -18,7 +18,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from benchmarks.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
+from tests.harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
 
 STALE_AFTER_S = 600
 """Fake nodes publish their inventory once; this keeps them fresh for the whole session."""

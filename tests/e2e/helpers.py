@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from benchmarks.controlplane import add_fake_node, fake_node_gpus
+from tests.harness.controlplane import add_fake_node, fake_node_gpus
 
 SCHEDULER = "gpufrac-scheduler"
 

@@ -8,11 +8,11 @@ import sys
 import grpc
 import yaml
 
-from benchmarks.controlplane import add_fake_node, fake_node_gpus, start
-from extender.agent.deviceplugin.stubs import load
+from agent.deviceplugin.stubs import load
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
 from tests.extender.kubelet import FakeKubelet
+from tests.harness.controlplane import add_fake_node, fake_node_gpus, start
 
 
 def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluster, tmp_path) -> None:
@@ -35,7 +35,7 @@ def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluste
     config = tmp_path / "gpus.yaml"
     config.write_text(yaml.safe_dump({"gpus": [{"name": "A10", "memory_mib": 24576, "count": 2}]}))
     agent = cluster.cp.track(start(f"agent-{node}", [
-        sys.executable, "-m", "extender", "agent", "--node-name", node, "--nvml", "fake",
+        sys.executable, "-m", "agent", "--node-name", node, "--nvml", "fake",
         "--fake-config", str(config), "--kubeconfig", str(cluster.cp.admin_kubeconfig),
         "--heartbeat-s", "5", "--plugin-dir", str(plugin_dir)], tmp_path))
     try:

@@ -49,7 +49,7 @@ def infeasible(allocations: list[dict[str, Any]], nodes: list[NodeSpec]) -> list
 
 
 class FakeResponse:
-    """What the kubernetes client returns with ``_preload_content=False`` (see extender.kubeio)."""
+    """What the kubernetes client returns with ``_preload_content=False`` (see podspec.kubeio)."""
 
     def __init__(self, body: dict[str, Any] | None = None) -> None:
         self.data = json.dumps(body or {}).encode()

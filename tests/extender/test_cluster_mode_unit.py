@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from extender import annotations as ann
-from extender import translate
 from extender.cache import BindError, GpuCache
-from extender.kube import KubeBinder
+from extender.cluster import KubeBinder
 from extender.settings import scoring_config
+from podspec import annotations as ann
+from podspec.nodes import node_observation
+from podspec.pods import PodIntent, allocation_annotations, pod_intent
 from scoring.strategies import build_scorer
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import FakeResponse
@@ -32,8 +33,8 @@ def cache_with(*nodes: Any) -> GpuCache:
     return c
 
 
-def pending(c: GpuCache, name: str, **kw: Any) -> translate.PodIntent:
-    intent = translate.pod_intent(pod_json(name, **kw))
+def pending(c: GpuCache, name: str, **kw: Any) -> PodIntent:
+    intent = pod_intent(pod_json(name, **kw))
     c.apply_pod_event("ADDED", intent)
     return intent
 
@@ -128,8 +129,8 @@ def test_watch_confirmation_stops_expiry_and_unconfirmed_expire() -> None:
     a = c.assume("uid-a", "default", "a", "n1", hold_s=10)
     c.assume("uid-b", "default", "b", "n1", hold_s=10)
     # The watch shows a bound to n1 with the annotations gpufrac wrote: confirmed.
-    record = translate.allocation_annotations(a.gpu_uuids, 500, a.allocation.gpu_memory_mib, NOW)
-    c.apply_pod_event("MODIFIED", translate.pod_intent(
+    record = allocation_annotations(a.gpu_uuids, 500, a.allocation.gpu_memory_mib, NOW)
+    c.apply_pod_event("MODIFIED", pod_intent(
         pod_json("a", node="n1", phase="Running", annotations={ann.FRACTION: "0.5", **record})))
     assert c.expire_assumed(now=a.assumed_until + 1) == ["default/b"]
     assert [x["name"] for x in c.allocations()] == ["a"]
@@ -141,23 +142,23 @@ def test_unbound_pod_event_during_a_bind_keeps_the_assumed_allocation() -> None:
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     c.assume("uid-a", "default", "a", "n1", hold_s=10)
     # The watch delivers an older, still unbound version of the pod while the Binding is in flight.
-    c.apply_pod_event("MODIFIED", translate.pod_intent(pod_json("a", annotations={ann.FRACTION: "0.5"})))
+    c.apply_pod_event("MODIFIED", pod_intent(pod_json("a", annotations={ann.FRACTION: "0.5"})))
     assert c.summary()["gpu_allocated_milli"] == 500
 
 
 def test_rebuild_from_annotations_uses_the_recorded_share_and_memory() -> None:
     c = cache_with(gpu_node("n1", 2, memory_mib=16384))
     # Recorded at bind: 0.25 and 3000 MiB on GPU 1 (the request may have changed since).
-    record = translate.allocation_annotations(["GPU-n1-1"], 250, [3000], NOW)
-    c.set_pods([translate.pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
+    record = allocation_annotations(["GPU-n1-1"], 250, [3000], NOW)
+    c.set_pods([pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
     (alloc,) = c.allocations()
     assert (alloc["gpu_indices"], alloc["gpu_milli"], alloc["gpu_memory_mib"]) == ([1], 250, [3000])
 
 
 def test_pod_listed_before_its_node_is_accounted_when_the_node_arrives() -> None:
     c = cache_with()
-    record = translate.allocation_annotations(["GPU-n1-0"], 500, [8192], NOW)
-    c.set_pods([translate.pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
+    record = allocation_annotations(["GPU-n1-0"], 500, [8192], NOW)
+    c.set_pods([pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
     assert c.allocations() == []
     c.upsert_node(gpu_node("n1", 1))
     assert [a["gpu_milli"] for a in c.allocations()] == [500]
@@ -189,7 +190,7 @@ def inventory(node: str = "n1", heartbeat: dt.datetime = NOW, healthy: bool = Tr
 
 
 def test_node_observation_reads_allocatable_and_inventory() -> None:
-    obs = translate.node_observation(node_json(inventory=inventory(healthy=False)))
+    obs = node_observation(node_json(inventory=inventory(healthy=False)))
     # 8 cores = 8000 milli; 32 GiB = 32768 MiB; GPUs sorted by index.
     assert (obs.cpu_milli, obs.memory_mib, obs.problem) == (8000, 32768, "")
     assert [(g.index, g.uuid, g.healthy) for g in obs.gpus] == [(0, "GPU-a", False), (1, "GPU-b", True)]
@@ -203,17 +204,17 @@ def test_node_observation_reads_allocatable_and_inventory() -> None:
     (inventory(node="other"), 'published for node "other"'),
 ])
 def test_unusable_inventory_keeps_cpu_and_memory_but_no_gpus(inv: str | None, problem: str) -> None:
-    obs = translate.node_observation(node_json(inventory=inv))
+    obs = node_observation(node_json(inventory=inv))
     assert problem in obs.problem
     assert obs.gpus == () and obs.cpu_milli == 8000
     assert obs.spec(NOW, 180).ready is False
 
 
 def test_allocation_annotations_round_trip() -> None:
-    record = translate.allocation_annotations(["GPU-a", "GPU-b"], 1000, [24576, 24576], NOW)
+    record = allocation_annotations(["GPU-a", "GPU-b"], 1000, [24576, 24576], NOW)
     assert record == {ann.ASSIGNED_GPUS: "GPU-a,GPU-b", ann.ASSIGNED_FRACTION: "1",
                       ann.ASSIGNED_MEMORY: "24576Mi,24576Mi", ann.ASSIGNED_AT: "2026-11-22T12:00:00Z"}
-    intent = translate.pod_intent(pod_json("a", gpus=2, node="n1", annotations=record))
+    intent = pod_intent(pod_json("a", gpus=2, node="n1", annotations=record))
     assert (intent.assigned_gpus, intent.assigned_gpu_milli, intent.assigned_memory_mib) == (
         ("GPU-a", "GPU-b"), 1000, (24576, 24576))
 
@@ -244,7 +245,7 @@ def test_bind_writes_the_allocation_record_with_the_binding() -> None:
     api = FakeApi()
     KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
     # One API call: the Binding carries the annotations the API server writes on the pod.
-    assert api.bindings == [("n1", translate.allocation_annotations(["GPU-n1-0"], 500, [8192], NOW))]
+    assert api.bindings == [("n1", allocation_annotations(["GPU-n1-0"], 500, [8192], NOW))]
     # Held as assumed until the pod watch shows the pod bound.
     assert c.summary()["gpu_allocated_milli"] == 500
 
@@ -273,16 +274,16 @@ def test_retried_bind_that_already_went_through_is_a_success() -> None:
 
 
 def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
-    from extender.kube import ClusterSync, SyncOptions
+    from extender.cluster import ClusterSync, SyncOptions
 
     c = cache_with(gpu_node("n1", 1))
-    record = translate.allocation_annotations(["GPU-n1-0"], 1000, [16384], NOW)
+    record = allocation_annotations(["GPU-n1-0"], 1000, [16384], NOW)
     bound = pod_json("holder", node="n1", phase="Running", annotations=record)
     mine = pod_json("waiting", annotations={ann.FRACTION: "0.5"})
     mine["spec"]["schedulerName"] = "gpufrac-scheduler"
     other = pod_json("other-scheduler", annotations={ann.FRACTION: "0.5"})
     for pod in (bound, mine, other):
-        c.apply_pod_event("ADDED", translate.pod_intent(pod))
+        c.apply_pod_event("ADDED", pod_intent(pod))
 
     class PatchApi:
         def __init__(self) -> None:

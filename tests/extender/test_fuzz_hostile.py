@@ -29,7 +29,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender import annotations as ann
+from podspec import annotations as ann
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import EVENTS_TOKEN, infeasible
 

@@ -11,19 +11,21 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 
-from extender import annotations as ann
-from extender import translate
 from extender.app import create_app
 from extender.cache import GpuCache
-from extender.kube import ClusterSync, SyncOptions
+from extender.cluster import ClusterSync, SyncOptions
 from extender.server import uvicorn_config
 from extender.settings import Settings, scoring_config
+from podspec import annotations as ann
+from podspec.nodes import node_observation
+from podspec.pods import allocation_annotations, pod_intent
 from scoring.strategies import build_scorer
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import EVENTS_TOKEN, FakeResponse, client_for
@@ -101,7 +103,7 @@ def test_a_pod_asking_more_than_any_node_has_is_unresolvable_with_a_message() ->
 def test_huge_node_allocatable_makes_a_node_without_gpus_not_an_error() -> None:
     node = {"metadata": {"name": "n", "annotations": {}},
             "status": {"allocatable": {"cpu": str(2**70), "memory": "1e400"}}}
-    obs = translate.node_observation(node)  # was: int64 overflow when the arrays were built
+    obs = node_observation(node)  # was: int64 overflow when the arrays were built
     assert (obs.cpu_milli, obs.memory_mib, obs.gpus) == (0, 0, ())
     assert "is too large (at most 1000000 cores)" in obs.problem
 
@@ -141,8 +143,8 @@ def test_chunked_body_over_the_limit_answers_with_error_not_detail() -> None:
 
 
 def test_pod_events_need_the_token_and_are_off_without_one() -> None:
-    event = [{"type": "ADDED", "object": pod_json("forged", node="a", annotations=translate.allocation_annotations(
-        ["GPU-a-0"], 1000, [16384], translate.datetime.now(translate.UTC)))}]
+    event = [{"type": "ADDED", "object": pod_json("forged", node="a", annotations=allocation_annotations(
+        ["GPU-a-0"], 1000, [16384], datetime.now(UTC)))}]
     with client_for(NODES) as (client, cache):
         for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}):
             r = client.post("/standalone/pod-events", json=event, headers=headers)
@@ -181,7 +183,7 @@ class _ListOnlyApi:
 
 
 def _node_json(name: str) -> dict[str, Any]:
-    inv = ann.NodeInventory(node=name, heartbeat=translate.datetime.now(translate.UTC), gpus=[
+    inv = ann.NodeInventory(node=name, heartbeat=datetime.now(UTC), gpus=[
         ann.GpuInventory(index=0, uuid=f"GPU-{name}-0", model="T4", memory_mib=16384, replicas=4)])
     return {"metadata": {"name": name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
@@ -190,8 +192,8 @@ def _node_json(name: str) -> dict[str, Any]:
 def test_a_poison_pod_in_the_pod_list_is_quarantined_and_sync_completes() -> None:
     poison = pod_json("poison", annotations={ann.FRACTION: "1e-1000030"})
     poison["metadata"]["namespace"] = "mallory"
-    good = pod_json("good", node="n1", phase="Running", annotations=translate.allocation_annotations(
-        ["GPU-n1-0"], 500, [8192], translate.datetime.now(translate.UTC)))
+    good = pod_json("good", node="n1", phase="Running", annotations=allocation_annotations(
+        ["GPU-n1-0"], 500, [8192], datetime.now(UTC)))
     weird = {"metadata": "not an object", "spec": [], "status": 7}
     api = _ListOnlyApi([_node_json("n1"), {"metadata": {"annotations": {}}}], [poison, weird, good])
     cache = GpuCache(build_scorer(scoring_config("default")))
@@ -259,9 +261,9 @@ def crowded_cache(victims: int) -> tuple[GpuCache, dict[str, Any]]:
         frac = f"{share / 1000:.3f}"
         p = pod_json(f"v{i}", node="n", phase="Running", cpu="10m", memory="16Mi", annotations={
             ann.QOS: "best-effort", ann.FRACTION: frac,
-            **translate.allocation_annotations([f"GPU-n-{g}"], share, [1], translate.datetime.now(translate.UTC))})
+            **allocation_annotations([f"GPU-n-{g}"], share, [1], datetime.now(UTC))})
         p["spec"]["priority"] = 0
-        cache.apply_pod_event("ADDED", translate.pod_intent(p))
+        cache.apply_pod_event("ADDED", pod_intent(p))
     preemptor = pod_json("vip", annotations={ann.QOS: "guaranteed"})
     preemptor["spec"]["priority"] = 1000
     return cache, preemptor

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from extender import annotations as ann
-from extender import inspection, translate
+from extender import inspection
+from podspec import annotations as ann
+from podspec.pods import allocation_annotations
 from tests.conftest import pod_json
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
@@ -19,7 +20,7 @@ def node(name: str) -> dict:
 
 
 def bound(name: str, milli: int, mib: int, qos: str = "burstable") -> dict:
-    record = translate.allocation_annotations(["GPU-n-0"], milli, [mib], NOW)
+    record = allocation_annotations(["GPU-n-0"], milli, [mib], NOW)
     return pod_json(name, node="n", phase="Running", annotations={**record, ann.QOS: qos})
 
 

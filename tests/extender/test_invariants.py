@@ -29,11 +29,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender import annotations as ann
-from extender import translate
 from extender.cache import BindError, GpuCache
 from extender.settings import scoring_config
 from extender.tenants import Tenant, TenantPolicy
+from podspec import annotations as ann
+from podspec.pods import allocation_annotations, pod_intent
 from scoring.request import QoSClass
 from scoring.strategies import build_scorer
 from tests.conftest import gpu_node, pod_json
@@ -109,7 +109,7 @@ def test_binds_and_forged_pods_never_break_the_invariants(ops: list[tuple[Any, .
         if op[0] == "place":
             _, ns, frac, qos = op
             p = pod(name, ns, {ann.FRACTION: frac, ann.QOS: qos})
-            intent = translate.pod_intent(p)
+            intent = pod_intent(p)
             cache.apply_pod_event("ADDED", intent)
             api[intent.uid] = p
             ce = cache.evaluate(intent, ["a", "b"])
@@ -123,7 +123,7 @@ def test_binds_and_forged_pods_never_break_the_invariants(ops: list[tuple[Any, .
                 assert alloc is not None
                 p["spec"]["nodeName"] = alloc.node
                 p["status"]["phase"] = "Running"
-                p["metadata"]["annotations"].update(translate.allocation_annotations(
+                p["metadata"]["annotations"].update(allocation_annotations(
                     rec.gpu_uuids, alloc.gpu_milli, alloc.gpu_memory_mib, NOW))
         elif op[0] == "forge":
             _, ns, uuids, frac, memory, qos = op
@@ -134,7 +134,7 @@ def test_binds_and_forged_pods_never_break_the_invariants(ops: list[tuple[Any, .
             if frac != "1":
                 record[ann.FRACTION] = frac
             p = pod(name, ns, record, gpus=gpus, node=NODE_OF[uuids[0]])
-            intent = translate.pod_intent(p)
+            intent = pod_intent(p)
             forged.add(intent.uid)
             api[intent.uid] = p
             cache.apply_pod_event("ADDED", intent)
@@ -144,7 +144,7 @@ def test_binds_and_forged_pods_never_break_the_invariants(ops: list[tuple[Any, .
             cache.remove_pod(uid)
         elif op[0] == "restart":
             cache = new_cache()
-            cache.set_pods([translate.pod_intent(p) for p in api.values()])
+            cache.set_pods([pod_intent(p) for p in api.values()])
         check(cache, forged)
 
 
@@ -152,14 +152,14 @@ def test_a_forged_record_over_a_full_gpu_is_an_overcommit_that_fills_it_and_no_m
     """The issue's case: a GPU ended up holding 5000 milli and 160 GiB of its 16 GiB."""
     cache = new_cache()
     # gpufrac binds a 0.75 burstable pod on GPU-b-0 (24 GiB): 750 milli, 18432 MiB (0.75 x 24576).
-    legit = translate.pod_intent(pod("legit", "other", {ann.FRACTION: "0.75"}))
+    legit = pod_intent(pod("legit", "other", {ann.FRACTION: "0.75"}))
     cache.apply_pod_event("ADDED", legit)
     cache.bind(legit.uid, "other", "legit", "b")
     # Five forged whole-GPU guaranteed pods on the same GPU, 160 GiB each.
     for i in range(5):
         record = {ann.ASSIGNED_GPUS: "GPU-b-0", ann.ASSIGNED_FRACTION: "1", ann.ASSIGNED_MEMORY: "160Gi",
                   ann.QOS: "guaranteed"}
-        cache.apply_pod_event("ADDED", translate.pod_intent(pod(f"f{i}", "mallory", record, node="b")))
+        cache.apply_pod_event("ADDED", pod_intent(pod(f"f{i}", "mallory", record, node="b")))
     s = cache.state_copy()
     row = s.node_index["b"]
     # 750 (legit) + 250 (what was free, taken by f0) = 1000; f1..f4 find nothing left.
@@ -171,7 +171,7 @@ def test_a_forged_record_over_a_full_gpu_is_an_overcommit_that_fills_it_and_no_m
     assert {a["name"]: a["held_milli"] for a in over}["f0"] == [250]
     assert "share over what a guaranteed pod may take" in over[0]["overcommit"]
     # gpufrac places nothing more there: a 0.1 pod fails GPU-b-0 for share.
-    small = translate.pod_intent(pod("small", "other", {ann.FRACTION: "0.1"}))
+    small = pod_intent(pod("small", "other", {ann.FRACTION: "0.1"}))
     cache.apply_pod_event("ADDED", small)
     ev = cache.evaluate(small, ["b"]).evaluation
     assert not ev.context.node_fits[0]
@@ -189,16 +189,16 @@ def test_share_freed_by_a_pod_found_bound_elsewhere_goes_to_the_overcommit_first
     cache = new_cache()
     # gpufrac assumes a whole GPU-b-0 for "moved"; a forged whole-GPU record on GPU-b-0 then
     # finds nothing free (counted 0 of its 1000).
-    moved = translate.pod_intent(pod("moved", "other", {}))
+    moved = pod_intent(pod("moved", "other", {}))
     cache.apply_pod_event("ADDED", moved)
     cache.assume(moved.uid, "other", "moved", "b", hold_s=60)
     record = {ann.ASSIGNED_GPUS: "GPU-b-0", ann.ASSIGNED_FRACTION: "1", ann.QOS: "burstable"}
-    cache.apply_pod_event("ADDED", translate.pod_intent(pod("forged", "mallory", record, node="b")))
+    cache.apply_pod_event("ADDED", pod_intent(pod("forged", "mallory", record, node="b")))
     assert {a["name"]: a["held_milli"] for a in cache.allocations()}["forged"] == [0]
     # The watch shows "moved" bound to node a after all: GPU-b-0's 1000 milli are freed, and
     # the over-commit takes them (it really runs there) before anyone else is offered them.
-    bound_a = pod("moved", "other", translate.allocation_annotations(["GPU-a-0"], 1000, [16384], NOW), node="a")
-    cache.apply_pod_event("MODIFIED", translate.pod_intent(bound_a))
+    bound_a = pod("moved", "other", allocation_annotations(["GPU-a-0"], 1000, [16384], NOW), node="a")
+    cache.apply_pod_event("MODIFIED", pod_intent(bound_a))
     held = {a["name"]: a["held_milli"] for a in cache.allocations()}
     assert held["forged"] == [1000] and held["moved"] == [1000]
 
@@ -210,12 +210,12 @@ def test_a_tenant_cannot_forge_its_way_past_quota_or_ceiling() -> None:
     cache = new_cache()
     for i, uuid in enumerate(["GPU-a-0", "GPU-a-1", "GPU-b-0"]):
         record = {ann.ASSIGNED_GPUS: uuid, ann.ASSIGNED_FRACTION: "1", ann.QOS: "guaranteed"}
-        cache.apply_pod_event("ADDED", translate.pod_intent(pod(f"f{i}", "team-a", record, node=NODE_OF[uuid])))
+        cache.apply_pod_event("ADDED", pod_intent(pod(f"f{i}", "team-a", record, node=NODE_OF[uuid])))
     allocs = {a["name"]: a for a in cache.allocations()}
     assert all(a["qos"] == "burstable" for a in allocs.values())   # ceiling, not guaranteed
     # f0 claims a guaranteed GPU: over the ceiling, so an over-commit (held as burstable)
     assert all("may ask for QoS class burstable or lower" in a["overcommit"] for a in allocs.values())
-    nxt = translate.pod_intent(pod("next", "team-a", {ann.FRACTION: "0.5"}))
+    nxt = pod_intent(pod("next", "team-a", {ann.FRACTION: "0.5"}))
     cache.apply_pod_event("ADDED", nxt)
     assert "over GPU quota" in (cache.evaluate(nxt, ["a", "b"]).rejected or "")
     assert np.all(cache.state_copy().gpu_used_milli <= 1000)

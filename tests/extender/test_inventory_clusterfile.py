@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import trace
-from extender import annotations as ann
 from extender.clusterfile import OPENB_GPU_MEMORY_MIB, load_cluster_file
+from podspec import annotations as ann
 
 
 def test_committed_schema_matches_the_model() -> None:

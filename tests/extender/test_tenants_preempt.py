@@ -323,7 +323,7 @@ def test_tls_settings_come_in_pairs(tmp_path: Path) -> None:
 def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    from extender.translate import pod_intent
+    from podspec.pods import pod_intent
     from scoring.strategies import ScoringConfig, build_scorer
 
     node = gpu_node("a", 1)

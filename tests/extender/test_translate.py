@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from extender import translate
-from extender.translate import PodSpecError
+from podspec.pods import PodSpecError, pod_intent
 from scoring.request import QoSClass
 from tests.conftest import pod_json
 
 
 def test_defaults() -> None:
-    it = translate.pod_intent(pod_json(gpus=2, cpu="1500m", memory="2Gi"))
+    it = pod_intent(pod_json(gpus=2, cpu="1500m", memory="2Gi"))
     assert (it.gpu_count, it.gpu_milli, it.gpu_memory_mib, it.gpu_models) == (2, 1000, None, None)
     assert it.qos == QoSClass.BURSTABLE
     assert (it.cpu_milli, it.memory_mib) == (1500, 2048)
 
 
 def test_all_annotations() -> None:
-    it = translate.pod_intent(pod_json(annotations={
+    it = pod_intent(pod_json(annotations={
         "gpufrac.io/fraction": "0.25", "gpufrac.io/memory": "500Mi",
         "gpufrac.io/gpu-model": "T4|V100M32", "gpufrac.io/qos": "best-effort"}))
     assert it.gpu_milli == 250
@@ -29,14 +28,14 @@ def test_all_annotations() -> None:
 
 def test_memory_rounds_up_to_whole_mib() -> None:
     # 1G = 10^9 bytes = 953.67 MiB -> 954
-    assert translate.pod_intent(pod_json(annotations={"gpufrac.io/memory": "1G"})).gpu_memory_mib == 954
+    assert pod_intent(pod_json(annotations={"gpufrac.io/memory": "1G"})).gpu_memory_mib == 954
 
 
 def test_effective_requests_with_init_containers() -> None:
     pod = pod_json(gpus=1, cpu="1", memory="1Gi")
     pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "500m"}}})
     pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4", "memory": "512Mi"}}}]
-    it = translate.pod_intent(pod)
+    it = pod_intent(pod)
     # cpu = max(1000 + 500, 4000) = 4000 ; memory = max(1024, 512) = 1024
     assert (it.cpu_milli, it.memory_mib, it.gpu_count) == (4000, 1024, 1)
 
@@ -74,19 +73,19 @@ def test_effective_requests_with_init_containers() -> None:
 def test_bad_annotation_names_annotation_value_and_rule(annotations: dict[str, str], gpus: int,
                                                         message: str) -> None:
     with pytest.raises(PodSpecError) as exc:
-        translate.pod_intent(pod_json(gpus=gpus, annotations=annotations))
+        pod_intent(pod_json(gpus=gpus, annotations=annotations))
     assert message in str(exc.value)
 
 
 def test_fractional_gpu_resource_is_refused() -> None:
     with pytest.raises(PodSpecError, match=r"must be a whole number of GPUs >= 0 \(use the gpufrac.io/fraction"):
-        translate.pod_intent(pod_json(gpus=None) | {"spec": {"containers": [
+        pod_intent(pod_json(gpus=None) | {"spec": {"containers": [
             {"name": "c", "resources": {"limits": {"gpufrac.io/gpu": "500m"}}}]}})
 
 
 def test_long_values_are_truncated_in_messages() -> None:
     with pytest.raises(PodSpecError) as exc:
-        translate.pod_intent(pod_json(annotations={"gpufrac.io/qos": "x" * 500}))
+        pod_intent(pod_json(annotations={"gpufrac.io/qos": "x" * 500}))
     assert len(str(exc.value)) < 200
 
 
@@ -99,12 +98,12 @@ def test_long_values_are_truncated_in_messages() -> None:
 ])
 def test_malformed_pods_raise_pod_spec_error(pod: object) -> None:
     with pytest.raises(PodSpecError):
-        translate.pod_intent(pod)  # type: ignore[arg-type]
+        pod_intent(pod)  # type: ignore[arg-type]
 
 
 def test_assigned_gpus_and_node() -> None:
     pod = pod_json(node="n1", phase="Running", annotations={"gpufrac.io/assigned-gpus": "GPU-a,GPU-b"})
-    it = translate.pod_intent(pod)
+    it = pod_intent(pod)
     assert it.node_name == "n1" and it.assigned_gpus == ("GPU-a", "GPU-b") and not it.finished
 
 
@@ -116,7 +115,7 @@ def test_annotation_content_never_reaches_messages_or_logs_unescaped(annotation:
     evil = "|\n2026-11-22 ERROR forged line \x1b[31m" + "x" * 200
     pod = pod_json("p", annotations={annotation: evil})
     with pytest.raises(PodSpecError) as exc:
-        translate.pod_intent(pod)
+        pod_intent(pod)
     text = str(exc.value)
     assert "\n" not in text and "\x1b" not in text and "x" * 100 not in text
     assert "\\n2026-11-22 ERROR forged line" in text

@@ -25,9 +25,9 @@ from typing import Any
 
 import grpc
 
-from extender import annotations as ann
-from extender.agent.deviceplugin import assign
-from extender.agent.deviceplugin.stubs import load
+from agent.deviceplugin import assign
+from agent.deviceplugin.stubs import load
+from podspec import annotations as ann
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 The proto is not copied into the project: ``generate`` fetches the ``k8s.io/kubelet`` Go
 module (``go mod download``), takes ``pkg/apis/deviceplugin/v1beta1/api.proto`` from it and
-runs ``grpc_tools.protoc`` into ``extender/agent/deviceplugin/_v1beta1/`` (git-ignored). The
+runs ``grpc_tools.protoc`` into ``agent/deviceplugin/_v1beta1/`` (git-ignored). The
 tests generate it on first use; an image build runs ``python -m
-extender.agent.deviceplugin.stubs`` in a stage with Go.
+agent.deviceplugin.stubs`` in a stage with Go.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def load(generate_if_missing: bool = False) -> tuple[ModuleType, ModuleType]:
     if not (OUT / "api_pb2_grpc.py").exists():
         if not generate_if_missing:
             raise StubsUnavailable("device-plugin stubs not generated: run "
-                                   "`python -m extender.agent.deviceplugin.stubs` (needs Go)")
+                                   "`python -m agent.deviceplugin.stubs` (needs Go)")
         generate()
     pkg = __package__ + "._v1beta1"
     return importlib.import_module(pkg + ".api_pb2"), importlib.import_module(pkg + ".api_pb2_grpc")

@@ -1,12 +1,11 @@
-"""The only bridge between Kubernetes JSON (wire bodies, Pods, Nodes) and the numpy core.
+"""Pods as gpufrac reads them: the bounded parse of a Pod object into a ``PodIntent``, and the
+allocation record gpufrac writes on a pod at bind (``allocation_annotations``) and reads back.
 
-Inbound: Pod JSON -> ``PodIntent`` -> ``scoring.PodRequest``; node names (``NodeNames`` or
-``Nodes`` objects) -> state rows. Outbound: float scores -> 0..10 wire
-integers; ``scoring.fit.Reason`` codes -> the messages kube-scheduler shows in
-FailedScheduling events.
-
-Every parse error is a ``PodSpecError`` / ``ValueError`` whose message names the field, the
-offending value (quoted, truncated) and the rule.
+Every quantity from a pod, node or request body is parsed here, once, into a bounded value
+before anything is sized by it. Every parse error is a ``PodSpecError`` whose message names
+the field, the offending value (quoted, truncated) and the rule. Shared by the extender (which
+turns a ``PodIntent`` into a ``scoring.PodRequest``) and the node agent's device plugin (which
+matches the record to kubelet's ``Allocate``).
 """
 
 from __future__ import annotations
@@ -20,18 +19,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-import numpy as np
 from kubernetes.utils.quantity import parse_quantity
-from numpy.typing import NDArray
 
-from extender import annotations as ann
-from scoring.fit import Reason
-from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.state import ClusterState, GpuSpec, NodeSpec
-from scoring.strategies import Evaluation
-
-MAX_EXTENDER_PRIORITY = 10
-"""kube-scheduler ``extender/v1.MaxExtenderPriority``: the highest score an extender returns."""
+from podspec import annotations as ann
+from scoring.request import MILLI_PER_GPU, QoSClass
 
 MIB = 1024 * 1024
 _QOS_BY_NAME = {q.wire_name: q for q in QoSClass}
@@ -125,9 +116,9 @@ MAX_MEMORY_MIB = 2**40
 """Largest host memory request or allocatable, MiB (an exbibyte)."""
 MAX_GPU_MEMORY_MIB = ann.MAX_GPU_MEMORY_MIB
 """Largest GPU memory per GPU a pod may ask for, MiB (16 TiB)."""
-_MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
-_MAX_MEMORY_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
-_MAX_GPU_MEMORY_BYTES = Decimal(MAX_GPU_MEMORY_MIB) * MIB
+MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
+MAX_MEMORY_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
+MAX_GPU_MEMORY_BYTES = Decimal(MAX_GPU_MEMORY_MIB) * MIB
 INT32 = (-(2**31), 2**31 - 1)
 """Range of ``spec.priority`` (Go ``*int32``)."""
 MAX_NAME_CHARS = 253
@@ -149,7 +140,7 @@ def _text(value: object, field: str, limit: int = MAX_NAME_CHARS) -> str:
     return value
 
 
-def _quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = "",
+def quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = "",
               positive: bool = False) -> Decimal:
     """A Kubernetes quantity in ``[0, maximum]`` (``(0, maximum]`` with ``positive``).
 
@@ -185,7 +176,7 @@ def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, 
     raw_gpu = limits.get(ann.RESOURCE_GPU, requests.get(ann.RESOURCE_GPU))
     if raw_gpu is not None:
         field = f"{where}.resources.limits[{ann.RESOURCE_GPU}]"
-        q = _quantity(raw_gpu, field, maximum=MAX_GPUS_PER_POD, unit=" GPUs")
+        q = quantity(raw_gpu, field, maximum=MAX_GPUS_PER_POD, unit=" GPUs")
         if q != q.to_integral_value():
             raise PodSpecError(
                 f"{field}: {quote(raw_gpu)} must be a whole number of GPUs >= 0 (use the "
@@ -196,11 +187,11 @@ def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, 
     mem = requests.get("memory", limits.get("memory"))
     cpu_milli = mem_mib = 0
     if cpu is not None and cpu != "":
-        q = _quantity(cpu, f"{where}.resources.requests.cpu", maximum=_MAX_CORES,
+        q = quantity(cpu, f"{where}.resources.requests.cpu", maximum=MAX_CORES,
                       unit=" cores")
         cpu_milli = math.ceil(q * 1000)
     if mem is not None and mem != "":
-        q = _quantity(mem, f"{where}.resources.requests.memory", maximum=_MAX_MEMORY_BYTES,
+        q = quantity(mem, f"{where}.resources.requests.memory", maximum=MAX_MEMORY_BYTES,
                       unit=" bytes")
         mem_mib = math.ceil(q / MIB)
     return gpus, cpu_milli, mem_mib
@@ -291,7 +282,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     gpu_mem: int | None = None
     if ann.MEMORY in annotations:
         raw = annotations[ann.MEMORY]
-        q = _quantity(_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=_MAX_GPU_MEMORY_BYTES,
+        q = quantity(_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=MAX_GPU_MEMORY_BYTES,
                       unit=" bytes", positive=True)
         gpu_mem = math.ceil(q / MIB)
     models: frozenset[str] | None = None
@@ -357,8 +348,8 @@ def _assigned_share(annotations: Mapping[str, Any], n_gpus: int) -> tuple[int | 
     raw = annotations.get(ann.ASSIGNED_MEMORY)
     if raw and isinstance(raw, str):
         try:
-            values = tuple(math.ceil(_quantity(v, ann.ASSIGNED_MEMORY, positive=True,
-                                               maximum=_MAX_GPU_MEMORY_BYTES) / MIB)
+            values = tuple(math.ceil(quantity(v, ann.ASSIGNED_MEMORY, positive=True,
+                                               maximum=MAX_GPU_MEMORY_BYTES) / MIB)
                            for v in raw.split(",")[:MAX_GPUS_PER_POD + 1])
         except PodSpecError:
             values = ()
@@ -397,314 +388,8 @@ def allocation_annotations(gpu_uuids: Sequence[str], gpu_milli: int,
     }
 
 
-def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:
-    """Resolve a ``PodIntent`` against the state's model ids.
-
-    A model name no node has resolves to no id, so every node fails the model check and
-    the failure message names the models the pod asked for.
-    """
-    models = None if intent.gpu_models is None else state.model_ids(intent.gpu_models)
-    return PodRequest(
-        gpu_count=intent.gpu_count,
-        gpu_milli=intent.gpu_milli if intent.gpu_count else MILLI_PER_GPU,
-        gpu_memory_mib=intent.gpu_memory_mib,
-        allowed_models=models,
-        qos=intent.qos,
-        cpu_milli=intent.cpu_milli,
-        memory_mib=intent.memory_mib,
-    )
-
-
-def _item_name(item: Any) -> str | None:
+def item_name(item: Any) -> str | None:
     """``metadata.name`` of a Node item of any shape; None when it has none."""
     meta = item.get("metadata") if isinstance(item, Mapping) else None
     name = meta.get("name") if isinstance(meta, Mapping) else None
     return name if isinstance(name, str) and name and len(name) <= MAX_NAME_CHARS else None
-
-
-def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
-                  node_names: Sequence[str] | None) -> tuple[PodIntent, list[str]]:
-    """The pod and candidate names of an ``ExtenderArgs`` (``filter``, ``prioritize``).
-
-    A name listed twice is kept once (its first place): kube-scheduler never sends
-    duplicates, and a node must not get two answers.
-
-    Parameters
-    ----------
-    pod : mapping
-        ``ExtenderArgs.Pod``.
-    node_items : sequence or None
-        ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false), else None.
-    node_names : sequence of str or None
-        ``ExtenderArgs.NodeNames`` (nodeCacheCapable true), else None.
-
-    Raises
-    ------
-    ValueError
-        When neither node form is given, or a Node is not an object with a name;
-        ``PodSpecError`` for the pod.
-    """
-    if node_names is not None:
-        names = list(dict.fromkeys(node_names))
-    elif node_items is not None:
-        names = []
-        for i, item in enumerate(node_items):
-            name = _item_name(item)
-            if name is None:
-                raise ValueError(f"Nodes.items[{i}].metadata.name: missing or not a name of at most "
-                                 f"{MAX_NAME_CHARS} characters")
-            names.append(name)
-        names = list(dict.fromkeys(names))
-    else:
-        raise ValueError("ExtenderArgs: one of NodeNames or Nodes is required")
-    return pod_intent(pod), names
-
-
-def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[np.int64], list[str]]:
-    """State rows of the known names (in the given order) and the unknown names."""
-    get = state.node_index.get
-    rows = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
-    missing = rows < 0
-    if not missing.any():
-        return rows, []
-    return rows[~missing], [names[i] for i in np.flatnonzero(missing).tolist()]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeObservation:
-    """A Node object as gpufrac needs it, before the heartbeat is judged.
-
-    Attributes
-    ----------
-    name : str
-    cpu_milli, memory_mib : int
-        ``status.allocatable`` cpu (milli-cores) and memory (MiB).
-    gpus : tuple of GpuSpec
-        From the ``gpufrac.io/inventory`` annotation, in index order; empty when absent or
-        invalid.
-    heartbeat : datetime or None
-        The inventory's heartbeat (timezone-aware); None when absent or invalid.
-    problem : str
-        Why the inventory is unusable (``""`` when it is fine), for logs.
-    """
-
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    gpus: tuple[GpuSpec, ...]
-    heartbeat: datetime | None
-    problem: str = ""
-
-    def spec(self, now: datetime, stale_after_s: float) -> NodeSpec:
-        """The node for the core: ready only with a valid inventory at most ``stale_after_s`` old."""
-        fresh = (self.heartbeat is not None and not self.problem
-                 and (now - self.heartbeat).total_seconds() <= stale_after_s)
-        return NodeSpec(self.name, self.cpu_milli, self.memory_mib, self.gpus, ready=fresh)
-
-
-def node_observation(node: Mapping[str, Any]) -> NodeObservation:
-    """Parse a Node object (API JSON, from the node watch).
-
-    CPU and memory come from ``status.allocatable``; the GPUs from the ``gpufrac.io/inventory``
-    annotation. An invalid inventory does not raise: the node keeps its CPU and memory (CPU-only
-    pods still count there) and gets no usable GPUs, with the reason in ``problem``.
-
-    Raises
-    ------
-    ValueError
-        When the Node has no name.
-    """
-    name = _item_name(node)
-    if name is None:
-        raise ValueError("Node.metadata.name: missing")
-    meta = node["metadata"]
-    status = node.get("status")
-    alloc = (status.get("allocatable") if isinstance(status, Mapping) else None) or {}
-    annotations = meta.get("annotations") or {}
-    if not isinstance(alloc, Mapping) or not isinstance(annotations, Mapping):
-        return NodeObservation(name, 0, 0, (), None, "status.allocatable and metadata.annotations: must be objects")
-    try:
-        cpu_milli = math.floor(_quantity(alloc.get("cpu", "0"), "cpu",
-                                         maximum=_MAX_CORES, unit=" cores") * 1000)
-        memory_mib = math.floor(_quantity(alloc.get("memory", "0"), "memory",
-                                          maximum=_MAX_MEMORY_BYTES, unit=" bytes") / MIB)
-    except PodSpecError as exc:
-        return NodeObservation(name, 0, 0, (), None, f"status.allocatable.{exc}")
-    raw = annotations.get(ann.INVENTORY)
-    if raw is None:
-        return NodeObservation(name, cpu_milli, memory_mib, (), None, f"no {ann.INVENTORY} annotation")
-    if not isinstance(raw, str):
-        return NodeObservation(name, cpu_milli, memory_mib, (), None, f"{ann.INVENTORY}: must be a string")
-    try:
-        inv = ann.parse_inventory(raw)
-    except ValueError as exc:
-        return NodeObservation(name, cpu_milli, memory_mib, (), None, str(exc))
-    if inv.node != name:
-        return NodeObservation(name, cpu_milli, memory_mib, (), None,
-                               f"{ann.INVENTORY}: published for node {quote(inv.node)}")
-    gpus = tuple(GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy,
-                         g.memory_used_mib)
-                 for g in sorted(inv.gpus, key=lambda g: g.index))
-    heartbeat = inv.heartbeat if inv.heartbeat.tzinfo else inv.heartbeat.replace(tzinfo=UTC)
-    return NodeObservation(name, cpu_milli, memory_mib, gpus, heartbeat)
-
-
-UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY])
-"""Reasons preemption cannot fix: kube-scheduler gets them in ``FailedAndUnresolvableNodes``."""
-
-NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
-
-
-def filter_result(evaluation: Evaluation, intent: PodIntent,
-                  names: Sequence[str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """Split candidates into passed, ``FailedNodes`` and ``FailedAndUnresolvableNodes``.
-
-    A message depends only on the reason and the pod, never on the node: kube-scheduler
-    groups identical reasons into its FailedScheduling event ("0/1213 nodes are available:
-    900 gpufrac: insufficient GPU share ..."), which per-node numbers would splinter into
-    hundreds of lines. Reasons preemption cannot fix (``UNRESOLVABLE``, and a
-    ``gpufrac.io/memory`` larger than every GPU of the node) go to the second map.
-
-    Parameters
-    ----------
-    evaluation : Evaluation
-    intent : PodIntent
-        The pod, for the model names it asked for.
-    names : sequence of str
-        Candidate names aligned with the evaluation's rows.
-
-    Returns
-    -------
-    passed : list of str
-    failed, unresolvable : dict of str to str
-    """
-    ctx = evaluation.context
-    codes = ctx.reason.astype(np.int64)
-    table = np.array([reason_message(r, ctx.request, intent) for r in Reason], dtype=object)
-    arr = np.asarray(names, dtype=object)
-    unres = np.isin(codes, UNRESOLVABLE)
-    if ctx.request.gpu_memory_mib is not None:
-        # More memory than any GPU of the node has: no preemption can make room there.
-        unres |= (codes == Reason.INSUFFICIENT_GPU_MEMORY) & (
-            ctx.request.gpu_memory_mib > ctx.mem_total_mib.max(axis=1, initial=0))
-    fail = ~ctx.node_fits & ~unres
-    return (
-        arr[ctx.node_fits].tolist(),
-        dict(zip(arr[fail].tolist(), table[codes[fail]].tolist(), strict=True)),
-        dict(zip(arr[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
-    )
-
-
-def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str],
-                 unknown: Sequence[str],
-                 node_items: Sequence[Mapping[str, Any]] | None,
-                 rejected: str | None = None) -> dict[str, Any]:
-    """The ``ExtenderFilterResult`` JSON for an evaluation.
-
-    Built as a plain dict: validating thousands of entries through pydantic would cost more
-    than the placement decision.
-
-    Parameters
-    ----------
-    evaluation, intent, names
-        As for ``filter_result``.
-    unknown : sequence of str
-        Candidates not in gpufrac's cache; they fail with ``NODE_UNKNOWN_MESSAGE``.
-    node_items : sequence of mapping or None
-        ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false): the passing ones are echoed in
-        ``Nodes``; None: passing names go in ``NodeNames``.
-    rejected : str or None
-        The pod's tenant may not place it (``extender.tenants``): every candidate fails with
-        this message in ``FailedAndUnresolvableNodes`` (preempting others cannot help).
-
-    Returns
-    -------
-    dict
-        ``Nodes``, ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``.
-    """
-    if rejected is not None:
-        passed, failed = [], {}
-        unresolvable = dict.fromkeys([*names, *unknown], rejected)
-        unknown = ()
-    else:
-        passed, failed, unresolvable = filter_result(evaluation, intent, names)
-    failed.update(dict.fromkeys(unknown, NODE_UNKNOWN_MESSAGE))
-    nodes: dict[str, Any] | None = None
-    node_names: list[str] | None = passed
-    if node_items is not None:
-        keep = set(passed)
-        nodes = {"metadata": {}, "items": [it for it in node_items if _item_name(it) in keep]}
-        node_names = None
-    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
-
-
-def prioritize_reply(evaluation: Evaluation, names: Sequence[str],
-                     unknown: Sequence[str], rejected: str | None = None) -> list[dict[str, Any]]:
-    """The ``HostPriorityList`` JSON: ``wire_scores`` per candidate, 0 for unknown nodes (and
-    for every node when the tenant may not place the pod, ``rejected``)."""
-    scores = [0] * len(names) if rejected is not None else wire_scores(evaluation)
-    out = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
-    out.extend({"Host": n, "Score": 0} for n in unknown)
-    return out
-
-
-def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> str:
-    """The user-facing text of one ``Reason`` for one pod."""
-    k, milli = request.gpu_count, request.gpu_milli
-    share = "a whole unshared GPU" if milli == MILLI_PER_GPU else f"{milli} milli-GPU free on one GPU"
-    per_gpu = f"{k} GPU(s) with {share}" if k > 1 else share
-    messages = {
-        Reason.FITS: "fits",
-        Reason.NODE_NOT_READY: (f"inventory stale: no fresh, valid {ann.INVENTORY} from the node's "
-                                "gpufrac agent"),
-        Reason.INSUFFICIENT_CPU: f"insufficient cpu (pod requests {request.cpu_milli}m)",
-        Reason.INSUFFICIENT_MEMORY: f"insufficient memory (pod requests {request.memory_mib}Mi)",
-        Reason.TOO_FEW_GPUS: f"node has fewer than {k} GPUs",
-        Reason.GPU_MODEL_MISMATCH: (
-            f"{ann.GPU_MODEL} {quote('|'.join(sorted(intent.gpu_models or ())))}: "
-            f"fewer than {k} GPU(s) of an allowed model on node"),
-        Reason.GPU_UNHEALTHY: f"fewer than {k} healthy GPU(s) of an allowed model",
-        Reason.INSUFFICIENT_GPU_SHARE: f"insufficient GPU share: pod needs {per_gpu}",
-        Reason.INSUFFICIENT_GPU_MEMORY: (
-            "insufficient GPU memory: pod needs "
-            + (f"{request.gpu_memory_mib}Mi" if request.gpu_memory_mib is not None
-               else f"{milli / MILLI_PER_GPU:g} of the GPU's memory")
-            + " on a GPU with enough share"),
-        Reason.NO_REPLICA_SLOT: "no free time-slicing replica slot on the GPUs that fit",
-        Reason.QOS_ISOLATION: (
-            f"QoS isolation: a {request.qos.wire_name} pod does not share a GPU with "
-            f"{'best-effort' if request.qos == QoSClass.GUARANTEED else 'guaranteed'} pods"),
-    }
-    return "gpufrac: " + messages[reason]
-
-
-def wire_scores(evaluation: Evaluation) -> list[int]:
-    """Map float node scores to kube-scheduler's 0..``MAX_EXTENDER_PRIORITY`` integers.
-
-    The best node (``Evaluation.best``: highest score, lowest cluster row on ties) alone gets
-    10, so kube-scheduler's random tie-break among its top total never overrides gpufrac's
-    choice. The other feasible nodes get ``1 + floor(8 * (s - s_min) / (s_max - s_min))``
-    (9 when all scores are equal): ranking kept, near-ties stay near, and 0 is left for
-    infeasible nodes.
-
-    Returns
-    -------
-    list of int
-        One per candidate, in candidate order.
-    """
-    fits = evaluation.context.node_fits
-    out = np.zeros(fits.shape[0], dtype=np.int64)
-    best = evaluation.best()
-    if best < 0:
-        return out.tolist()
-    s = evaluation.score[fits]
-    lo, hi = float(s.min()), float(s.max())
-    top = MAX_EXTENDER_PRIORITY - 1
-    if hi > lo:
-        scaled = 1 + np.floor((top - 1) * (evaluation.score - lo) / (hi - lo)).astype(np.int64)
-    else:
-        scaled = np.full(fits.shape[0], top, dtype=np.int64)
-    out = np.where(fits, np.clip(scaled, 1, top), 0)
-    out[best] = MAX_EXTENDER_PRIORITY
-    return out.tolist()

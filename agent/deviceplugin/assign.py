@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender import annotations as ann
-from extender import translate
+from podspec import annotations as ann
+from podspec.pods import pod_intent
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ def candidates(pods: Iterable[Mapping[str, Any]], node: str) -> list[PodAssignme
         if spec.get("nodeName") != node or status.get("containerStatuses"):
             continue
         try:
-            intent = translate.pod_intent(pod)
+            intent = pod_intent(pod)
         except ValueError:
             continue
         if intent.finished or not intent.assigned_gpus:

@@ -19,16 +19,16 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from extender.agent.inventory import (
+from agent.inventory import (
     HealthTracker,
     build_inventory,
     pod_uid_of_pid,
     replicas_for,
     same_content,
 )
-from extender.agent.nvml import NvmlBackend
-from extender.annotations import INVENTORY, NodeInventory, dump_inventory
-from extender.kubeio import drain, response_json
+from agent.nvml import NvmlBackend
+from podspec.annotations import INVENTORY, NodeInventory, dump_inventory
+from podspec.kubeio import drain, response_json
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,15 @@ from typing import Any
 import jsonschema
 import pytest
 
-from extender import annotations as ann
-from extender import translate
-from extender.agent.inventory import build_inventory, pod_uid_of_pid, replicas_for
-from extender.agent.nvml import FakeNvml, ProcessReading, XidEvent
-from extender.agent.publisher import Publisher, PublishOptions
+from agent.inventory import build_inventory, pod_uid_of_pid, replicas_for
+from agent.nvml import FakeNvml, ProcessReading, XidEvent
+from agent.publisher import Publisher, PublishOptions
 from extender.cache import GpuCache
 from extender.settings import scoring_config
+from extender.translate import outbound
+from podspec import annotations as ann
+from podspec.nodes import node_observation
+from podspec.pods import pod_intent
 from scoring.fit import Reason
 from scoring.strategies import build_scorer
 from tests.conftest import pod_json
@@ -104,8 +106,8 @@ def test_fatal_xid_marks_the_gpu_unhealthy_and_the_extender_refuses_it() -> None
     assert (gpu.healthy, gpu.health_reason) == (False, "XID 79")
 
     cache = GpuCache(build_scorer(scoring_config("default")))
-    cache.set_nodes([translate.node_observation(api.node_json()).spec(T0, 180)])
-    ev = cache.evaluate(translate.pod_intent(pod_json("p", annotations={ann.FRACTION: "0.25"})), ["n1"])
+    cache.set_nodes([node_observation(api.node_json()).spec(T0, 180)])
+    ev = cache.evaluate(pod_intent(pod_json("p", annotations={ann.FRACTION: "0.25"})), ["n1"])
     assert Reason(int(ev.evaluation.context.reason[0])) == Reason.GPU_UNHEALTHY
 
 
@@ -118,16 +120,16 @@ def test_application_xids_do_not_change_health() -> None:
 def test_an_agent_that_stops_publishing_makes_the_node_stale() -> None:
     api = FakeNodeApi()
     publisher(api, fake()).publish_once()
-    obs = translate.node_observation(api.node_json())
+    obs = node_observation(api.node_json())
     cache = GpuCache(build_scorer(scoring_config("default")))
-    intent = translate.pod_intent(pod_json("p", annotations={ann.FRACTION: "0.25"}))
+    intent = pod_intent(pod_json("p", annotations={ann.FRACTION: "0.25"}))
     # Fresh within the extender's limit (180 s), stale one second after it.
     cache.set_nodes([obs.spec(T0 + dt.timedelta(seconds=180), 180)])
     assert cache.evaluate(intent, ["n1"]).evaluation.context.node_fits[0]
     cache.set_nodes([obs.spec(T0 + dt.timedelta(seconds=181), 180)])
     ev = cache.evaluate(intent, ["n1"]).evaluation
     assert Reason(int(ev.context.reason[0])) == Reason.NODE_NOT_READY
-    passed, failed, _ = translate.filter_result(ev, intent, ["n1"])
+    passed, failed, _ = outbound.filter_result(ev, intent, ["n1"])
     assert passed == [] and "inventory stale" in failed["n1"]
 
 
@@ -188,7 +190,7 @@ def test_process_outside_pods_or_gone_has_no_pod(tmp_path: Path) -> None:
 def test_missing_nvml_library_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import pynvml
 
-    from extender.agent.nvml import NvmlUnavailable, PynvmlBackend
+    from agent.nvml import NvmlUnavailable, PynvmlBackend
 
     def no_library() -> None:
         raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -205,7 +207,7 @@ def test_real_backend_calls_exist_in_pynvml() -> None:
 
     import pynvml
 
-    from extender.agent import nvml
+    from agent import nvml
 
     used = set(re.findall(r"nv\.([A-Za-z_0-9]+)", Path(nvml.__file__).read_text()))
     assert len(used) > 15

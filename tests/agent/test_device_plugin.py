@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 import pytest
 
-from extender import annotations as ann
-from extender import translate
-from extender.agent.deviceplugin.plugin import GpuSlots, PluginServer
-from extender.agent.deviceplugin.stubs import load
+from agent.deviceplugin.plugin import GpuSlots, PluginServer
+from agent.deviceplugin.stubs import load
+from podspec import annotations as ann
+from podspec.pods import allocation_annotations
+from tests.agent.kubelet import FakeKubelet
 from tests.conftest import pod_json
-from tests.extender.kubelet import FakeKubelet
 
 T0 = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 A, B = "GPU-aaaa", "GPU-bbbb"
@@ -36,7 +36,7 @@ def stubs() -> tuple[Any, Any]:
 def bound_pod(name: str, created: str, uuids: list[str], milli: int, memory: list[int],
               containers: list[int] | None = None) -> dict[str, Any]:
     """A pod gpufrac bound to n1, not started yet, with its allocation record."""
-    record = translate.allocation_annotations(uuids, milli, memory, T0)
+    record = allocation_annotations(uuids, milli, memory, T0)
     ann_ = dict(record)
     if milli < 1000:
         ann_[ann.FRACTION] = str(milli / 1000)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from extender.agent.nvml import GpuReading, XidEvent
-from extender.annotations import GpuInventory, NodeInventory, PodGpuUsage
+from agent.nvml import GpuReading, XidEvent
+from podspec.annotations import GpuInventory, NodeInventory, PodGpuUsage
 
 GFD_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 """Label set by NVIDIA GPU Feature Discovery when time-slicing is configured."""

@@ -28,11 +28,12 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from extender import annotations as ann
-from extender import translate
 from extender.cache import BindError, GpuCache
-from extender.kubeio import drain, response_json
 from extender.quarantine import Quarantine
+from podspec import annotations as ann
+from podspec.kubeio import drain, response_json
+from podspec.nodes import NodeObservation, node_observation
+from podspec.pods import PodIntent, allocation_annotations, pod_intent, quote
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class ClusterSync:
         self._opts = options
         self._now = now
         self._stop = threading.Event()
-        self._observations: dict[str, translate.NodeObservation] = {}
+        self._observations: dict[str, NodeObservation] = {}
         self._obs_lock = threading.Lock()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -260,10 +261,10 @@ class ClusterSync:
 
     # -- nodes ---------------------------------------------------------------------------
 
-    def _observe(self, obj: Mapping[str, Any]) -> translate.NodeObservation | None:
+    def _observe(self, obj: Mapping[str, Any]) -> NodeObservation | None:
         """The node as gpufrac reads it; None (quarantined) when it has no usable name."""
         try:
-            obs = translate.node_observation(obj)
+            obs = node_observation(obj)
         except ValueError as exc:
             self.quarantine.reject("node", _object_key(obj, namespaced=False), str(exc))
             return None
@@ -300,21 +301,21 @@ class ClusterSync:
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _read_pod(self, obj: Mapping[str, Any]) -> translate.PodIntent | None:
+    def _read_pod(self, obj: Mapping[str, Any]) -> PodIntent | None:
         """The pod as gpufrac reads it; None (quarantined, skipped) when it cannot be read.
 
         A pending pod that cannot be read also fails filter, which tells its owner why in
         the pod's events; one bound elsewhere is not counted (its CPU and memory included).
         """
         try:
-            intent = translate.pod_intent(obj)
+            intent = pod_intent(obj)
         except ValueError as exc:
             self.quarantine.reject("pod", _object_key(obj), str(exc))
             return None
         self.quarantine.clear("pod", intent.key)
         return intent
 
-    def _reject_failed(self, intent: translate.PodIntent, exc: Exception) -> None:
+    def _reject_failed(self, intent: PodIntent, exc: Exception) -> None:
         """Quarantine a pod whose cache update raised (a bug, never the pod's fault alone)."""
         self.quarantine.reject("pod", intent.key, f"internal: {type(exc).__name__}: {exc}")
 
@@ -352,10 +353,10 @@ def _object_key(obj: Any, namespaced: bool = True) -> str:
     """``namespace/name`` (or the name) of an API object for logs, whatever its shape."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     meta = meta if isinstance(meta, Mapping) else {}
-    name = translate.quote(meta.get("name", "?"), 253)[1:-1]
+    name = quote(meta.get("name", "?"), 253)[1:-1]
     if not namespaced:
         return name
-    return f"{translate.quote(meta.get('namespace', '?'), 63)[1:-1]}/{name}"
+    return f"{quote(meta.get('namespace', '?'), 63)[1:-1]}/{name}"
 
 
 def _namespace_labels(obj: Any) -> tuple[str, dict[str, str]] | None:
@@ -404,7 +405,7 @@ class KubeBinder:
             raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
         if obj.get("metadata", {}).get("uid") != uid:
             raise BindError(f"gpufrac: pod {namespace}/{name} has another UID than {uid} (recreated)")
-        self._cache.apply_pod_event("ADDED", translate.pod_intent(obj))
+        self._cache.apply_pod_event("ADDED", pod_intent(obj))
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> None:
         """Bind one pod to ``node`` with the GPUs gpufrac chooses there.
@@ -424,7 +425,7 @@ class KubeBinder:
         # other pods to the same node (best-fit sends many in a row) proceed in parallel.
         alloc = rec.allocation
         assert alloc is not None
-        record = translate.allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
+        record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
                                                   alloc.gpu_memory_mib, self._now())
         try:
             self._create_binding(uid, namespace, name, node, record)

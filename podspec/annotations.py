@@ -3,7 +3,7 @@
 This module is the one contract shared by the extender and the node agent: the agent
 publishes ``NodeInventory`` as the ``gpufrac.io/inventory`` node annotation; the extender
 parses it with ``parse_inventory``. The JSON Schema of version 1 is committed at
-``extender/schemas/inventory.v1.json`` and generated from ``NodeInventory`` (a test keeps
+``podspec/schemas/inventory.v1.json`` and generated from ``NodeInventory`` (a test keeps
 the two equal).
 """
 
@@ -34,7 +34,7 @@ ASSIGNED_AT = f"{DOMAIN}/assigned-at"
 """Pod annotations gpufrac writes at bind (the allocation record)."""
 
 REQUEUE = f"{DOMAIN}/requeue"
-"""Pod annotation gpufrac bumps on pending GPU pods when GPU share is freed (see extender.kube)."""
+"""Pod annotation gpufrac bumps on pending GPU pods when GPU share is freed (see extender.cluster)."""
 
 INVENTORY = f"{DOMAIN}/inventory"
 """Node annotation holding the JSON ``NodeInventory``."""

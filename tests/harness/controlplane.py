@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on 127.0.0.1, for the end-to-end tests and benchmarks.
 
 Builds kube-apiserver, kube-scheduler and kubectl from the Go modules pinned in
-``benchmarks/kube/go.mod`` (``k8s.io/kubernetes`` with its staging modules replaced by their
+``tests/harness/kube/go.mod`` (``k8s.io/kubernetes`` with its staging modules replaced by their
 published releases) into a cache directory keyed by that go.mod and go.sum, so later runs
 reuse them; installs Debian's ``etcd-server`` when no ``etcd`` is on the machine. Then starts
 etcd, kube-apiserver (self-signed CA, client-certificate authentication, RBAC), and on demand
@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GO_MODULE_DIR = Path(__file__).resolve().parent / "kube"
 COMMANDS = ("kube-apiserver", "kube-scheduler", "kubectl")
 LOOPBACK = "127.0.0.1"
@@ -56,12 +56,12 @@ def free_port() -> int:
 # -- binaries ------------------------------------------------------------------------------
 
 def kube_version() -> str:
-    """The ``k8s.io/kubernetes`` version pinned in ``benchmarks/kube/go.mod``."""
+    """The ``k8s.io/kubernetes`` version pinned in ``tests/harness/kube/go.mod``."""
     for line in (GO_MODULE_DIR / "go.mod").read_text().splitlines():
         parts = line.split()
         if parts[:2] == ["require", "k8s.io/kubernetes"]:
             return parts[2]
-    raise ControlPlaneError("benchmarks/kube/go.mod does not require k8s.io/kubernetes")
+    raise ControlPlaneError("tests/harness/kube/go.mod does not require k8s.io/kubernetes")
 
 
 def build_kube_binaries(cache_root: Path | None = None) -> dict[str, Path]:
@@ -460,7 +460,7 @@ def _https_ok(url: str) -> bool:
 
 def inventory_annotation(node: str, gpus: list[dict[str, Any]], heartbeat: dt.datetime | None = None) -> str:
     """The ``gpufrac.io/inventory`` value an agent would publish for ``gpus``."""
-    from extender.annotations import GpuInventory, NodeInventory, dump_inventory
+    from podspec.annotations import GpuInventory, NodeInventory, dump_inventory
 
     beat = heartbeat or dt.datetime.now(dt.UTC)
     return dump_inventory(NodeInventory(node=node, heartbeat=beat,

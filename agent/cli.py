@@ -1,0 +1,104 @@
+"""``gpufrac-agent`` command line: the node agent (NVML inventory publisher and device plugin)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from podspec.kubeio import kube_api
+
+
+def _run(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    import yaml
+
+    from agent.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend
+    from agent.publisher import Publisher, PublishOptions
+
+    logging.basicConfig(level=args.log_level.upper())
+    try:
+        if args.nvml == "fake":
+            cfg = yaml.safe_load(args.fake_config.read_text()) if args.fake_config else {}
+            backend = FakeNvml.from_config({"node": args.node_name, **(cfg or {})})
+        else:
+            backend = PynvmlBackend()
+    except NvmlUnavailable as exc:
+        print(f"gpufrac-agent: {exc}", file=sys.stderr)
+        return 3
+    opts = PublishOptions(replicas=args.replicas, heartbeat_s=args.heartbeat_s,
+                          min_interval_s=args.min_interval_s, proc_root=args.proc_root)
+    publisher = Publisher(kube_api(args.kubeconfig), args.node_name, backend, opts)
+    if args.once:
+        print(publisher.inventory().model_dump_json(by_alias=True, indent=2))
+        backend.close()
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threads = []
+    if args.device_plugin:
+        from agent.deviceplugin.plugin import PluginServer, slots_of
+        from agent.deviceplugin.stubs import StubsUnavailable, load
+        from podspec.kubeio import response_json
+
+        try:
+            load()
+        except StubsUnavailable as exc:
+            print(f"gpufrac-agent: {exc} (or pass --no-device-plugin)", file=sys.stderr)
+            return 3
+        api = publisher.api
+        node = args.node_name
+
+        def pods() -> list[dict]:
+            return response_json(api.list_pod_for_all_namespaces(  # type: ignore[no-any-return]
+                field_selector=f"spec.nodeName={node}", _preload_content=False))["items"]
+
+        plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir)
+        publisher.on_publish = plugin.changed.set
+        threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
+    for t in threads:
+        t.start()
+    try:
+        publisher.run(stop)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        backend.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The agent's argument parser."""
+    agent = argparse.ArgumentParser(prog="gpufrac-agent",
+                                    description="node agent: publish this node's GPU inventory (NVML)")
+    agent.add_argument("--node-name", required=True, help="this node (the DaemonSet passes spec.nodeName)")
+    agent.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
+    agent.add_argument("--nvml", choices=("real", "fake"), default="real")
+    agent.add_argument("--fake-config", type=Path, help="YAML {gpus: [{name, memory_mib, count}]} for --nvml fake")
+    agent.add_argument("--replicas", type=int, default=4, help="time-slicing replicas per GPU (GFD label wins)")
+    agent.add_argument("--heartbeat-s", type=float, default=60.0)
+    agent.add_argument("--min-interval-s", type=float, default=10.0)
+    agent.add_argument("--proc-root", type=Path, default=Path("/proc"),
+                       help="the host's /proc (PIDs from NVML are host PIDs)")
+    agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
+                       help="serve the gpufrac.io/gpu device plugin to kubelet")
+    agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"))
+    agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
+    agent.add_argument("--log-level", default="info")
+
+    return agent
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpufrac-agent`` console script."""
+    return _run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,1 +1,0 @@
-"""The node agent (``gpufrac agent``): NVML inventory, health and usage, published for the extender."""

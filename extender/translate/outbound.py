@@ -1,0 +1,182 @@
+"""Outbound: what the core decided becomes kube-scheduler's JSON, built once.
+
+Float scores -> 0..``MAX_EXTENDER_PRIORITY`` wire integers; ``scoring.fit.Reason`` codes ->
+the messages kube-scheduler shows in FailedScheduling events; the ``ExtenderFilterResult``
+and ``HostPriorityList`` bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from podspec import annotations as ann
+from podspec.pods import PodIntent, item_name, quote
+from scoring.fit import Reason
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.strategies import Evaluation
+
+MAX_EXTENDER_PRIORITY = 10
+"""kube-scheduler ``extender/v1.MaxExtenderPriority``: the highest score an extender returns."""
+
+UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY])
+"""Reasons preemption cannot fix: kube-scheduler gets them in ``FailedAndUnresolvableNodes``."""
+
+NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
+
+
+def filter_result(evaluation: Evaluation, intent: PodIntent,
+                  names: Sequence[str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """Split candidates into passed, ``FailedNodes`` and ``FailedAndUnresolvableNodes``.
+
+    A message depends only on the reason and the pod, never on the node: kube-scheduler
+    groups identical reasons into its FailedScheduling event ("0/1213 nodes are available:
+    900 gpufrac: insufficient GPU share ..."), which per-node numbers would splinter into
+    hundreds of lines. Reasons preemption cannot fix (``UNRESOLVABLE``, and a
+    ``gpufrac.io/memory`` larger than every GPU of the node) go to the second map.
+
+    Parameters
+    ----------
+    evaluation : Evaluation
+    intent : PodIntent
+        The pod, for the model names it asked for.
+    names : sequence of str
+        Candidate names aligned with the evaluation's rows.
+
+    Returns
+    -------
+    passed : list of str
+    failed, unresolvable : dict of str to str
+    """
+    ctx = evaluation.context
+    codes = ctx.reason.astype(np.int64)
+    table = np.array([reason_message(r, ctx.request, intent) for r in Reason], dtype=object)
+    arr = np.asarray(names, dtype=object)
+    unres = np.isin(codes, UNRESOLVABLE)
+    if ctx.request.gpu_memory_mib is not None:
+        # More memory than any GPU of the node has: no preemption can make room there.
+        unres |= (codes == Reason.INSUFFICIENT_GPU_MEMORY) & (
+            ctx.request.gpu_memory_mib > ctx.mem_total_mib.max(axis=1, initial=0))
+    fail = ~ctx.node_fits & ~unres
+    return (
+        arr[ctx.node_fits].tolist(),
+        dict(zip(arr[fail].tolist(), table[codes[fail]].tolist(), strict=True)),
+        dict(zip(arr[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
+    )
+
+
+def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str],
+                 unknown: Sequence[str],
+                 node_items: Sequence[Mapping[str, Any]] | None,
+                 rejected: str | None = None) -> dict[str, Any]:
+    """The ``ExtenderFilterResult`` JSON for an evaluation.
+
+    Built as a plain dict: validating thousands of entries through pydantic would cost more
+    than the placement decision.
+
+    Parameters
+    ----------
+    evaluation, intent, names
+        As for ``filter_result``.
+    unknown : sequence of str
+        Candidates not in gpufrac's cache; they fail with ``NODE_UNKNOWN_MESSAGE``.
+    node_items : sequence of mapping or None
+        ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false): the passing ones are echoed in
+        ``Nodes``; None: passing names go in ``NodeNames``.
+    rejected : str or None
+        The pod's tenant may not place it (``extender.tenants``): every candidate fails with
+        this message in ``FailedAndUnresolvableNodes`` (preempting others cannot help).
+
+    Returns
+    -------
+    dict
+        ``Nodes``, ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``.
+    """
+    if rejected is not None:
+        passed, failed = [], {}
+        unresolvable = dict.fromkeys([*names, *unknown], rejected)
+        unknown = ()
+    else:
+        passed, failed, unresolvable = filter_result(evaluation, intent, names)
+    failed.update(dict.fromkeys(unknown, NODE_UNKNOWN_MESSAGE))
+    nodes: dict[str, Any] | None = None
+    node_names: list[str] | None = passed
+    if node_items is not None:
+        keep = set(passed)
+        nodes = {"metadata": {}, "items": [it for it in node_items if item_name(it) in keep]}
+        node_names = None
+    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+
+def prioritize_reply(evaluation: Evaluation, names: Sequence[str],
+                     unknown: Sequence[str], rejected: str | None = None) -> list[dict[str, Any]]:
+    """The ``HostPriorityList`` JSON: ``wire_scores`` per candidate, 0 for unknown nodes (and
+    for every node when the tenant may not place the pod, ``rejected``)."""
+    scores = [0] * len(names) if rejected is not None else wire_scores(evaluation)
+    out = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+    out.extend({"Host": n, "Score": 0} for n in unknown)
+    return out
+
+
+def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> str:
+    """The user-facing text of one ``Reason`` for one pod."""
+    k, milli = request.gpu_count, request.gpu_milli
+    share = "a whole unshared GPU" if milli == MILLI_PER_GPU else f"{milli} milli-GPU free on one GPU"
+    per_gpu = f"{k} GPU(s) with {share}" if k > 1 else share
+    messages = {
+        Reason.FITS: "fits",
+        Reason.NODE_NOT_READY: (f"inventory stale: no fresh, valid {ann.INVENTORY} from the node's "
+                                "gpufrac agent"),
+        Reason.INSUFFICIENT_CPU: f"insufficient cpu (pod requests {request.cpu_milli}m)",
+        Reason.INSUFFICIENT_MEMORY: f"insufficient memory (pod requests {request.memory_mib}Mi)",
+        Reason.TOO_FEW_GPUS: f"node has fewer than {k} GPUs",
+        Reason.GPU_MODEL_MISMATCH: (
+            f"{ann.GPU_MODEL} {quote('|'.join(sorted(intent.gpu_models or ())))}: "
+            f"fewer than {k} GPU(s) of an allowed model on node"),
+        Reason.GPU_UNHEALTHY: f"fewer than {k} healthy GPU(s) of an allowed model",
+        Reason.INSUFFICIENT_GPU_SHARE: f"insufficient GPU share: pod needs {per_gpu}",
+        Reason.INSUFFICIENT_GPU_MEMORY: (
+            "insufficient GPU memory: pod needs "
+            + (f"{request.gpu_memory_mib}Mi" if request.gpu_memory_mib is not None
+               else f"{milli / MILLI_PER_GPU:g} of the GPU's memory")
+            + " on a GPU with enough share"),
+        Reason.NO_REPLICA_SLOT: "no free time-slicing replica slot on the GPUs that fit",
+        Reason.QOS_ISOLATION: (
+            f"QoS isolation: a {request.qos.wire_name} pod does not share a GPU with "
+            f"{'best-effort' if request.qos == QoSClass.GUARANTEED else 'guaranteed'} pods"),
+    }
+    return "gpufrac: " + messages[reason]
+
+
+def wire_scores(evaluation: Evaluation) -> list[int]:
+    """Map float node scores to kube-scheduler's 0..``MAX_EXTENDER_PRIORITY`` integers.
+
+    The best node (``Evaluation.best``: highest score, lowest cluster row on ties) alone gets
+    10, so kube-scheduler's random tie-break among its top total never overrides gpufrac's
+    choice. The other feasible nodes get ``1 + floor(8 * (s - s_min) / (s_max - s_min))``
+    (9 when all scores are equal): ranking kept, near-ties stay near, and 0 is left for
+    infeasible nodes.
+
+    Returns
+    -------
+    list of int
+        One per candidate, in candidate order.
+    """
+    fits = evaluation.context.node_fits
+    out = np.zeros(fits.shape[0], dtype=np.int64)
+    best = evaluation.best()
+    if best < 0:
+        return out.tolist()
+    s = evaluation.score[fits]
+    lo, hi = float(s.min()), float(s.max())
+    top = MAX_EXTENDER_PRIORITY - 1
+    if hi > lo:
+        scaled = 1 + np.floor((top - 1) * (evaluation.score - lo) / (hi - lo)).astype(np.int64)
+    else:
+        scaled = np.full(fits.shape[0], top, dtype=np.int64)
+    out = np.where(fits, np.clip(scaled, 1, top), 0)
+    out[best] = MAX_EXTENDER_PRIORITY
+    return out.tolist()
