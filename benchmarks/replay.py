@@ -35,12 +35,14 @@ from tqdm import tqdm
 
 from benchmarks import trace
 from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
-from extender.cache import BindError, GpuCache
+from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
 from extender.settings import load_admin_config, scoring_config
-from extender.translate import inbound, outbound
+from extender.verbs.bind import ExtenderBindingArgs, bind
+from extender.verbs.filter import ExtenderArgs, filter
+from extender.verbs.pod_events import PodEvent, pod_events
+from extender.verbs.prioritize import prioritize
 from podspec import annotations as ann
-from podspec.pods import PodIntent, pod_intent
 from scoring.fragmentation import TaskTypes, fragmentation_rate
 from scoring.state import NodeSpec
 from scoring.strategies import ScoringConfig, build_scorer
@@ -99,49 +101,34 @@ class ExtenderClient:
 class InProcessClient:
     """The same verbs as ``ExtenderClient`` on a ``GpuCache`` in this process (``--in-process``).
 
-    Each verb runs the code path its HTTP route runs (``translate`` for the wire JSON, the
-    cache for the decision, ``outbound.filter_reply`` / ``prioritize_reply`` for the replies) minus the HTTP
-    and JSON layers, so placements are identical to the HTTP replay's and a seed takes
-    seconds: this is the pure-core replay used to explore weights.
+    Each verb is the function its HTTP route calls (``extender.verbs``), on the request type
+    the route parses, minus the HTTP and JSON layers, so placements are identical to the HTTP
+    replay's and a seed takes seconds: this is the pure-core replay used to explore weights.
     """
 
     def __init__(self, specs: list[NodeSpec], scoring: ScoringConfig) -> None:
         self.cache = GpuCache(build_scorer(scoring))
         self.cache.set_nodes(specs)
 
-    @staticmethod
-    def _args(args: dict[str, Any]) -> tuple[PodIntent, list[str]]:
-        nodes = args.get("Nodes")
-        return inbound.extender_args(args["Pod"], nodes["items"] if nodes else None,
-                                       args.get("NodeNames"))
-
     def pod_events(self, events: list[dict[str, Any]]) -> None:
         """Apply watch events in order (as ``/standalone/pod-events``)."""
-        for e in events:
-            self.cache.apply_pod_event(e["type"], pod_intent(e["object"]))
+        reply = pod_events(self.cache, [PodEvent.model_validate(e) for e in events])
+        if reply.status != 200:
+            raise RuntimeError(f"pod events: {reply.error}")
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``ExtenderArgs`` -> ``ExtenderFilterResult`` (``outbound.filter_reply``, as the route)."""
-        intent, names = self._args(args)
-        ce = self.cache.evaluate(intent, names)
-        nodes = args.get("Nodes")
-        return outbound.filter_reply(ce.evaluation, intent, ce.names, ce.unknown,
-                                      nodes["items"] if nodes else None, ce.rejected)
+        """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
+        return filter(self.cache, ExtenderArgs.model_validate(args)).body  # type: ignore[no-any-return]
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList`` (``outbound.prioritize_reply``, as the route)."""
-        intent, names = self._args(args)
-        ce = self.cache.evaluate(intent, names)
-        return outbound.prioritize_reply(ce.evaluation, ce.names, ce.unknown, ce.rejected)
+        """``ExtenderArgs`` -> ``HostPriorityList``."""
+        return prioritize(self.cache, ExtenderArgs.model_validate(args)).body  # type: ignore[no-any-return]
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
-        """Record the allocation; the ``Error`` string (empty on success)."""
+        """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
         meta = pod["metadata"]
-        try:
-            self.cache.bind(meta["uid"], meta["namespace"], meta["name"], node)
-        except BindError as exc:
-            return str(exc)
-        return ""
+        return bind(self.cache.bind, ExtenderBindingArgs(
+            PodName=meta["name"], PodNamespace=meta["namespace"], PodUID=meta["uid"], Node=node)).error
 
     def get(self, path: str) -> Any:
         """``allocations`` or ``readyz`` (the parts of them the replay reads)."""

@@ -18,7 +18,7 @@ from extender.clusterfile import load_cluster_file
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
-from extender.routes import bind, filter, health, preempt, prioritize, standalone
+from extender.routes import health, verbs
 from extender.settings import AdminPolicy, Settings, policy_from_settings
 from scoring.strategies import build_scorer
 
@@ -119,8 +119,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         # 404, 405, 413 and the rest answer in the extender's own shape, never {"detail"}.
         return json_response({"Error": str(exc.detail)}, status_code=exc.status_code)
 
-    for module in (filter, prioritize, bind, preempt, health):
-        app.include_router(module.router)
+    app.include_router(verbs.router)
+    app.include_router(health.router)
     if settings.mode == "standalone" and settings.events_token is not None:
-        app.include_router(standalone.router)
+        app.include_router(verbs.events_router)
     return app

@@ -81,9 +81,7 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def json_response(body: Any, status_code: int = 200) -> Response:
-    """Serialize with orjson; pydantic models are dumped in their Go field spelling."""
-    if hasattr(body, "model_dump"):
-        body = body.model_dump()
+    """Serialize a plain JSON body (dicts, lists, strings, numbers) with orjson."""
     return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -10,6 +9,7 @@ from fastapi import Depends, Request
 from extender.cache import GpuCache
 from extender.metrics import Metrics
 from extender.settings import Settings
+from extender.verbs.bind import Binder
 
 
 async def _cache(request: Request) -> GpuCache:
@@ -27,9 +27,6 @@ async def _settings(request: Request) -> Settings:
 async def _binder(request: Request) -> Binder:
     return request.app.state.binder  # type: ignore[no-any-return]
 
-
-Binder = Callable[[str, str, str, str], object]
-"""``bind(pod_uid, namespace, name, node)``; raises ``extender.cache.BindError``."""
 
 CacheDep = Annotated[GpuCache, Depends(_cache)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]

@@ -1,19 +1,18 @@
 """Outbound: what the core decided becomes kube-scheduler's JSON, built once.
 
 Float scores -> 0..``MAX_EXTENDER_PRIORITY`` wire integers; ``scoring.fit.Reason`` codes ->
-the messages kube-scheduler shows in FailedScheduling events; the ``ExtenderFilterResult``
-and ``HostPriorityList`` bodies.
+the messages kube-scheduler shows in FailedScheduling events, split into the passed, failed
+and unresolvable candidates (the verbs in ``extender.verbs`` build the bodies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from podspec import annotations as ann
-from podspec.pods import PodIntent, item_name, quote
+from podspec.pods import PodIntent, quote
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.strategies import Evaluation
@@ -65,60 +64,6 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
         dict(zip(arr[fail].tolist(), table[codes[fail]].tolist(), strict=True)),
         dict(zip(arr[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
     )
-
-
-def filter_reply(evaluation: Evaluation, intent: PodIntent, names: Sequence[str],
-                 unknown: Sequence[str],
-                 node_items: Sequence[Mapping[str, Any]] | None,
-                 rejected: str | None = None) -> dict[str, Any]:
-    """The ``ExtenderFilterResult`` JSON for an evaluation.
-
-    Built as a plain dict: validating thousands of entries through pydantic would cost more
-    than the placement decision.
-
-    Parameters
-    ----------
-    evaluation, intent, names
-        As for ``filter_result``.
-    unknown : sequence of str
-        Candidates not in gpufrac's cache; they fail with ``NODE_UNKNOWN_MESSAGE``.
-    node_items : sequence of mapping or None
-        ``ExtenderArgs.Nodes.items`` (nodeCacheCapable false): the passing ones are echoed in
-        ``Nodes``; None: passing names go in ``NodeNames``.
-    rejected : str or None
-        The pod's tenant may not place it (``extender.tenants``): every candidate fails with
-        this message in ``FailedAndUnresolvableNodes`` (preempting others cannot help).
-
-    Returns
-    -------
-    dict
-        ``Nodes``, ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``.
-    """
-    if rejected is not None:
-        passed, failed = [], {}
-        unresolvable = dict.fromkeys([*names, *unknown], rejected)
-        unknown = ()
-    else:
-        passed, failed, unresolvable = filter_result(evaluation, intent, names)
-    failed.update(dict.fromkeys(unknown, NODE_UNKNOWN_MESSAGE))
-    nodes: dict[str, Any] | None = None
-    node_names: list[str] | None = passed
-    if node_items is not None:
-        keep = set(passed)
-        nodes = {"metadata": {}, "items": [it for it in node_items if item_name(it) in keep]}
-        node_names = None
-    return {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
-
-
-def prioritize_reply(evaluation: Evaluation, names: Sequence[str],
-                     unknown: Sequence[str], rejected: str | None = None) -> list[dict[str, Any]]:
-    """The ``HostPriorityList`` JSON: ``wire_scores`` per candidate, 0 for unknown nodes (and
-    for every node when the tenant may not place the pod, ``rejected``)."""
-    scores = [0] * len(names) if rejected is not None else wire_scores(evaluation)
-    out = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
-    out.extend({"Host": n, "Score": 0} for n in unknown)
-    return out
 
 
 def reason_message(reason: Reason, request: PodRequest, intent: PodIntent) -> str:

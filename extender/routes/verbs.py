@@ -1,0 +1,98 @@
+"""``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` and ``/standalone/pod-events``.
+
+Each route reads its body (``extender.bodies.json_body``), calls its verb in
+``extender.verbs``, counts it in the metrics and writes the verb's reply. Plain ``def``
+handlers: FastAPI runs them in its worker threads, so the numpy work never blocks the event
+loop that answers ``/healthz`` and ``/metrics``.
+
+``/standalone/pod-events`` decides what the cache believes, so it exists only when the
+extender was started with an events token (``--events-token-file`` or
+``$GPUFRAC_EVENTS_TOKEN``; ``extender.app`` adds ``events_router`` then), and every call must
+present it as ``Authorization: Bearer <token>`` (compared in constant time); otherwise 401,
+and nothing is read.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
+
+from extender.bodies import json_body, json_response
+from extender.deps import BinderDep, CacheDep, MetricsDep, SettingsDep
+from extender.verbs.bind import ExtenderBindingArgs, bind
+from extender.verbs.filter import ExtenderArgs, filter
+from extender.verbs.pod_events import PodEvent, pod_events
+from extender.verbs.preempt import ExtenderPreemptionArgs, preempt
+from extender.verbs.prioritize import prioritize
+from scoring.fit import Reason
+
+router = APIRouter()
+events_router = APIRouter()
+_args, _args_openapi = json_body(ExtenderArgs)
+_binding, _binding_openapi = json_body(ExtenderBindingArgs)
+_preemption, _preemption_openapi = json_body(ExtenderPreemptionArgs)
+_events, _events_openapi = json_body(list[PodEvent])
+_REASON_LABELS = ["passed" if r == Reason.FITS else r.name.lower() for r in Reason]
+
+
+@router.post("/filter", openapi_extra=_args_openapi)
+def filter_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep, metrics: MetricsDep) -> Response:
+    """``ExtenderFilterResult``; candidates counted by outcome (``gpufrac_filter_nodes_total``)."""
+    with metrics.timer("filter"):
+        reply = filter(cache, args)
+        if reply.reasons is None:
+            metrics.filter_errors.inc()
+        else:
+            for code, count in enumerate(np.bincount(reply.reasons, minlength=len(Reason)).tolist()):
+                if count:
+                    metrics.filter_nodes.labels(_REASON_LABELS[code]).inc(count)
+            if reply.unknown:
+                metrics.filter_nodes.labels("node_unknown").inc(reply.unknown)
+        return json_response(reply.body, reply.status)
+
+
+@router.post("/prioritize", openapi_extra=_args_openapi)
+def prioritize_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep,
+                     metrics: MetricsDep) -> Response:
+    """``HostPriorityList``."""
+    with metrics.timer("prioritize"):
+        reply = prioritize(cache, args)
+        return json_response(reply.body, reply.status)
+
+
+@router.post("/bind", openapi_extra=_binding_openapi)
+def bind_route(args: Annotated[ExtenderBindingArgs, Depends(_binding)], binder: BinderDep,
+               metrics: MetricsDep) -> Response:
+    """``ExtenderBindingResult``; binds counted by result (``gpufrac_binds_total``)."""
+    with metrics.timer("bind"):
+        reply = bind(binder, args)
+        metrics.binds.labels("error" if reply.error else "ok").inc()
+        return json_response(reply.body, reply.status)
+
+
+@router.post("/preempt", openapi_extra=_preemption_openapi)
+def preempt_route(args: Annotated[ExtenderPreemptionArgs, Depends(_preemption)], cache: CacheDep,
+                  metrics: MetricsDep) -> Response:
+    """``ExtenderPreemptionResult``."""
+    with metrics.timer("preempt"):
+        reply = preempt(cache, args)
+        return json_response(reply.body, reply.status)
+
+
+def _authorized(request: Request, settings: SettingsDep) -> None:
+    token = settings.events_token
+    authorization = request.headers.get("authorization")
+    expected = f"Bearer {token.get_secret_value()}" if token is not None else None
+    if expected is None or authorization is None or not hmac.compare_digest(
+            authorization.encode(), expected.encode()):
+        raise HTTPException(401, "pod events need 'Authorization: Bearer <events token>'")
+
+
+@events_router.post("/standalone/pod-events", openapi_extra=_events_openapi, dependencies=[Depends(_authorized)])
+def pod_events_route(events: Annotated[list[PodEvent], Depends(_events)], cache: CacheDep) -> Response:
+    """``{"applied": n}``, or 400 naming the first bad event (then nothing is applied)."""
+    reply = pod_events(cache, events)
+    return json_response(reply.body, reply.status)

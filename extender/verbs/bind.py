@@ -1,0 +1,45 @@
+"""``bind``: choose the GPUs on the node kube-scheduler picked and record them.
+
+Request ``ExtenderBindingArgs``; reply ``ExtenderBindingResult``, empty ``Error`` when the
+allocation is recorded. Standalone mode records it in memory (``GpuCache.bind``); cluster mode
+holds it as assumed, then creates the Binding carrying the allocation annotations, one API
+write (``extender.cluster.KubeBinder``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypedDict
+
+from pydantic import Field
+
+from extender.cache import BindError
+from extender.verbs import Reply, WireModel
+
+Binder = Callable[[str, str, str, str], object]
+"""``bind(pod_uid, namespace, name, node)``; raises ``extender.cache.BindError``."""
+
+
+class ExtenderBindingArgs(WireModel):
+    """Body of ``bind``."""
+
+    PodName: str = Field(min_length=1)
+    PodNamespace: str = Field(min_length=1)
+    PodUID: str = Field(min_length=1)
+    Node: str = Field(min_length=1)
+
+
+class ExtenderBindingResult(TypedDict):
+    """Reply to ``bind``."""
+
+    Error: str
+
+
+def bind(binder: Binder, args: ExtenderBindingArgs) -> Reply:
+    """Answer ``bind``: ``Error`` is the ``BindError`` message when the bind is refused."""
+    body: ExtenderBindingResult = {"Error": ""}
+    try:
+        binder(args.PodUID, args.PodNamespace, args.PodName, args.Node)
+    except BindError as exc:
+        body = {"Error": str(exc)}
+    return Reply(body)

@@ -1,0 +1,79 @@
+"""``filter``: which candidate nodes can take the pod. No side effects.
+
+Request ``ExtenderArgs``; reply ``ExtenderFilterResult`` (``extender/v1``): passing nodes in
+``NodeNames`` (nodeCacheCapable true) or ``Nodes`` (false, the passing Node objects echoed),
+the others in ``FailedNodes`` or, where preemption cannot help, ``FailedAndUnresolvableNodes``,
+each with the reason kube-scheduler shows in the pod's FailedScheduling event. A pod that
+cannot be read gets ``Error`` naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from pydantic import Field
+
+from extender.cache import GpuCache
+from extender.translate import inbound, outbound
+from extender.verbs import Reply, WireModel
+from podspec.pods import item_name
+
+
+class NodeList(WireModel):
+    """``v1.NodeList`` as sent when ``nodeCacheCapable`` is false."""
+
+    items: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ExtenderArgs(WireModel):
+    """Body of ``filter`` and ``prioritize``."""
+
+    Pod: dict[str, Any]
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(TypedDict):
+    """Reply to ``filter``."""
+
+    Nodes: dict[str, Any] | None
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the verb's name
+    """Answer ``filter`` from one evaluation of the pod on the candidates.
+
+    Returns
+    -------
+    Reply
+        ``ExtenderFilterResult``; ``reasons`` and ``unknown`` for the filter metrics.
+    """
+    node_items = args.Nodes.items if args.Nodes is not None else None
+    try:
+        intent, names = inbound.extender_args(args.Pod, node_items, args.NodeNames)
+    except ValueError as exc:
+        body: ExtenderFilterResult = {"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                                      "FailedAndUnresolvableNodes": {}, "Error": str(exc)}
+        return Reply(body)
+    ce = cache.evaluate(intent, names)
+    if ce.rejected is not None:
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable = dict.fromkeys([*ce.names, *ce.unknown], ce.rejected)
+        unknown: list[str] = []
+    else:
+        passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, ce.names)
+        unknown = ce.unknown
+    failed.update(dict.fromkeys(unknown, outbound.NODE_UNKNOWN_MESSAGE))
+    nodes: dict[str, Any] | None = None
+    node_names: list[str] | None = passed
+    if node_items is not None:
+        keep = set(passed)
+        nodes = {"metadata": {}, "items": [it for it in node_items if item_name(it) in keep]}
+        node_names = None
+    body = {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+    return Reply(body, reasons=ce.evaluation.context.reason, unknown=len(ce.unknown))
