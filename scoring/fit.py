@@ -149,7 +149,7 @@ def share_room(qos: QoSClass, used: NDArray[np.int64], best_effort: NDArray[np.i
     """The most share a pod of class ``qos`` may take on each GPU (``QosPolicy`` rules).
 
     ``share_fits`` is ``request <= share_room``; the cache also uses it to bound what it
-    counts of an allocation it did not make (``extender.accounting``).
+    counts of an allocation it did not make (``extender.cache.accounting``).
 
     Parameters
     ----------

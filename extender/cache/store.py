@@ -1,4 +1,4 @@
-"""The extender's cache: every node's GPUs and every pod's allocation, as one ``ClusterState``.
+"""``GpuCache``: the store of every node's GPUs and every pod's allocation, as one ``ClusterState``.
 
 Two inputs change it, and only two: node events (``set_nodes``/``upsert_node``/``remove_node``)
 and pod events (``apply_pod_event``, fed by the Kubernetes pod watch in cluster mode and by
@@ -9,76 +9,35 @@ request never sees a half-applied change.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
 
-from extender import accounting
-from extender.tenants import NO_TENANTS, TenantPolicy, Usage
+from extender.cache import accounting
+from extender.cache.records import (
+    BindError,
+    CandidateEvaluation,
+    EventType,
+    PodRecord,
+    is_pending,
+    model_mask_of,
+    task_key,
+)
+from extender.cache.tenancy import TenantLedger
+from extender.cache.victims import PreemptBudget, victims_on
+from extender.tenants import TenantPolicy, Usage
 from extender.translate import inbound, outbound
 from podspec.pods import PodIntent
-from scoring.fit import Reason, fit, gpu_memory_request_mib
+from scoring.fit import Reason
 from scoring.request import model_mask
 from scoring.state import Allocation, ClusterState, NodeSpec
-from scoring.strategies import Evaluation, Scorer
+from scoring.strategies import Scorer
 
 log = logging.getLogger(__name__)
-
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-
-
-class BindError(Exception):
-    """Bind refused; the message goes to kube-scheduler in ``ExtenderBindingResult.Error``."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """A pod the cache knows, and what it holds (``allocation`` is None while pending).
-
-    ``assumed_until`` is set while a bind is in flight in cluster mode: the allocation is
-    held (counted, so no other bind can take it) but the pod watch has not yet shown the
-    pod bound to that node. It is a ``time.monotonic()`` deadline after which
-    ``expire_assumed`` gives the allocation back.
-
-    ``overcommit`` is set for a bound pod whose recorded allocation gpufrac could not have
-    made (``extender.accounting``): ``allocation`` and ``extra`` then hold, per GPU, only
-    what was free of it.
-    """
-
-    intent: PodIntent
-    allocation: Allocation | None = None
-    gpu_uuids: tuple[str, ...] = ()
-    assumed_until: float | None = None
-    extra: tuple[Allocation, ...] = ()
-    overcommit: str = ""
-
-    @property
-    def held(self) -> tuple[Allocation, ...]:
-        """Every allocation the record holds (none while pending)."""
-        return () if self.allocation is None else (self.allocation, *self.extra)
-
-    @property
-    def gpu_milli_held(self) -> int:
-        """Total share held, milli-GPU (victim ordering)."""
-        return sum(a.gpu_milli * len(a.gpu_cols) for a in self.held)
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateEvaluation:
-    """Evaluation of one pod on the known candidates, plus the names the cache lacks."""
-
-    names: list[str]
-    """Known candidate names, aligned with ``evaluation`` rows."""
-    unknown: list[str]
-    evaluation: Evaluation
-    rejected: str | None = None
-    """Why the pod's tenant may not place it (QoS ceiling, quota); None when admitted."""
 
 
 @dataclass(slots=True)
@@ -101,90 +60,9 @@ class _Candidates:
 
 
 
-@dataclass(frozen=True, slots=True)
-class PreemptBudget:
-    """Bounds of one ``preempt`` call's victim search.
-
-    Attributes
-    ----------
-    max_victims : int
-        Candidates considered per node (the lowest classes and priorities first); a pod
-        never needs more victims than a GPU has replica slots, times its GPUs.
-    max_tries : int
-        Fit checks per node: exact search by set size while it lasts, then a greedy set.
-    time_s : float
-        Wall time for the whole call; nodes not reached by then are left out (kube-scheduler
-        then considers only the nodes answered).
-    """
-
-    max_victims: int = 128
-    max_tries: int = 512
-    time_s: float = 1.0
-
-
-def _fewest_victims(eligible: list[tuple[str, PodRecord]],
-                    fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool],
-                    max_tries: int, deadline: float) -> list[str]:
-    """The first (in ``eligible`` order) smallest victim set that makes the pod fit.
-
-    Exact while ``max_tries`` fit checks last (every set of size 1, then 2...), then the
-    greedy set: the shortest working prefix of ``eligible``, less any member not needed
-    (while the deadline allows). Empty when even all of ``eligible`` does not make it fit.
-    """
-    if not eligible or not fits_without(eligible):
-        return []
-    tries = 0
-    for size in range(1, len(eligible)):
-        for combo in itertools.combinations(eligible, size):
-            tries += 1
-            if tries > max_tries or time.monotonic() > deadline:
-                return _greedy_victims(eligible, fits_without, deadline)
-            if fits_without(combo):
-                return [uid for uid, _ in combo]
-    return [uid for uid, _ in eligible]
-
-
-def _greedy_victims(eligible: list[tuple[str, PodRecord]],
-                    fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool],
-                    deadline: float) -> list[str]:
-    """Shortest prefix of ``eligible`` that works (by bisection: fitting only grows with
-    the prefix), then drop any member not needed while time is left."""
-    lo, hi = 1, len(eligible)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits_without(eligible[:mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    chosen = list(eligible[:hi])
-    for member in reversed(list(chosen)):
-        if time.monotonic() > deadline:
-            break
-        rest = [v for v in chosen if v is not member]
-        if rest and fits_without(rest):
-            chosen = rest
-    return [uid for uid, _ in chosen]
-
-
 def _without_usage(node: NodeSpec) -> NodeSpec:
     """The node with NVML's used memory zeroed (what a heartbeat may change without a rebuild)."""
     return replace(node, gpus=tuple(replace(g, memory_used_mib=0) for g in node.gpus))
-
-
-def _is_pending(rec: PodRecord) -> bool:
-    """A GPU pod waiting for a node (what ``pending_gpu_pods`` lists)."""
-    i = rec.intent
-    return rec.allocation is None and bool(i.gpu_count) and not i.node_name and not i.finished
-
-
-def _task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int, int]:
-    """The pod's task type, as ``ClusterState.apply`` counts an allocation."""
-    return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib,
-            _model_mask(intent, state))
-
-
-def _model_mask(intent: PodIntent, state: ClusterState) -> int:
-    return model_mask(inbound.pod_request(intent, state).allowed_models)
 
 
 class GpuCache:
@@ -193,11 +71,7 @@ class GpuCache:
     def __init__(self, scorer: Scorer) -> None:
         self._lock = threading.RLock()
         self._scorer = scorer
-        self._tenants: TenantPolicy = NO_TENANTS
-        # GPU share (milli) and memory (MiB) held per namespace, for tenant quotas.
-        self._ns_usage: dict[str, list[int]] = {}
-        # Namespace labels (cluster mode: the namespace watch), for the tenant label.
-        self._ns_labels: dict[str, dict[str, str]] = {}
+        self._tenancy = TenantLedger()
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
         self._pods: dict[str, PodRecord] = {}
@@ -225,50 +99,30 @@ class GpuCache:
         """Swap the scorer and the tenant rules together (config reload), atomically."""
         with self._lock:
             self._scorer = scorer
-            self._tenants = tenants
+            self._tenancy.policy = tenants
             self._generation += 1
 
     def usage(self, namespaces: Iterable[str] | None = None) -> Usage:
         """GPU share and memory held by the pods of ``namespaces`` (None: every namespace)."""
         with self._lock:
-            keys = self._ns_usage if namespaces is None else namespaces
-            rows = [self._ns_usage.get(ns, [0, 0]) for ns in keys]
-            return Usage(sum(r[0] for r in rows), sum(r[1] for r in rows))
+            return self._tenancy.usage(namespaces)
 
     def set_namespaces(self, labels: dict[str, dict[str, str]]) -> None:
         """Every namespace's labels (a full list, from the namespace watch)."""
         with self._lock:
-            self._ns_labels = {ns: dict(lb) for ns, lb in labels.items()}
+            self._tenancy.set_labels(labels)
             self._generation += 1
 
     def upsert_namespace(self, name: str, labels: dict[str, str] | None) -> None:
         """One namespace's labels changed (None: it was deleted)."""
         with self._lock:
-            if labels is None:
-                self._ns_labels.pop(name, None)
-            else:
-                self._ns_labels[name] = dict(labels)
+            self._tenancy.upsert_labels(name, labels)
             self._generation += 1
-
-    def _tenant_usage(self, namespace: str) -> Usage:
-        tenants, labels = self._tenants, self._ns_labels
-        tenant = tenants.tenant(namespace, labels.get(namespace))
-        if tenant is None:
-            return Usage()
-        return self.usage([ns for ns in self._ns_usage if tenants.tenant(ns, labels.get(ns)) is tenant])
-
-    def _admission(self, intent: PodIntent, gpu_memory_mib: int) -> str | None:
-        return self._tenants.admit(intent.namespace, intent.qos, intent.gpu_count * intent.gpu_milli,
-                                   gpu_memory_mib, self._tenant_usage(intent.namespace),
-                                   self._ns_labels.get(intent.namespace))
 
     def _hold(self, intent: PodIntent, alloc: Allocation, sign: int = 1) -> None:
         """The one writer of allocations: the state arrays and the per-namespace usage."""
         self._state.apply(alloc, sign)
-        if alloc.gpu_cols:
-            use = self._ns_usage.setdefault(intent.namespace, [0, 0])
-            use[0] += sign * alloc.gpu_milli * len(alloc.gpu_cols)
-            use[1] += sign * sum(alloc.gpu_memory_mib)
+        self._tenancy.hold(intent.namespace, alloc, sign)
 
     def _hold_record(self, rec: PodRecord, sign: int = 1) -> None:
         for alloc in rec.held:
@@ -322,7 +176,7 @@ class GpuCache:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
         self._candidates = None
         self._state = state
-        self._ns_usage = {}
+        self._tenancy.clear_usage()
         for uid, rec in list(self._pods.items()):
             alloc = rec.allocation
             if alloc is None:
@@ -338,18 +192,18 @@ class GpuCache:
                 continue
             if rec.gpu_uuids:
                 # Columns may move when a node's GPU list changes: re-resolve by UUID.
-                cols = self._cols_for_uuids(state, alloc.node, rec.gpu_uuids)
+                cols = accounting.cols_for_uuids(state, alloc.node, rec.gpu_uuids)
                 if cols is None:
                     self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit=""))
                     continue
                 alloc = replace(alloc, gpu_cols=cols)
             # Model ids are positions in this state's model list: re-resolve the mask too.
-            alloc = replace(alloc, model_mask=_model_mask(rec.intent, state))
+            alloc = replace(alloc, model_mask=model_mask_of(rec.intent, state))
             self._put(uid, replace(rec, allocation=alloc))
             self._hold(rec.intent, alloc)
         for rec in self._pods.values():
-            if _is_pending(rec):
-                state.workload.add(_task_key(rec.intent, state), 1)
+            if is_pending(rec):
+                state.workload.add(task_key(rec.intent, state), 1)
         self._generation += 1
 
     def _store(self, uid: str, rec: PodRecord | None) -> None:
@@ -360,14 +214,14 @@ class GpuCache:
         here), so a pod that fits nowhere still shapes what fragmentation means.
         """
         old = self._pods.get(uid)
-        if old is not None and _is_pending(old):
-            self._state.workload.add(_task_key(old.intent, self._state), -1)
+        if old is not None and is_pending(old):
+            self._state.workload.add(task_key(old.intent, self._state), -1)
         if rec is None:
             self._pods.pop(uid, None)
             self._overcommitted.pop(uid, None)
             return
-        if _is_pending(rec):
-            self._state.workload.add(_task_key(rec.intent, self._state), 1)
+        if is_pending(rec):
+            self._state.workload.add(task_key(rec.intent, self._state), 1)
         self._put(uid, rec)
 
     def _put(self, uid: str, rec: PodRecord) -> None:
@@ -377,14 +231,6 @@ class GpuCache:
             self._overcommitted.setdefault(uid)
         else:
             self._overcommitted.pop(uid, None)
-
-    @staticmethod
-    def _cols_for_uuids(state: ClusterState, node: str, uuids: Iterable[str]) -> tuple[int, ...] | None:
-        row_uuids = state.gpu_uuid[state.node_index[node]]
-        try:
-            return tuple(row_uuids.index(u) for u in uuids)
-        except ValueError:
-            return None
 
     # -- pod events ----------------------------------------------------------------------
 
@@ -487,7 +333,7 @@ class GpuCache:
             out = []
             for rec in self._pods.values():
                 i = rec.intent
-                if _is_pending(rec):
+                if is_pending(rec):
                     out.append(i)
                     if len(out) >= limit:
                         break
@@ -499,43 +345,9 @@ class GpuCache:
             return uid in self._pods
 
     def _account(self, intent: PodIntent) -> PodRecord:
-        """Count a bound pod we did not just bind, from its allocation record.
-
-        CPU and memory always count. Its GPUs count as recorded when the record is one gpufrac
-        could have made, else only what was free of them (``extender.accounting``).
-        """
-        state, node = self._state, intent.node_name
-        tenant = self._tenants.tenant(intent.namespace, self._ns_labels.get(intent.namespace))
-        ceiling = None if tenant is None else tenant.qos_ceiling
-        qos = intent.qos if ceiling is None else max(intent.qos, ceiling)  # never better than allowed
-        cols = (self._cols_for_uuids(state, node, intent.assigned_gpus)
-                if intent.gpu_count and intent.assigned_gpus else ())
-        if not cols:  # no record, or its GPUs are not on the node: CPU and memory only
-            problem = "" if cols is not None else "assigned GPUs not on the node"
-            if problem:
-                log.warning("assigned GPUs not on node; counting CPU and memory only",
-                            extra={"pod": intent.key, "node": node})
-            alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
-                               _model_mask(intent, state))
-            self._hold(intent, alloc)
-            return PodRecord(intent, alloc, overcommit=problem)
-        milli = intent.assigned_gpu_milli or intent.gpu_milli
-        if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
-            mem = intent.assigned_memory_mib
-        else:
-            row = state.node_index[node]
-            req = replace(inbound.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
-            per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
-            mem = tuple(int(x) for x in per_gpu[0])
-        verdict = self._admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
-                                  sum(dict(zip(cols, mem, strict=True)).values()))
-        got = accounting.read_back(state, self._scorer.policy, intent, cols, milli, mem,
-                                   _model_mask(intent, state), verdict, qos)
-        if got.overcommit:
-            log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "
-                        "counting only what was free", intent.key, node, got.overcommit)
-        rec = PodRecord(intent, got.allocations[0], intent.assigned_gpus, None, got.allocations[1:],
-                        got.overcommit)
+        """Count a bound pod we did not just bind, from its allocation record
+        (``accounting.account``: as recorded when gpufrac could have made it, else an over-commit)."""
+        rec = accounting.account(self._state, self._scorer.policy, self._tenancy, intent)
         self._hold_record(rec)
         return rec
 
@@ -570,7 +382,7 @@ class GpuCache:
             ev = self._scorer.evaluate(state, request, cand.rows)
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
-            rejected = self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
+            rejected = self._tenancy.admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
             result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected)
             self._memo = (self._generation, intent, cand, result)
             return result
@@ -633,7 +445,7 @@ class GpuCache:
                 raise BindError(f"{msg} (at bind, on {node})")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)
-            rejected = self._admission(rec.intent, sum(mem))
+            rejected = self._tenancy.admission(rec.intent, sum(mem))
             if rejected is not None:
                 raise BindError(f"{rejected} (at bind)")
             alloc = Allocation(node, cols, request.gpu_milli if cols else 0, mem, request.qos,
@@ -682,7 +494,7 @@ class GpuCache:
         deadline = time.monotonic() + budget.time_s
         nodes = list(nodes)
         with self._lock:
-            if self._admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)) is not None:
+            if self._tenancy.admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0)) is not None:
                 return {}
             # The pods on the candidate nodes, found in one pass (read again per node below).
             on_node: dict[str, list[str]] = {n: [] for n in nodes}
@@ -695,48 +507,12 @@ class GpuCache:
                 log.info("preempt for %s: time budget spent; answering %d node(s)", intent.key, len(out))
                 break
             with self._lock:
-                victims = self._victims_on(intent, node, on_node[node], budget, deadline)
+                victims = victims_on(self._state, self._scorer.policy, intent,
+                                     inbound.pod_request(intent, self._state), node,
+                                     [(uid, self._pods.get(uid)) for uid in on_node[node]], budget, deadline)
             if victims:
                 out[node] = victims
         return out
-
-    def _victims_on(self, intent: PodIntent, node: str, uids: list[str], budget: PreemptBudget,
-                    deadline: float) -> list[str]:
-        """``preempt`` on one node, under the lock, on a one-row copy of the state; ``uids``:
-        the pods that were on the node when the call began (those still there are candidates)."""
-        state = self._state
-        row = state.node_index.get(node)
-        if row is None:
-            return []
-        request = inbound.pod_request(intent, state)
-        scratch = state.rows_copy(np.array([row], dtype=np.int64))
-        rows = np.zeros(1, dtype=np.int64)
-        policy = self._scorer.policy
-        if fit(scratch, request, rows, policy).node_fits[0]:
-            return []
-        records = ((uid, self._pods.get(uid)) for uid in uids)
-        eligible = sorted(
-            ((uid, rec) for uid, rec in records
-             if rec is not None and rec.allocation is not None and rec.allocation.node == node
-             and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
-            key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
-                            min(ur[1].allocation.gpu_cols, default=-1),  # type: ignore[union-attr]
-                            -ur[1].gpu_milli_held))
-        eligible = eligible[:budget.max_victims]
-
-        def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
-            done: list[Allocation] = []
-            try:
-                for _, rec in victims:
-                    for alloc in rec.held:
-                        scratch.apply(replace(alloc, node=scratch.node_names[0]), -1)
-                        done.append(alloc)
-                return bool(fit(scratch, request, rows, policy).node_fits[0])
-            finally:
-                for alloc in done:
-                    scratch.apply(replace(alloc, node=scratch.node_names[0]), 1)
-
-        return _fewest_victims(eligible, fits_without, budget.max_tries, deadline)
 
     def forget(self, uid: str) -> bool:
         """Give back an assumed allocation (a bind that failed); the pod is pending again.

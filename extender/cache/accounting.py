@@ -4,8 +4,9 @@ A bound pod's ``gpufrac.io/assigned-*`` annotations are gpufrac's allocation rec
 back after a restart and from every pod watch event. Anyone who may write a pod could write
 them too: ``deploy/base/admission-policy.yaml`` lets only gpufrac's service account do so
 (see the README's security model). Without that policy, or for a pod bound before it was
-installed, the cache still does not take a record on trust. ``read_back`` checks that the
-record is one gpufrac could have made on the state as it stands:
+installed, the cache still does not take a record on trust. ``account`` reads a bound
+pod's record and ``read_back`` checks that it is one gpufrac could have made on the state
+as it stands:
 
 - the GPUs are distinct, on the pod's node, as many as the pod asks for (container
   resources cannot change on a running pod);
@@ -26,14 +27,21 @@ placement already counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from extender.cache.records import PodRecord, model_mask_of
+from extender.cache.tenancy import TenantLedger
+from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import share_room
+from scoring.fit import gpu_memory_request_mib, share_room
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.state import Allocation, ClusterState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +127,65 @@ def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: t
                    intent.memory_mib if i == 0 else 0, model_mask, in_workload=False)
         for i, (c, m, b) in enumerate(zip(distinct, held_milli, held_mem, strict=True)))
     return ReadBack(allocs, "; ".join(problems))
+
+
+def cols_for_uuids(state: ClusterState, node: str, uuids: Iterable[str]) -> tuple[int, ...] | None:
+    """GPU columns of ``uuids`` on the node's row, in order; None if one is not on the node."""
+    row_uuids = state.gpu_uuid[state.node_index[node]]
+    try:
+        return tuple(row_uuids.index(u) for u in uuids)
+    except ValueError:
+        return None
+
+
+def account(state: ClusterState, policy: QosPolicy, tenancy: TenantLedger, intent: PodIntent) -> PodRecord:
+    """The record to hold for a bound pod gpufrac did not just bind, from its allocation record.
+
+    CPU and memory always count. Its GPUs count as recorded when the record is one gpufrac
+    could have made (``read_back``), else only what was free of them (an over-commit). The
+    caller holds the record (``GpuCache._hold_record``).
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only; ``intent.node_name`` must be in it.
+    policy : QosPolicy
+    tenancy : TenantLedger
+        For the tenant's QoS ceiling and quota.
+    intent : PodIntent
+        The bound pod.
+
+    Returns
+    -------
+    PodRecord
+    """
+    node = intent.node_name
+    tenant = tenancy.tenant(intent.namespace)
+    ceiling = None if tenant is None else tenant.qos_ceiling
+    qos = intent.qos if ceiling is None else max(intent.qos, ceiling)  # never better than allowed
+    cols = (cols_for_uuids(state, node, intent.assigned_gpus)
+            if intent.gpu_count and intent.assigned_gpus else ())
+    if not cols:  # no record, or its GPUs are not on the node: CPU and memory only
+        problem = "" if cols is not None else "assigned GPUs not on the node"
+        if problem:
+            log.warning("assigned GPUs not on node; counting CPU and memory only",
+                        extra={"pod": intent.key, "node": node})
+        alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
+                           model_mask_of(intent, state))
+        return PodRecord(intent, alloc, overcommit=problem)
+    milli = intent.assigned_gpu_milli or intent.gpu_milli
+    if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
+        mem = intent.assigned_memory_mib
+    else:
+        row = state.node_index[node]
+        req = replace(inbound.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
+        per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
+        mem = tuple(int(x) for x in per_gpu[0])
+    verdict = tenancy.admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
+                                sum(dict(zip(cols, mem, strict=True)).values()))
+    got = read_back(state, policy, intent, cols, milli, mem, model_mask_of(intent, state), verdict, qos)
+    if got.overcommit:
+        log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "
+                    "counting only what was free", intent.key, node, got.overcommit)
+    return PodRecord(intent, got.allocations[0], intent.assigned_gpus, None, got.allocations[1:],
+                     got.overcommit)

@@ -1,0 +1,78 @@
+"""What the cache stores per pod, and the small facts about a record every part needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from podspec.pods import PodIntent
+from scoring.request import model_mask
+from scoring.state import Allocation, ClusterState
+from scoring.strategies import Evaluation
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class BindError(Exception):
+    """Bind refused; the message goes to kube-scheduler in ``ExtenderBindingResult.Error``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A pod the cache knows, and what it holds (``allocation`` is None while pending).
+
+    ``assumed_until`` is set while a bind is in flight in cluster mode: the allocation is
+    held (counted, so no other bind can take it) but the pod watch has not yet shown the
+    pod bound to that node. It is a ``time.monotonic()`` deadline after which
+    ``expire_assumed`` gives the allocation back.
+
+    ``overcommit`` is set for a bound pod whose recorded allocation gpufrac could not have
+    made (``extender.cache.accounting``): ``allocation`` and ``extra`` then hold, per GPU, only
+    what was free of it.
+    """
+
+    intent: PodIntent
+    allocation: Allocation | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    assumed_until: float | None = None
+    extra: tuple[Allocation, ...] = ()
+    overcommit: str = ""
+
+    @property
+    def held(self) -> tuple[Allocation, ...]:
+        """Every allocation the record holds (none while pending)."""
+        return () if self.allocation is None else (self.allocation, *self.extra)
+
+    @property
+    def gpu_milli_held(self) -> int:
+        """Total share held, milli-GPU (victim ordering)."""
+        return sum(a.gpu_milli * len(a.gpu_cols) for a in self.held)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateEvaluation:
+    """Evaluation of one pod on the known candidates, plus the names the cache lacks."""
+
+    names: list[str]
+    """Known candidate names, aligned with ``evaluation`` rows."""
+    unknown: list[str]
+    evaluation: Evaluation
+    rejected: str | None = None
+    """Why the pod's tenant may not place it (QoS ceiling, quota); None when admitted."""
+
+
+def is_pending(rec: PodRecord) -> bool:
+    """A GPU pod waiting for a node (what ``pending_gpu_pods`` lists)."""
+    i = rec.intent
+    return rec.allocation is None and bool(i.gpu_count) and not i.node_name and not i.finished
+
+
+def task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int, int]:
+    """The pod's task type, as ``ClusterState.apply`` counts an allocation."""
+    return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib,
+            model_mask_of(intent, state))
+
+
+def model_mask_of(intent: PodIntent, state: ClusterState) -> int:
+    """The bitmask of the state's model ids the pod accepts (``scoring.request.model_mask``)."""
+    return model_mask(None if intent.gpu_models is None else state.model_ids(intent.gpu_models))

@@ -1,0 +1,143 @@
+"""Preemption's victim search: on one node, the fewest lowest-class pods whose removal makes
+a pod fit (the ``preempt`` verb, through ``GpuCache.preempt``), within a budget.
+
+Pure functions over a one-row copy of the state (``ClusterState.rows_copy``): the live
+arrays are never changed, and the cache holds its lock only around one node's search.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from extender.cache.records import PodRecord
+from podspec.pods import PodIntent
+from scoring.fit import fit
+from scoring.request import PodRequest, QosPolicy
+from scoring.state import Allocation, ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptBudget:
+    """Bounds of one ``preempt`` call's victim search.
+
+    Attributes
+    ----------
+    max_victims : int
+        Candidates considered per node (the lowest classes and priorities first); a pod
+        never needs more victims than a GPU has replica slots, times its GPUs.
+    max_tries : int
+        Fit checks per node: exact search by set size while it lasts, then a greedy set.
+    time_s : float
+        Wall time for the whole call; nodes not reached by then are left out (kube-scheduler
+        then considers only the nodes answered).
+    """
+
+    max_victims: int = 128
+    max_tries: int = 512
+    time_s: float = 1.0
+
+
+def fewest_victims(eligible: list[tuple[str, PodRecord]],
+                    fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool],
+                    max_tries: int, deadline: float) -> list[str]:
+    """The first (in ``eligible`` order) smallest victim set that makes the pod fit.
+
+    Exact while ``max_tries`` fit checks last (every set of size 1, then 2...), then the
+    greedy set: the shortest working prefix of ``eligible``, less any member not needed
+    (while the deadline allows). Empty when even all of ``eligible`` does not make it fit.
+    """
+    if not eligible or not fits_without(eligible):
+        return []
+    tries = 0
+    for size in range(1, len(eligible)):
+        for combo in itertools.combinations(eligible, size):
+            tries += 1
+            if tries > max_tries or time.monotonic() > deadline:
+                return _greedy_victims(eligible, fits_without, deadline)
+            if fits_without(combo):
+                return [uid for uid, _ in combo]
+    return [uid for uid, _ in eligible]
+
+
+def _greedy_victims(eligible: list[tuple[str, PodRecord]],
+                    fits_without: Callable[[Sequence[tuple[str, PodRecord]]], bool],
+                    deadline: float) -> list[str]:
+    """Shortest prefix of ``eligible`` that works (by bisection: fitting only grows with
+    the prefix), then drop any member not needed while time is left."""
+    lo, hi = 1, len(eligible)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits_without(eligible[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = list(eligible[:hi])
+    for member in reversed(list(chosen)):
+        if time.monotonic() > deadline:
+            break
+        rest = [v for v in chosen if v is not member]
+        if rest and fits_without(rest):
+            chosen = rest
+    return [uid for uid, _ in chosen]
+
+
+def victims_on(state: ClusterState, policy: QosPolicy, intent: PodIntent, request: PodRequest,
+               node: str, records: Sequence[tuple[str, PodRecord | None]], budget: PreemptBudget,
+               deadline: float) -> list[str]:
+    """The victims on one node (``GpuCache.preempt`` calls it under its lock).
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only: the search runs on a one-row copy.
+    policy : QosPolicy
+        The scorer's QoS rules.
+    intent, request : PodIntent, PodRequest
+        The preemptor, and its request against ``state``.
+    node : str
+    records : sequence of (uid, PodRecord or None)
+        The pods that were on the node when the call began, as the cache holds them now
+        (those still there are candidates).
+    budget : PreemptBudget
+    deadline : float
+        ``time.monotonic()`` after which the search stops.
+
+    Returns
+    -------
+    list of str
+        Victim UIDs; empty when the pod fits already or no set works.
+    """
+    row = state.node_index.get(node)
+    if row is None:
+        return []
+    scratch = state.rows_copy(np.array([row], dtype=np.int64))
+    rows = np.zeros(1, dtype=np.int64)
+    if fit(scratch, request, rows, policy).node_fits[0]:
+        return []
+    eligible = sorted(
+        ((uid, rec) for uid, rec in records
+         if rec is not None and rec.allocation is not None and rec.allocation.node == node
+         and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
+        key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
+                        min(ur[1].allocation.gpu_cols, default=-1),  # type: ignore[union-attr]
+                        -ur[1].gpu_milli_held))
+    eligible = eligible[:budget.max_victims]
+
+    def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
+        done: list[Allocation] = []
+        try:
+            for _, rec in victims:
+                for alloc in rec.held:
+                    scratch.apply(replace(alloc, node=scratch.node_names[0]), -1)
+                    done.append(alloc)
+            return bool(fit(scratch, request, rows, policy).node_fits[0])
+        finally:
+            for alloc in done:
+                scratch.apply(replace(alloc, node=scratch.node_names[0]), 1)
+
+    return fewest_victims(eligible, fits_without, budget.max_tries, deadline)
