@@ -32,8 +32,8 @@ from extender.clusterfile import load_cluster_file, synthetic_uuid
 from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.pods import pod_intent
+from scoring.scorer import build_scorer
 from scoring.state import NodeSpec
-from scoring.strategies import build_scorer
 
 
 def synthetic_cluster(path: Path, n_nodes: int, gpus: int = 8) -> Path:

@@ -44,8 +44,8 @@ from extender.verbs.pod_events import PodEvent, pod_events
 from extender.verbs.prioritize import prioritize
 from podspec import annotations as ann
 from scoring.fragmentation import TaskTypes, fragmentation_rate
+from scoring.scorer import ScoringConfig, build_scorer
 from scoring.state import NodeSpec
-from scoring.strategies import ScoringConfig, build_scorer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SCHEDULER_CONFIG = REPO_ROOT / "scheduler-config.yaml"

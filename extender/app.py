@@ -20,7 +20,7 @@ from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
 from extender.routes import health, verbs
 from extender.settings import AdminPolicy, Settings, policy_from_settings
-from scoring.strategies import build_scorer
+from scoring.scorer import build_scorer
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
-from scoring.strategies import ScoringConfig, build_scorer, validate_config
+from scoring.scorer import ScoringConfig, build_scorer, validate_config
 
 
 class Settings(BaseSettings):

@@ -6,8 +6,8 @@ Pure numpy + stdlib: no HTTP, no Kubernetes, no NVML.
 from scoring.fit import FitContext, Reason
 from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.scorer import STRATEGIES, Evaluation, Scorer, ScoringConfig, build_scorer
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
-from scoring.strategies import STRATEGIES, Evaluation, Scorer, ScoringConfig, build_scorer
 
 __all__ = [
     "MILLI_PER_GPU", "PRESETS", "STRATEGIES", "Allocation", "ClusterState", "Evaluation",

@@ -312,7 +312,7 @@ def cpu_pressure(state: ClusterState) -> float:
     CPU and ``u_gpu`` the allocated over total GPU share, both summed over the nodes that
     have GPUs (CPU-only nodes strand no GPU). Above 1 the CPU runs out first, and what is
     left of the GPUs then is stranded (openb cpu250 replays run at about 1.03 throughout,
-    default at about 0.83; ``scoring.adaptive_balance``).
+    default at about 0.83; ``scoring.strategies.adaptive_balance``).
 
     Parameters
     ----------

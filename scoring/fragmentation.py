@@ -41,7 +41,7 @@ class TaskTypes:
     popularity : ndarray of float64
         Sums to 1.
     count : ndarray of int64
-        Pods of each type (``popularity = count / count.sum()``); ``scoring.fgd`` weighs with
+        Pods of each type (``popularity = count / count.sum()``); ``scoring.strategies.fgd`` weighs with
         these integers so that its sums are exact.
     model_mask : ndarray of int64 or None
         GPU models each type accepts, as ``scoring.request.model_mask`` bit masks (bit j:

@@ -164,7 +164,7 @@ class ClusterState:
         Task types of the GPU pods held, kept by ``apply`` (the ``fgd`` target workload).
     gpus_by_model : tuple of int
         Derived once in ``from_nodes`` (models and health are fixed for a state's life):
-        healthy GPUs of each model id, for the cluster-wide LP of ``scoring.gap_price``.
+        healthy GPUs of each model id, for the cluster-wide LP of ``scoring.strategies.gap_price``.
     """
 
     node_names: list[str]

@@ -7,8 +7,8 @@ from typing import Literal
 
 from podspec.pods import PodIntent
 from scoring.request import model_mask
+from scoring.scorer import Evaluation
 from scoring.state import Allocation, ClusterState
-from scoring.strategies import Evaluation
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 

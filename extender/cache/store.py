@@ -34,8 +34,8 @@ from extender.translate import inbound, outbound
 from podspec.pods import PodIntent
 from scoring.fit import Reason
 from scoring.request import model_mask
+from scoring.scorer import Scorer
 from scoring.state import Allocation, ClusterState, NodeSpec
-from scoring.strategies import Scorer
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from podspec import annotations as ann
 from podspec.pods import PodIntent, quote
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.strategies import Evaluation
+from scoring.scorer import Evaluation
 
 MAX_EXTENDER_PRIORITY = 10
 """kube-scheduler ``extender/v1.MaxExtenderPriority``: the highest score an extender returns."""

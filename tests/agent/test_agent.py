@@ -21,7 +21,7 @@ from podspec import annotations as ann
 from podspec.nodes import node_observation
 from podspec.pods import pod_intent
 from scoring.fit import Reason
-from scoring.strategies import build_scorer
+from scoring.scorer import build_scorer
 from tests.conftest import pod_json
 from tests.extender.helpers import FakeResponse
 

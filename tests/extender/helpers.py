@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.settings import Settings, scoring_config
+from scoring.scorer import build_scorer
 from scoring.state import NodeSpec
-from scoring.strategies import build_scorer
 
 EVENTS_TOKEN = "test-events-token"
 """The ``events_token`` of ``client_for``'s app; its client sends it on every call."""

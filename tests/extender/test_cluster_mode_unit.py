@@ -20,7 +20,7 @@ from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.nodes import node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent
-from scoring.strategies import build_scorer
+from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import FakeResponse
 

@@ -26,7 +26,7 @@ from extender.settings import Settings, scoring_config
 from podspec import annotations as ann
 from podspec.nodes import node_observation
 from podspec.pods import allocation_annotations, pod_intent
-from scoring.strategies import build_scorer
+from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import EVENTS_TOKEN, FakeResponse, client_for
 

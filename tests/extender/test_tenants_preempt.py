@@ -50,7 +50,7 @@ def app_with(nodes: list[NodeSpec], config: Path, **settings: Any) -> Iterator[t
 
 
 def load_scorer(config: Path):  # noqa: ANN201
-    from scoring.strategies import build_scorer
+    from scoring.scorer import build_scorer
 
     return build_scorer(load_policy(config).scoring)
 
@@ -324,7 +324,7 @@ def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatc
     from dataclasses import replace
 
     from podspec.pods import pod_intent
-    from scoring.strategies import ScoringConfig, build_scorer
+    from scoring.scorer import ScoringConfig, build_scorer
 
     node = gpu_node("a", 1)
     cache = GpuCache(build_scorer(ScoringConfig({"gpu_best_fit": 1.0})))

@@ -30,7 +30,7 @@ class ReferenceResult:
 
 
 def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, row: int) -> int:
-    """``N * F_n`` of ``scoring.fgd`` (``N`` pods in the workload), task by task, GPU by GPU."""
+    """``N * F_n`` of ``scoring.strategies.fgd`` (``N`` pods in the workload), task by task, GPU by GPU."""
     tasks = state.workload.task_types()
     assert tasks is not None
     models = [int(state.gpu_model[row, c]) for c in range(len(free))]
@@ -46,7 +46,7 @@ def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, ro
 
 
 def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, ...]) -> float:
-    """``scoring.fgd`` for the pod on ``cols`` of ``row`` (1/2 without a workload)."""
+    """``scoring.strategies.fgd`` for the pod on ``cols`` of ``row`` (1/2 without a workload)."""
     if state.workload.task_types() is None:
         return 0.5
     free = [_free(state, row, c) if state.gpu_exists[row, c] else 0 for c in range(state.max_gpus)]
@@ -60,37 +60,8 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
 
 
 @functools.cache
-def _gap_waste(n_s: tuple[tuple[int, int], ...], pods: int) -> tuple[float, ...]:
-    """``W(0..1000)`` of ``scoring.gap_fill`` for (share, pods) pairs out of ``pods``."""
-    w = [0.0]
-    for f in range(1, MILLI_PER_GPU + 1):
-        options = [min(1.0, n / pods / 0.02) * w[f - s] + (1.0 - min(1.0, n / pods / 0.02)) * f
-                   for s, n in n_s if s <= f]
-        w.append(min([float(f), *options]))
-    return tuple(w)
-
-
-def _gap_fill_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
-    """``scoring.gap_fill`` for one GPU: ``W`` of its model rebuilt here from the task types."""
-    tasks = state.workload.task_types()
-    if tasks is None:
-        return 0.5
-    model = max(int(state.gpu_model[row, col]), 0)
-    n_s: dict[int, int] = {}
-    for t in range(tasks.count.shape[0]):
-        k, r = int(tasks.gpu_count[t]), int(tasks.gpu_milli[t])
-        mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
-        if (mask >> model) & 1 == 1 and (k == 1 or r >= MILLI_PER_GPU):
-            n_s[min(r, MILLI_PER_GPU)] = n_s.get(min(r, MILLI_PER_GPU), 0) + int(tasks.count[t])
-    w = _gap_waste(tuple(sorted(n_s.items())), int(tasks.count.sum()))
-    free = min(_free(state, row, col), MILLI_PER_GPU)
-    after = max(free - req.gpu_milli, 0)
-    return min(max(0.5 - (w[after] - w[free]) / 2000.0, 0.0), 1.0)
-
-
-@functools.cache
 def _priced_u(key: tuple[tuple[int, int], ...], n_gpus: int) -> tuple[float, ...]:
-    """``U(0..1000)`` of ``scoring.gap_price`` for (share, rounded log count) pairs."""
+    """``U(0..1000)`` of ``scoring.strategies.gap_price`` for (share, rounded log count) pairs."""
     from scoring.cutting_stock import shadow_prices
 
     u = [float(f) for f in range(MILLI_PER_GPU + 1)]
@@ -105,7 +76,7 @@ def _priced_u(key: tuple[tuple[int, int], ...], n_gpus: int) -> tuple[float, ...
 
 
 def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
-    """``U(0..1000)`` of ``scoring.gap_price`` for the GPU's model: scaled counts and rounding
+    """``U(0..1000)`` of ``scoring.strategies.gap_price`` for the GPU's model: scaled counts and rounding
     written out here; the LP duals from ``scoring.cutting_stock`` (checked against HiGHS in
     its own tests)."""
     tasks = state.workload.task_types()
@@ -129,7 +100,7 @@ def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
 
 
 def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
-    """``scoring.gap_price`` for one GPU."""
+    """``scoring.strategies.gap_price`` for one GPU."""
     if state.workload.task_types() is None:
         return 0.5
     u = _gap_price_u(state, row, col)
@@ -139,7 +110,7 @@ def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -
 
 
 def _priced_stranding_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, ...]) -> float:
-    """``scoring.priced_stranding`` for the pod on ``cols`` of ``row``, GPU by GPU."""
+    """``scoring.strategies.priced_stranding`` for the pod on ``cols`` of ``row``, GPU by GPU."""
     tasks = state.workload.task_types()
     if tasks is None:
         return 0.5
@@ -176,7 +147,7 @@ def _splitmix64(x: int) -> int:
 
 
 def _random_draw(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
-    """``scoring.random_fit`` for one GPU, in Python integers wrapped to 64 bits."""
+    """``scoring.strategies.random_fit`` for one GPU, in Python integers wrapped to 64 bits."""
     mask = (1 << 64) - 1
     pod_key = (req.cpu_milli * 8_191 + req.gpu_milli * 131 + req.gpu_count) & mask
     cell = row * state.max_gpus + col
@@ -194,21 +165,15 @@ def _free(state: ClusterState, row: int, col: int) -> int:
 def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict[str, float]:
     free = _free(state, row, col)
     tight = min(1.0 - (free - req.gpu_milli) / MILLI_PER_GPU, 1.0)  # 1 when squeezing best-effort
-    total_mem = int(state.gpu_mem_total_mib[row, col])
-    mem_req = req.gpu_memory_mib if req.gpu_memory_mib is not None else (
-        req.gpu_milli * total_mem // MILLI_PER_GPU)
-    mem_free = _mem_free(state, row, col, req)
     g = int(state.gpu_qos_pods[row, col, QoSClass.GUARANTEED])
     b = int(state.gpu_qos_pods[row, col, QoSClass.BEST_EFFORT])
     conflict = (req.qos == QoSClass.BEST_EFFORT and g > 0) or (req.qos == QoSClass.GUARANTEED and b > 0)
     return {
         "gpu_best_fit": tight,
         "best_fit": tight,
-        "memory_headroom": min(max((mem_free - mem_req) / total_mem, 0.0), 1.0),
         "qos_interference": 0.0 if conflict else 1.0,
         "fgd": _fgd_score(state, row, req, (col,)),
         "random": _random_draw(state, row, col, req),
-        "gap_fill": _gap_fill_score(state, row, col, req),
         "gap_price": _gap_price_score(state, row, col, req),
     }
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scoring.fit import fit
-from scoring.strategies import STRATEGIES, ScoringConfig, build_scorer
+from scoring.scorer import STRATEGIES, ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 
 

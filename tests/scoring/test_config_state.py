@@ -9,8 +9,8 @@ from scoring.fit import Reason
 from scoring.fragmentation import TaskTypes, fragmentation_rate, node_fragmentation_milli
 from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
+from scoring.scorer import ScoringConfig, build_scorer, validate_config
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
-from scoring.strategies import ScoringConfig, build_scorer, validate_config
 from tests.conftest import gpu_node
 
 

@@ -7,11 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from scoring import gap_fill, gap_price
+from scoring import gaps
 from scoring.cutting_stock import priced_waste, shadow_prices
 from scoring.fit import fit
 from scoring.request import PodRequest, QoSClass, model_mask
 from scoring.state import Allocation, ClusterState
+from scoring.strategies import gap_price
 from tests.conftest import gpu_node
 from tests.scoring.reference import _gap_price_score
 
@@ -119,12 +120,9 @@ def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
         st.apply(Allocation(node, (col,), milli, (0,), QoSClass.BURSTABLE, 1000, 1024))
     ctx = fit(st, PodRequest(1, 300, gpu_memory_mib=0), np.array([0, 1]))
     assert ctx.gpus_by_model == (6,)
-    u = gap_price.gap_waste(ctx.tasks, 6)
+    u = gaps.gap_waste(ctx.tasks, 6)
     assert [u[f] for f in (300, 400, 700, 1000)] == pytest.approx([300, 400, 0, 300])
     np.testing.assert_allclose(gap_price.gpu_score(ctx), [[0.65, 0.3, 0, 0], [0.65, 0.65, 0.65, 0.65]])
-    # gap_fill, with both sizes abundant, sees W(400) = 100 beside the 300 (0.45) and no
-    # cost on an empty GPU (W(1000) = W(700) = 0): it does not value the 300 for the 700s.
-    np.testing.assert_allclose(gap_fill.gpu_score(ctx), [[0.5, 0.45, 0, 0], [0.5, 0.5, 0.5, 0.5]])
     # before any GPU pod every fitting GPU is neutral
     empty = ClusterState.from_nodes([gpu_node("a", 2)])
     assert gap_price.gpu_score(fit(empty, PodRequest(1, 100), np.arange(1))).tolist() == [[0.5, 0.5]]
@@ -154,11 +152,11 @@ def test_gap_price_prices_each_gpu_model_over_the_pods_it_can_take() -> None:
     req = PodRequest(1, 700, gpu_memory_mib=0)
     ctx = fit(st, req, np.arange(2))
     assert ctx.gpus_by_model[t4] == 2 and ctx.gpus_by_model[v100] == 2
-    u_t4, u_v100 = gap_price.gap_waste(ctx.tasks, 2, t4), gap_price.gap_waste(ctx.tasks, 2, v100)
+    u_t4, u_v100 = gaps.gap_waste(ctx.tasks, 2, t4), gaps.gap_waste(ctx.tasks, 2, v100)
     assert [u_t4[f] for f in (300, 700, 1000)] == pytest.approx([300, 0, 300])
     assert [u_v100[f] for f in (100, 300, 400, 700, 1000)] == pytest.approx([100, 0, 100, 100, 100])
     g = gap_price.gpu_score(ctx)
     np.testing.assert_allclose(g, [[0, 0.5], [0.55, 0]])
     np.testing.assert_allclose([[_gap_price_score(st, r, c, req) if ctx.gpu_fits[r, c] else 0.0
                                  for c in range(2)] for r in range(2)], g)
-    assert gap_price.gap_waste(ctx.tasks, 4)[300] == pytest.approx(0)  # blind: a 300 gap fills
+    assert gaps.gap_waste(ctx.tasks, 4)[300] == pytest.approx(0)  # blind: a 300 gap fills

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scoring import priced_stranding
 from scoring.fit import fit
 from scoring.request import PodRequest, QoSClass
 from scoring.state import Allocation, ClusterState
+from scoring.strategies import priced_stranding
 from tests.conftest import gpu_node
 from tests.scoring.reference import _priced_stranding_score
 

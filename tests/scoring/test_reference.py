@@ -7,7 +7,7 @@ import pytest
 
 from scoring.presets import PRESETS
 from scoring.request import QosPolicy
-from scoring.strategies import STRATEGIES, ScoringConfig, build_scorer
+from scoring.scorer import STRATEGIES, ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 from tests.scoring.reference import evaluate_node
 
@@ -42,22 +42,3 @@ def test_kernel_matches_reference(weights: dict[str, float], policy: QosPolicy,
                     assert tuple(ev.chosen_cols[pos].tolist()) == ref.cols
                     checked += 1
     assert checked > 500  # the random states must exercise feasible nodes, not only failures
-
-
-def test_gap_fill_waste_to_go_matches_reference(rng: np.random.Generator) -> None:
-    # gap_fill computes W in blocks of the smallest share; the block size runs from 1 milli
-    # (1,000 blocks of one) to 1000 (one block) and must give the scalar recursion's values
-    # exactly, bit for bit (the same float operations per element).
-    from scoring.gap_fill import _waste_to_go
-    from tests.scoring.reference import _gap_waste
-
-    cases = [((1, 3),), ((1000, 5),), ((1, 2), (999, 4)), ((50, 7), (810, 90), (1000, 300))]
-    for trial in range(200):
-        pool = np.arange(1, 1001) if trial % 2 else np.array([50, 110, 160, 320, 470, 810, 1000])
-        shares = np.unique(rng.choice(pool, size=int(rng.integers(1, 9))))
-        counts = rng.integers(1, 60, size=shares.shape[0])
-        cases.append(tuple(zip(shares.tolist(), counts.tolist(), strict=True)))
-    for sizes in cases:
-        pods = sum(n for _, n in sizes) + int(rng.integers(0, 400))
-        assert np.array_equal(_waste_to_go(sizes, pods), np.array(_gap_waste(sizes, pods))), sizes
-    assert np.array_equal(_waste_to_go((), 5), np.arange(1001.0))  # no one-GPU pods: W(f) = f

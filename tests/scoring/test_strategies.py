@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scoring import gpu_best_fit, memory_headroom, node_packing, qos_interference, resource_balance, spread
 from scoring.fit import fit
 from scoring.request import PodRequest, QoSClass
+from scoring.scorer import STRATEGIES
 from scoring.state import Allocation, ClusterState
-from scoring.strategies import STRATEGIES
+from scoring.strategies import gpu_best_fit, node_packing, qos_interference, resource_balance, spread
 from tests.conftest import gpu_node
 from tests.scoring.randstate import random_request, random_state
 
@@ -52,15 +52,6 @@ def test_node_packing_and_spread() -> None:
     np.testing.assert_allclose(spread.node_score(ctx, chosen), [0.55, 0.925])
 
 
-def test_memory_headroom() -> None:
-    # pod 300 milli, memory floor(300 * 16384 / 1000) = 4915 MiB.
-    # a/GPU0: free 16384 - 9830 = 6554, left 1639 -> 1639 / 16384 = 0.10003...
-    # others: free 16384, left 11469 -> 0.70001...
-    g = memory_headroom.gpu_score(ctx_for(PodRequest(1, 300)))
-    np.testing.assert_allclose(g[0, :2], [1639 / 16384, 11469 / 16384])
-    np.testing.assert_allclose(g[1], [11469 / 16384] * 4)
-
-
 @pytest.mark.parametrize(("qos", "a_gpu0"), [
     # a/GPU0 holds a guaranteed pod: only a best-effort pod conflicts there
     (QoSClass.BEST_EFFORT, 0.0),
@@ -92,7 +83,7 @@ def test_resource_balance() -> None:
 
 
 def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
-    from scoring import stranding
+    from scoring.strategies import stranding
     # pod: 1 GPU of 300 milli, 8000m CPU, 32768 MiB (the resource_balance case above).
     # a: u_gpu 0.45, u_cpu 0.625, u_mem 0.375: CPU leads by 0.175 -> 1 - 0.175 = 0.825
     # b: u_gpu 0.075, u_cpu 0.125, u_mem 0.125: CPU leads by 0.05 -> 0.95
@@ -109,7 +100,7 @@ def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
 
 
 def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
-    from scoring import adaptive_balance
+    from scoring.strategies import adaptive_balance
     # Workload: the one 600-milli pod on a/GPU0, multi-GPU share s = 0 -> lam = 0:
     # score = k * resource_balance / 2 (the resource_balance case above: 0.825, 0.95).
     # CPU pressure (test_cpu_pressure_is_cpu_over_gpu_utilization): 2.5 -> k = 2, so the
@@ -144,7 +135,7 @@ def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
     (1.03, 2.0),    # openb cpu250 runs at about 1.03: capped at PRESSURE_GAIN
 ])
 def test_adaptive_balance_gains_weight_with_cpu_pressure(pressure: float, k: float) -> None:
-    from scoring import adaptive_balance
+    from scoring.strategies import adaptive_balance
     # lam = 0 (no multi-GPU pods): score = k * resource_balance / 2, resource_balance
     # 0.825 and 0.95 (test_resource_balance); at k = 2 it stays <= 1.
     ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
@@ -181,7 +172,7 @@ def test_resource_balance_without_gpus_is_zero() -> None:
 
 
 def test_fgd_prefers_the_gpu_whose_fragment_no_typical_task_can_use() -> None:
-    from scoring import fgd
+    from scoring.strategies import fgd
 
     # One node, 2 GPUs. A pod of 600 milli (1 core, 1 GiB) holds GPU 0, so the learned
     # workload is {(1 GPU, 600 milli, 1000m, 1024Mi): 1.0} and free = [400, 1000].
@@ -196,81 +187,12 @@ def test_fgd_prefers_the_gpu_whose_fragment_no_typical_task_can_use() -> None:
 
 
 def test_fgd_is_neutral_before_any_gpu_pod() -> None:
-    from scoring import fgd
+    from scoring.strategies import fgd
 
     st = ClusterState.from_nodes([gpu_node("a", 2)])
     ctx = fit(st, PodRequest(gpu_count=1, gpu_milli=400), np.arange(1))
     assert ctx.tasks is None
     assert fgd.gpu_score(ctx)[0].tolist() == [0.5, 0.5]
-
-
-def test_gap_fill_waste_to_go_discounts_scarce_sizes() -> None:
-    from scoring.fragmentation import TaskTypes
-    from scoring.gap_fill import waste_to_go
-
-    # 99 pods of 500 milli, 1 of 100, N = 100: a_500 = min(1, 0.99 / 0.02) = 1,
-    # a_100 = min(1, 0.01 / 0.02) = 0.5. W(f) = min(f, a_s W(f - s) + (1 - a_s) f):
-    # W(50)  = 50 (nothing fits)           W(100) = 0.5 * 0 + 0.5 * 100 = 50
-    # W(200) = 0.5 * 50 + 0.5 * 200 = 125  W(300) = 0.5 * 125 + 150 = 212.5
-    # W(400) = 0.5 * 212.5 + 200 = 306.25  W(500) = W(0) = 0 (a 500 comes surely)
-    # W(600) = min(W(100) = 50, 0.5 * W(500) + 300) = 50
-    # W(900) = min(W(400) = 306.25, 0.5 * W(800) + 450), W(800) = W(300) -> 306.25
-    # W(1000) = W(500) = 0
-    rows = np.array([[1, 500, 0, 0], [1, 100, 0, 0]])
-    count = np.array([99, 1])
-    w = waste_to_go(TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], count / 100, count))
-    assert w.shape == (1001,)
-    assert [w[f] for f in (50, 100, 200, 300, 400, 500, 600, 900, 1000)] == pytest.approx(
-        [50, 50, 125, 212.5, 306.25, 0, 50, 306.25, 0])
-    assert (w >= 0).all() and (w <= np.arange(1001)).all()
-
-
-def test_gap_fill_leaves_the_gap_the_workload_fills() -> None:
-    from scoring import gap_fill
-
-    # a: GPU0 holds a 400-milli pod, GPU1 a 500-milli pod; b: 4 empty GPUs. Workload
-    # {400: 1, 500: 1}, N = 2, both a = 1. W(400) = W(500) = W(900) = W(1000) = 0 and
-    # W(600) = min(W(200) = 200, W(100) = 100) = 100. A 100-milli pod:
-    # a/GPU0: free 600 -> 500: delta = W(500) - W(600) = -100 -> 0.5 + 100/2000 = 0.55
-    # a/GPU1: free 500 -> 400: delta = 0 - 0 -> 0.5; b: free 1000 -> 900: 0 - 0 -> 0.5
-    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 4)])
-    st.apply(Allocation("a", (0,), 400, (0,), QoSClass.BURSTABLE, 1000, 1024))
-    st.apply(Allocation("a", (1,), 500, (0,), QoSClass.BURSTABLE, 1000, 1024))
-    ctx = fit(st, PodRequest(1, 100, gpu_memory_mib=0), np.array([0, 1]))
-    np.testing.assert_allclose(gap_fill.gpu_score(ctx), [[0.55, 0.5, 0.0, 0.0], [0.5] * 4])
-    # before any GPU pod every fitting GPU is neutral
-    empty = ClusterState.from_nodes([gpu_node("a", 2)])
-    assert gap_fill.gpu_score(fit(empty, PodRequest(1, 100), np.arange(1))).tolist() == [[0.5, 0.5]]
-
-
-def test_gap_fill_values_a_gap_by_the_pods_its_gpu_model_can_take() -> None:
-    from scoring import gap_fill
-    from scoring.request import model_mask
-    from tests.scoring.reference import _gap_fill_score
-
-    # a: 2 x T4, b: 2 x V100M32. Workload: a 400-milli pod that accepts V100M32 only (on
-    # b/GPU0) and a 500-milli pod that accepts any model (on a/GPU0); N = 2, both a_s = 1.
-    # T4 (only the 500 counts):  W(f) = f below 500, W(500) = 0, W(f) = f - 500 above,
-    #                            W(1000) = 0; so W(400) = 400, W(900) = 400.
-    # V100M32 (400 and 500):     W(400) = W(500) = W(900) = W(1000) = 0,
-    #                            W(600) = min(W(200), W(100)) = 100.
-    # A 100-milli pod (any model):
-    # a/GPU0: 500 -> 400: delta = 400 - 0 = 400 -> 0.5 - 400/2000 = 0.3
-    # a/GPU1: 1000 -> 900: delta = 400 - 0 -> 0.3  (blind to models both would be 0.5:
-    #         the 400 gap left is one only a V100M32 pod fills)
-    # b/GPU0: 600 -> 500: delta = 0 - 100 = -100 -> 0.55 ; b/GPU1: 1000 -> 900: 0 -> 0.5
-    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 2, model="V100M32", memory_mib=32768)])
-    v100, t4 = st.models.index("V100M32"), st.models.index("T4")
-    st.apply(Allocation("b", (0,), 400, (0,), QoSClass.BURSTABLE, 1000, 1024, model_mask(frozenset({v100}))))
-    st.apply(Allocation("a", (0,), 500, (0,), QoSClass.BURSTABLE, 1000, 1024))
-    req = PodRequest(1, 100, gpu_memory_mib=0)
-    ctx = fit(st, req, np.arange(2))
-    w_t4, w_v100 = gap_fill.waste_to_go(ctx.tasks, t4), gap_fill.waste_to_go(ctx.tasks, v100)
-    assert [w_t4[f] for f in (400, 500, 900, 1000)] == pytest.approx([400, 0, 400, 0])
-    assert [w_v100[f] for f in (400, 500, 600, 900, 1000)] == pytest.approx([0, 0, 100, 0, 0])
-    g = gap_fill.gpu_score(ctx)
-    np.testing.assert_allclose(g, [[0.3, 0.3], [0.55, 0.5]])
-    np.testing.assert_allclose([[_gap_fill_score(st, r, c, req) for c in range(2)] for r in range(2)], g)
 
 
 def test_task_types_allowed_past_the_mask_bits() -> None:
@@ -288,7 +210,7 @@ def test_task_types_allowed_past_the_mask_bits() -> None:
 
 
 def test_best_fit_as_published() -> None:
-    from scoring import best_fit
+    from scoring.strategies import best_fit
 
     # pod 1 GPU x 300 milli, 8000m CPU. left = (C - c)/128000 * 0.5 + (F - r)/8000 * 0.5
     # a: C = 64000 - 32000 = 32000, F = 400 + 1000 = 1400
@@ -303,7 +225,7 @@ def test_best_fit_as_published() -> None:
 
 
 def test_cpu_only_pods_are_scored_by_the_node_strategies() -> None:
-    from scoring.strategies import ScoringConfig, build_scorer
+    from scoring.scorer import ScoringConfig, build_scorer
 
     # CPU-only pod, 8000m: a: left = 24000/128000*0.5 + 1400/8000*0.5 = 0.18125 -> 81
     #                      b: left = 56000/128000*0.5 + 4000/8000*0.5 = 0.46875 -> 53
@@ -318,8 +240,8 @@ def test_cpu_only_pods_are_scored_by_the_node_strategies() -> None:
 
 
 def test_fgd_counts_gpus_of_a_model_a_task_cannot_use_as_fragments() -> None:
-    from scoring import fgd
     from scoring.request import model_mask
+    from scoring.strategies import fgd
 
     # a: 1 x T4, b: 1 x V100M32. The only task type so far accepts V100M32 only (gpu_spec):
     # a 500-milli pod on b. Now a 200-milli pod that accepts either model.
@@ -336,7 +258,7 @@ def test_fgd_counts_gpus_of_a_model_a_task_cannot_use_as_fragments() -> None:
 
 
 def test_multi_gpu_reserve_packs_in_proportion_to_multi_gpu_demand() -> None:
-    from scoring import multi_gpu_reserve
+    from scoring.strategies import multi_gpu_reserve
 
     # Demand: four pods of 1 whole GPU and one of 2 whole GPUs.
     # s = (1/5 * 2 * 1000) / (1/5 * 2000 + 4/5 * 1000) = 400 / 1200 = 1/3

@@ -2,10 +2,10 @@
 
 Notes
 -----
-With ``b2`` the two-sided balance of ``scoring.resource_balance``, ``b1`` the one-sided
-balance of ``scoring.stranding`` (both in [0, 1], from the node's CPU, memory and GPU
+With ``b2`` the two-sided balance of ``scoring.strategies.resource_balance``, ``b1`` the one-sided
+balance of ``scoring.strategies.stranding`` (both in [0, 1], from the node's CPU, memory and GPU
 utilizations after placement) and ``s`` the multi-GPU share of the learned GPU demand
-(``scoring.multi_gpu_reserve.multi_gpu_share``)::
+(``scoring.strategies.multi_gpu_reserve.multi_gpu_share``)::
 
     lam        = min(1, s / S_ONE_SIDED)
     k          = 1 + (PRESSURE_GAIN - 1) * clip((p - PRESSURE_START) / (PRESSURE_FULL - PRESSURE_START), 0, 1)
@@ -18,7 +18,7 @@ utilization on the GPU nodes); where CPU fills as fast as the GPUs (``p >= 1``) 
 two-sided term counts double (``k = 2``, ``resource_balance`` at ``w``), below
 ``PRESSURE_START`` it is unchanged. With ``k <= 2`` and ``ONE_SIDED_GAIN = 2`` the score
 stays in [0, 1].
-Why: next to FGD (``scoring.fgd``) the two-sided balance is what keeps CPU and memory from
+Why: next to FGD (``scoring.strategies.fgd``) the two-sided balance is what keeps CPU and memory from
 stranding GPUs where CPU is scarce (openb cpu250, seed 42 in process: 6.87 % unallocated at
 100 % arrived against 9.56 % for FGD alone), but it also draws CPU-light pods onto empty
 nodes, and those are the 8-GPU nodes multi-GPU pods need (multigpu40: 3.51 %, FGD alone
@@ -42,9 +42,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring import resource_balance, stranding
 from scoring.fit import FitContext
-from scoring.multi_gpu_reserve import multi_gpu_share
+from scoring.strategies import resource_balance, stranding
+from scoring.strategies.multi_gpu_reserve import multi_gpu_share
 
 NAME = "adaptive_balance"
 

@@ -9,7 +9,7 @@ With CPU used ``C`` of allocatable ``Ca``, host memory ``M`` of ``Ma``, GPU shar
     node_score = 1 - max(0, u_cpu - u_gpu, u_mem - u_gpu)
 
 Free GPUs on a node whose CPU or memory is spent are "CPU-stranded" (Weng et al., USENIX
-ATC '23, section 3): no pod can use them. This is ``scoring.resource_balance`` with only
+ATC '23, section 3): no pod can use them. This is ``scoring.strategies.resource_balance`` with only
 that side kept: a node is penalised only where host resources would be used ahead of the
 GPUs. A CPU-only pod then goes where the GPUs are already busy (their cores are surplus),
 and a GPU pod that needs few cores is not pushed to spread over empty nodes, which the
@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.resource_balance import utilizations
+from scoring.strategies.resource_balance import utilizations
 
 NAME = "stranding"
 

@@ -2,7 +2,7 @@
 
 Notes
 -----
-``scoring.gap_price`` values a GPU's free share ``f`` at ``V(f) = f - U(f)`` milli-GPU, the
+``scoring.strategies.gap_price`` values a GPU's free share ``f`` at ``V(f) = f - U(f)`` milli-GPU, the
 share the workload is expected to use, as if any pod could go there. But pods bring CPU and
 host memory, and a node's free GPUs are of use only as far as its free CPU and memory go:
 the rest is "CPU-stranded" (Weng et al., USENIX ATC '23, section 3). With the learned
@@ -25,7 +25,7 @@ On openb default (``rho_cpu`` about 10.9 CPU milli per milli-GPU; ``V(1000) = 81
 470-milli pod asking 8 cores on a 1-GPU, 8-core node strands ``V(530) - 0 = 405`` where the
 node stranded ``810 - 8000 / 10.9 = 75`` before (``delta = +330``), while on a 96-core, 8-GPU node it
 strands nothing; an 810-milli pod asking 3 cores on that small node leaves ``V(190) = 0``
-and 5 cores (``delta = -75``). FGD's fragmentation (``scoring.fgd``) rates the first
+and 5 cores (``delta = -75``). FGD's fragmentation (``scoring.strategies.fgd``) rates the first
 placement cheap, because the small node already could not run the types that need more
 than 8 cores.
 """
@@ -36,8 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.gap_fill import waste_by_gpu
-from scoring.gap_price import model_waste
+from scoring.gaps import model_waste, waste_by_gpu
 from scoring.request import MILLI_PER_GPU
 
 NAME = "priced_stranding"

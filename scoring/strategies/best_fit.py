@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring import gpu_best_fit
 from scoring.fit import FitContext
+from scoring.strategies import gpu_best_fit
 
 NAME = "best_fit"
 
@@ -42,7 +42,7 @@ SCORE_LEVELS = 100
 
 
 gpu_score = gpu_best_fit.gpu_score
-"""The tightest GPU inside the node: ``1 - (f_g - r) / 1000`` (``scoring.gpu_best_fit``)."""
+"""The tightest GPU inside the node: ``1 - (f_g - r) / 1000`` (``scoring.strategies.gpu_best_fit``)."""
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:

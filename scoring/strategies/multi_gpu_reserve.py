@@ -4,7 +4,7 @@ Notes
 -----
 With ``s`` the multi-GPU share of the learned demand (``scoring.workload``: GPU-weighted
 popularity of the task types asking for 2 or more GPUs) and ``U``, ``T``, ``k``, ``r`` as in
-``scoring.node_packing``::
+``scoring.strategies.node_packing``::
 
     s          = sum_{t: k_t >= 2} p_t k_t r_t  /  sum_t p_t k_t r_t
     node_score = (U + k * r) / T  *  min(1, (s / S_FULL) ** 2)
@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes
-from scoring.node_packing import node_score as _packing
+from scoring.strategies.node_packing import node_score as _packing
 
 NAME = "multi_gpu_reserve"
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring import node_packing
 from scoring.fit import FitContext
+from scoring.strategies import node_packing
 
 NAME = "spread"
 

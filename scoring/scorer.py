@@ -1,12 +1,10 @@
 """Strategy registry, weights, and the scorer that combines them.
 
-Each strategy module exports ``NAME`` and ``gpu_score(ctx)`` (a per-GPU score; the node's
-score is its mean over the GPUs chosen there), ``node_score(ctx, chosen)`` (a node property),
-or both (``gpu_score`` chooses the GPUs, ``node_score`` scores the node with them); an unused
-one is ``None``. A module with both may set ``ONE_GPU_NODE_SCORE_IS_GPU_SCORE = True`` when
-its per-GPU score is, by construction, the node score with the pod on that GPU alone; for
-one-GPU pods the scorer then reuses it. ``build_scorer`` validates a ``ScoringConfig`` once
-and returns a ``Scorer``; nothing is parsed again per request.
+The registry holds every module of ``scoring.strategies`` (the contract a strategy module
+keeps is written there), checked once at import. For one-GPU pods the scorer reuses a
+strategy's per-GPU score as its node score when the module says they are the same number.
+``build_scorer`` validates a ``ScoringConfig`` once and returns a ``Scorer``; nothing is
+parsed again per request.
 
 The same objective chooses the GPUs and scores the node: the GPUs on a node are the
 ``gpu_count`` fitting GPUs with the highest weighted sum of the per-GPU scores (ties: lowest
@@ -24,23 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring import (
-    adaptive_balance,
-    best_fit,
-    fgd,
-    gap_fill,
-    gap_price,
-    gpu_best_fit,
-    memory_headroom,
-    multi_gpu_reserve,
-    node_packing,
-    priced_stranding,
-    qos_interference,
-    random_fit,
-    resource_balance,
-    spread,
-    stranding,
-)
+from scoring import strategies
 from scoring.fit import FitContext, fit
 from scoring.reduce import mean_at
 from scoring.request import PodRequest, QoSClass, QosPolicy
@@ -63,22 +45,35 @@ class Strategy:
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
+    """A strategy module as a ``Strategy``, checked against the contract in ``scoring.strategies``.
+
+    Raises
+    ------
+    TypeError
+        When the module lacks ``NAME`` or defines neither score function.
+    """
+    name = getattr(module, "NAME", None)
+    gpu_score, node_score = getattr(module, "gpu_score", None), getattr(module, "node_score", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{module.__name__}: define NAME, the strategy's config name")
     # Both defined (fgd): gpu_score picks the GPUs, node_score scores the node with them.
-    if module.gpu_score is None and module.node_score is None:
+    if gpu_score is None and node_score is None:
         raise TypeError(f"{module.__name__}: define gpu_score, node_score or both")
-    return Strategy(module.NAME, module.gpu_score, module.node_score,
+    return Strategy(name, gpu_score, node_score,
                     bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)))
 
 
-STRATEGIES: dict[str, Strategy] = {
-    s.name: s
-    for s in map(
-        _strategy,
-        (gpu_best_fit, node_packing, spread, memory_headroom, qos_interference, resource_balance, fgd,
-         random_fit, best_fit, multi_gpu_reserve, stranding, adaptive_balance, gap_fill, gap_price,
-         priced_stranding),
-    )
-}
+def _registry(found: list[types.ModuleType]) -> dict[str, Strategy]:
+    registry: dict[str, Strategy] = {}
+    for module in found:
+        strategy = _strategy(module)
+        if strategy.name in registry:
+            raise TypeError(f"{module.__name__}: strategy name {strategy.name!r} is taken")
+        registry[strategy.name] = strategy
+    return registry
+
+
+STRATEGIES: dict[str, Strategy] = _registry(strategies.modules())
 """Registry: strategy name -> Strategy."""
 
 

@@ -1,0 +1,41 @@
+"""The scoring strategies: one module per term, each with its formula and source.
+
+A strategy module defines ``NAME`` (the name admins use in the config) and ``gpu_score(ctx)``
+(a per-GPU score; the node's score is its mean over the GPUs chosen there),
+``node_score(ctx, chosen)`` (a node property), or both (``gpu_score`` chooses the GPUs,
+``node_score`` scores the node with them); the unused one is ``None``. Every score is a
+float64 in [0, 1], higher is better, 0 where the pod does not fit. A module with both may set
+``ONE_GPU_NODE_SCORE_IS_GPU_SCORE = True`` when its per-GPU score is, by construction, the node
+score with the pod on that GPU alone. Both functions are pure: they read the ``FitContext``
+of the candidate rows and nothing else, so a row's terms depend on that row's state alone.
+
+``modules()`` finds every module of this package, so a new strategy is one file here (and its
+test); ``scoring.scorer`` registers them and validates each once, at import.
+
+The default preset's terms (``scoring.presets``):
+
+- ``fgd``: FGD's fragmentation increase against the learned workload; picks the GPUs too;
+- ``adaptive_balance``: resource balance, two-sided or one-sided by multi-GPU demand;
+- ``gap_price``: the priced waste of the GPU's gap (cutting-stock shadow prices);
+- ``priced_stranding``: the gap value a node's free CPU and memory can no longer serve.
+
+The paper's baselines (Weng et al., USENIX ATC '23): ``random_fit`` (``random``),
+``best_fit`` (``best_fit``), and ``fgd``.
+
+Other terms, of the ``balance`` preset and for admins to weigh: ``gpu_best_fit``,
+``resource_balance``, ``stranding``, ``node_packing``, ``multi_gpu_reserve``,
+``qos_interference``, ``spread``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+
+def modules() -> list[ModuleType]:
+    """Every strategy module of this package, by module name."""
+    return [importlib.import_module(f"{__name__}.{info.name}")
+            for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+            if not info.name.startswith("_")]
