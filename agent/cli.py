@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from podspec.kubeio import kube_api
 
@@ -17,10 +18,11 @@ def _run(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from agent.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend
+    from agent.nvml import FakeNvml, NvmlBackend, NvmlUnavailable, PynvmlBackend
     from agent.publisher import Publisher, PublishOptions
 
     logging.basicConfig(level=args.log_level.upper())
+    backend: NvmlBackend
     try:
         if args.nvml == "fake":
             cfg = yaml.safe_load(args.fake_config.read_text()) if args.fake_config else {}
@@ -54,9 +56,10 @@ def _run(args: argparse.Namespace) -> int:
         api = publisher.api
         node = args.node_name
 
-        def pods() -> list[dict]:
-            return response_json(api.list_pod_for_all_namespaces(  # type: ignore[no-any-return]
+        def pods() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = response_json(api.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}", _preload_content=False))["items"]
+            return items
 
         plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir)
         publisher.on_publish = plugin.changed.set

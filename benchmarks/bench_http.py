@@ -79,7 +79,7 @@ def load_to(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.Trac
             batch = []
     if batch:
         client.pod_events(batch)
-    return 100.0 * client.get("readyz")["gpu_allocated_milli"] / capacity
+    return 100.0 * float(client.get("readyz")["gpu_allocated_milli"]) / capacity
 
 
 def time_calls(client: ExtenderClient, cluster: ClusterNames, pods: list[trace.TracePod],

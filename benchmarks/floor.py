@@ -97,9 +97,9 @@ def _best_pattern(sizes: NDArray[np.int64], values: NDArray[np.float64], limit: 
     for s in np.flatnonzero(values > 0):
         left, chunk = int(min(limit[s], MILLI_PER_GPU // sizes[s])), 1
         while left > 0:
-            c = min(chunk, left)
-            items.append((int(sizes[s]) // step * c, float(values[s]) * c, int(s), c))
-            left -= c
+            n = min(chunk, left)
+            items.append((int(sizes[s]) // step * n, float(values[s]) * n, int(s), n))
+            left -= n
             chunk *= 2
     best = np.zeros(cap + 1)
     took = np.zeros((len(items), cap + 1), dtype=bool)
@@ -112,8 +112,8 @@ def _best_pattern(sizes: NDArray[np.int64], values: NDArray[np.float64], limit: 
     c = int(np.argmax(best))
     for i in range(len(items) - 1, -1, -1):
         if took[i, c]:
-            u, _, s, copies = items[i]
-            counts[s] += copies
+            u, _, size, copies = items[i]
+            counts[size] += copies
             c -= u
     return float(best.max()), counts
 
@@ -202,7 +202,7 @@ def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
                   b_ub=np.concatenate([[n_gpus], [demand.fractional[int(r)] for r in sizes]]),
                   bounds=[(0, None)] * a.shape[0] + [(0, demand.whole[k]) for k in ks],
                   method="highs")
-    if res.status != 0:
+    if res.status != 0 or res.fun is None:
         raise RuntimeError(f"LP solver failed: {res.message}")
     return float(-res.fun), -res.ineqlin.marginals
 
@@ -215,7 +215,7 @@ def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int
     pods : sequence of TracePod
         An openb pod list (``trace.load_pods``).
     seed : int
-        Arrival-order seed, as in ``gpufrac replay``.
+        Arrival-order seed, as in ``python -m benchmarks replay``.
     n_gpus : int
         GPUs in the cluster (``bundled_gpu_count()`` for the openb node list).
 

@@ -1,4 +1,4 @@
-"""``gpufrac replay``: the openb trace through the extender's HTTP verbs, as kube-scheduler would.
+"""``python -m benchmarks replay``: the openb trace through the extender's HTTP verbs, as kube-scheduler would.
 
 For each pod: the pod-event endpoint hears of it (as the pod watch would), the emulated
 kube-scheduler filters CPU/memory/slots in-tree, then calls ``/filter``, ``/prioritize``
@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -75,11 +75,11 @@ class ExtenderClient:
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
-        return self._post("filter", args)  # type: ignore[no-any-return]
+        return cast(dict[str, Any], self._post("filter", args))
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``."""
-        return self._post("prioritize", args)  # type: ignore[no-any-return]
+        return cast(list[dict[str, Any]], self._post("prioritize", args))
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
@@ -118,11 +118,11 @@ class InProcessClient:
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
-        return filter(self.cache, ExtenderArgs.model_validate(args)).body  # type: ignore[no-any-return]
+        return cast(dict[str, Any], filter(self.cache, ExtenderArgs.model_validate(args)).body)
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``."""
-        return prioritize(self.cache, ExtenderArgs.model_validate(args)).body  # type: ignore[no-any-return]
+        return cast(list[dict[str, Any]], prioritize(self.cache, ExtenderArgs.model_validate(args)).body)
 
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
@@ -510,6 +510,16 @@ def replay_seeds(args: argparse.Namespace, profile: Profile) -> list[SeedResult]
         return sorted((r for f in futures for r in f.result()), key=lambda r: r.seed)
 
 
+def source_commit() -> str:
+    """The checkout's ``git describe --always --dirty`` (``unknown`` outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10, check=False)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 def result_record(args: argparse.Namespace, profile: Profile, results: list[SeedResult],
                   wall_s: float) -> dict[str, Any]:
     """What ``result.json`` holds for one policy on one pod list."""
@@ -519,6 +529,8 @@ def result_record(args: argparse.Namespace, profile: Profile, results: list[Seed
     return {
         "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes),
         "pods": str(args.pods), "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
+        # What results/MANIFEST.md asks of a kept result: the code and the day it measured.
+        "commit": source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "median": summary,
         "seeds": {str(r.seed): {k: v for k, v in asdict(r).items() if k != "curve"} for r in results},
         "curve_grid_pct": GRID.tolist(),

@@ -11,6 +11,7 @@ import csv
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class TracePod:
         """Total GPU share the pod asks for."""
         return self.num_gpu * self.gpu_milli if self.num_gpu else 0
 
-    def pod_object(self, seed: int, namespace: str = "openb") -> dict[str, object]:
+    def pod_object(self, seed: int, namespace: str = "openb") -> dict[str, Any]:
         """The pending Pod JSON kube-scheduler would see for this pod."""
         annotations: dict[str, str] = {"gpufrac.io/qos": QOS_FROM_TRACE.get(self.qos, "burstable")}
         if self.num_gpu and self.gpu_milli < 1000:

@@ -20,6 +20,7 @@ from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
 from extender.routes import health, verbs
 from extender.settings import AdminPolicy, Settings, policy_from_settings
+from extender.verbs.bind import Binder
 from scoring.scorer import build_scorer
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
             scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods),
             quarantine=quarantine)
-        binder = KubeBinder(kube_api, cache, settings.assume_ttl_s).bind
+        binder: Binder = KubeBinder(kube_api, cache, settings.assume_ttl_s).bind
     else:
         binder = cache.bind
 

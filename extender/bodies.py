@@ -77,7 +77,8 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)  # type: ignore[no-any-return]
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 def json_response(body: Any, status_code: int = 200) -> Response:

@@ -12,8 +12,8 @@ annotations, which the API server writes onto the pod together with ``spec.nodeN
 the call fails the assumed allocation is given back and the error goes to kube-scheduler.
 
 Every object is handled as plain API JSON (``_preload_content=False``; watch events not
-deserialized, see ``raw_watch_target``): ``extender.translate`` reads it, as it reads the
-extender wire bodies.
+deserialized, see ``raw_watch_target``): ``podspec`` parses it, as it parses the
+Pod inside an extender request.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from extender.cache import BindError, GpuCache
+from extender.cache import BindError, EventType, GpuCache
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.kubeio import drain, response_json
@@ -85,7 +85,7 @@ def raw_watch_target(func: Callable[..., Any]) -> Callable[..., Any]:
     ``ERROR`` events still become ``ApiException`` (its ``deserialize=False`` mode fails on
     them with a KeyError instead).
     """
-    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def call(*args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
 
     return call
@@ -331,7 +331,10 @@ class ClusterSync:
         if intent is None:
             return
         try:
-            released = self._cache.apply_pod_event(kind, intent)  # type: ignore[arg-type]
+            # Watch and list events are ADDED or MODIFIED here (DELETED returned above); the
+            # cache treats the two alike.
+            event: EventType = "MODIFIED" if kind == "MODIFIED" else "ADDED"
+            released = self._cache.apply_pod_event(event, intent)
         except Exception as exc:  # noqa: BLE001 - one pod must never stop the watch
             log.exception("pod %s: cache update failed", intent.key)
             self._reject_failed(intent, exc)

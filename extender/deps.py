@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
@@ -13,19 +13,19 @@ from extender.verbs.bind import Binder
 
 
 async def _cache(request: Request) -> GpuCache:
-    return request.app.state.cache  # type: ignore[no-any-return]
+    return cast(GpuCache, request.app.state.cache)
 
 
 async def _metrics(request: Request) -> Metrics:
-    return request.app.state.metrics  # type: ignore[no-any-return]
+    return cast(Metrics, request.app.state.metrics)
 
 
 async def _settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return cast(Settings, request.app.state.settings)
 
 
 async def _binder(request: Request) -> Binder:
-    return request.app.state.binder  # type: ignore[no-any-return]
+    return cast(Binder, request.app.state.binder)
 
 
 CacheDep = Annotated[GpuCache, Depends(_cache)]

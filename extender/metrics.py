@@ -46,11 +46,11 @@ class Metrics:
             ["kind", "reason"], registry=self.registry)
         for key in ("nodes", "gpus", "gpu_allocated_milli", "pods_bound"):
             g = Gauge(f"gpufrac_cache_{key}", f"Cache total: {key}.", registry=self.registry)
-            g.set_function(lambda key=key: summary()[key])
+            g.set_function(_total(summary, key))
         over = Gauge("gpufrac_overcommitted_pods",
                      "Bound pods whose allocation record gpufrac could not have made (forged, or "
                      "bound outside gpufrac): counted only up to what was free.", registry=self.registry)
-        over.set_function(lambda: summary()["pods_overcommitted"])
+        over.set_function(_total(summary, "pods_overcommitted"))
 
     @contextmanager
     def timer(self, verb: str) -> Iterator[None]:
@@ -64,3 +64,8 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text exposition format of this registry."""
         return generate_latest(self.registry)
+
+
+def _total(summary: Callable[[], dict[str, int]], key: str) -> Callable[[], float]:
+    """A gauge's reader: one total of ``summary()``, read at scrape time."""
+    return lambda: summary()[key]

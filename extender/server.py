@@ -29,6 +29,7 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
     read_timeout_s: float = 10.0
     _read_timer: asyncio.TimerHandle | None = None
 
+    # uvicorn's signature takes asyncio.Transport where asyncio.Protocol's takes BaseTransport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()

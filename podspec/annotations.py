@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -45,7 +45,7 @@ MAX_GPUS_PER_NODE = 64
 MAX_GPU_MEMORY_MIB = 2**24
 """Largest memory of one GPU, MiB (16 TiB): bounds inventory values and pod requests."""
 
-INVENTORY_SCHEMA_V1 = "gpufrac.io/inventory/v1"
+INVENTORY_SCHEMA_V1: Final = "gpufrac.io/inventory/v1"
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "inventory.v1.json"
 
 

@@ -19,7 +19,10 @@ def response_json(resp: Any) -> dict[str, Any]:
     """Body of a raw response as JSON, its connection given back to the pool."""
     data = resp.data
     resp.release_conn()
-    return orjson.loads(data)  # type: ignore[no-any-return]
+    body = orjson.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError(f"API response is not a JSON object: {type(body).__name__}")
+    return body
 
 
 def drain(resp: Any) -> None:

@@ -83,11 +83,11 @@ def _best_patterns(sizes: NDArray[np.int64], values: NDArray[np.float64]) -> tup
     counts = np.zeros((sizes.shape[0], sizes.shape[0]), dtype=np.int64)
     for i in range(sizes.shape[0]):
         counts[i, i] = 1
-        c = int(at[rest[i]])
-        while c > 0:
-            j = int(choice[c])
+        cap = int(at[rest[i]])
+        while cap > 0:
+            j = int(choice[cap])
             counts[i, j] += 1
-            c -= int(sizes[j])
+            cap -= int(sizes[j])
     return value, counts
 
 

@@ -203,7 +203,8 @@ def isolation_ok(request: PodRequest, qos_pods: NDArray[np.int64],
     if not policy.isolate_guaranteed or request.qos == QoSClass.BURSTABLE:
         return None
     other = QoSClass.BEST_EFFORT if request.qos == QoSClass.GUARANTEED else QoSClass.GUARANTEED
-    return qos_pods[..., other] == 0
+    allowed: NDArray[np.bool_] = qos_pods[..., other] == 0
+    return allowed
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],

@@ -146,7 +146,8 @@ def node_fragmentation_milli(
     total = free_milli.sum(axis=1)[:, None]  # (n, 1)
     small = np.where(fits_gpu, 0, f).sum(axis=2)  # (n, t)
     per_task = np.where(runnable, small, total)
-    return per_task @ tasks.popularity
+    expected: NDArray[np.float64] = per_task @ tasks.popularity
+    return expected
 
 
 def fragmentation_rate(

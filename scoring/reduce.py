@@ -20,4 +20,5 @@ def mean_at(per_gpu: NDArray[np.float64], cols: NDArray[np.int64]) -> NDArray[np
     -------
     ndarray of shape (m,), float64
     """
-    return np.take_along_axis(per_gpu, np.maximum(cols, 0), axis=1).mean(axis=1)
+    mean: NDArray[np.float64] = np.take_along_axis(per_gpu, np.maximum(cols, 0), axis=1).mean(axis=1)
+    return mean

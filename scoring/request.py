@@ -1,6 +1,6 @@
 """One pod's GPU request, as the placement core sees it.
 
-The wire format (annotations, Kubernetes quantities) is parsed in ``extender.translate``;
+The wire format (annotations, Kubernetes quantities) is parsed in ``podspec.pods``;
 this module only holds the already-validated numbers. Units: GPU share in milli-GPU
 (1000 = one whole GPU), memory in MiB, CPU in milli-cores.
 """

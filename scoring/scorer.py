@@ -18,6 +18,7 @@ import math
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -132,10 +133,11 @@ def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str
             continue
         check_weights(weights, f"{path}.qos_overrides.{qos}")
     if not errors:
-        for qos in [None, *config.qos_overrides]:
-            merged = {**config.weights, **(config.qos_overrides.get(qos, {}) if qos else {})}
+        overrides: list[str | None] = [None, *config.qos_overrides]
+        for name in overrides:
+            merged = {**config.weights, **(config.qos_overrides.get(name, {}) if name else {})}
             if sum(merged.values()) <= 0:
-                where = f"{path}.qos_overrides.{qos}" if qos else f"{path}.weights"
+                where = f"{path}.qos_overrides.{name}" if name else f"{path}.weights"
                 errors.append(f"{where}: at least one weight must be > 0")
     return errors
 
@@ -172,7 +174,7 @@ class Evaluation:
             Rows in the order of ``positions``.
         """
         ctx = self.context
-        sliced = {
+        sliced: dict[str, Any] = {
             f: (v[positions] if isinstance(v, np.ndarray) else v)
             for f in ctx.__dataclass_fields__
             for v in [getattr(ctx, f)]

@@ -1,4 +1,4 @@
-"""Project-wide checks: import layering (import-linter contracts in pyproject.toml) and ruff."""
+"""Project-wide checks: import layering (import-linter contracts in pyproject.toml), ruff, mypy."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ def _tool(name: str) -> str:
 
 
 def test_import_contracts_kept() -> None:
-    # scoring/ imports no HTTP, Kubernetes, pydantic or YAML; routes reach the core only
-    # through extender.translate; layers run cli > app > routes > deps > cache > translate.
+    # One arrow: tests > benchmarks > tests.harness > extender | agent > podspec > scoring;
+    # scoring imports no HTTP, Kubernetes, pydantic or YAML; the layers inside extender,
+    # extender.cache and scoring (pyproject.toml's [tool.importlinter]).
     r = subprocess.run([_tool("lint-imports")], cwd=REPO, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 broken" in r.stdout
@@ -27,3 +28,10 @@ def test_import_contracts_kept() -> None:
 def test_ruff_clean() -> None:
     r = subprocess.run([_tool("ruff"), "check", "."], cwd=REPO, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_clean() -> None:
+    # Strict on scoring/, checked on the rest ([tool.mypy] in pyproject.toml).
+    r = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Success: no issues found" in r.stdout

@@ -82,6 +82,7 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
     matcher = assign.Matcher()
     lock = threading.Lock()
 
+    # The servicer base comes from the stubs generated at run time (stubs.load()): untyped.
     class Servicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc,name-defined]
         def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC name
             return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -132,6 +133,7 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
                         context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                       f"gpufrac: no pod on {node} bound by gpufrac waits for {n} "
                                       f"{ann.RESOURCE_GPU} (is the pod using schedulerName gpufrac-scheduler?)")
+                        raise RuntimeError("grpc context.abort returned")  # it raises
                     pod, index = found
                     uuids, memory = pod.slice_for(index)
                     log.info("allocate %s container #%d: %s", pod.key, index, ",".join(uuids))

@@ -123,9 +123,7 @@ def victims_on(state: ClusterState, policy: QosPolicy, intent: PodIntent, reques
         ((uid, rec) for uid, rec in records
          if rec is not None and rec.allocation is not None and rec.allocation.node == node
          and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
-        key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority,
-                        min(ur[1].allocation.gpu_cols, default=-1),  # type: ignore[union-attr]
-                        -ur[1].gpu_milli_held))
+        key=lambda ur: _victim_order(ur[1]))
     eligible = eligible[:budget.max_victims]
 
     def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
@@ -141,3 +139,10 @@ def victims_on(state: ClusterState, policy: QosPolicy, intent: PodIntent, reques
                 scratch.apply(replace(alloc, node=scratch.node_names[0]), 1)
 
     return fewest_victims(eligible, fits_without, budget.max_tries, deadline)
+
+
+def _victim_order(rec: PodRecord) -> tuple[int, int, int, int]:
+    """Sort key of a candidate victim: lowest class first, then lowest priority, then by GPU
+    (its first GPU column), then the largest share."""
+    cols = rec.allocation.gpu_cols if rec.allocation is not None else ()
+    return (-rec.intent.qos, rec.intent.priority, min(cols, default=-1), -rec.gpu_milli_held)

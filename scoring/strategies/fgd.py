@@ -49,7 +49,7 @@ ONE_GPU_NODE_SCORE_IS_GPU_SCORE = True
 """For a one-GPU pod ``gpu_score`` is the node score with the pod on that GPU (same ``dF``)."""
 
 
-def _fits(share: NDArray[np.int64], tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.bool_]:
+def _fits(share: NDArray[np.integer], tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.bool_]:
     """``share`` of shape (m, 1, G) or (m, t, G) -> GPUs each task can use (m, t, G)."""
     fits = share >= tasks.gpu_milli[None, :, None]
     return fits if allowed is None else fits & allowed
@@ -79,7 +79,8 @@ def _expected(fragment: NDArray[np.integer], run: NDArray[np.bool_], total: NDAr
     per-GPU and the node evaluation of the same placement give the same number)."""
     shape = [1] * run.ndim
     shape[task_axis] = -1
-    return (np.where(run, fragment, total) * tasks.count.reshape(shape)).sum(axis=task_axis)
+    expected: NDArray[np.int64] = (np.where(run, fragment, total) * tasks.count.reshape(shape)).sum(axis=task_axis)
+    return expected
 
 
 def _fragmentation(free: NDArray[np.int32], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
@@ -124,7 +125,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     # Counts of the current state, shared by "before" and every per-GPU "after".
-    allowed = tasks.allowed(ctx.gpu_model[rows])               # (m, t, G) or None
+    allowed = None if ctx.gpu_model is None else tasks.allowed(ctx.gpu_model[rows])  # (m, t, G) or None
     fits, cnt, small, too_small = _per_task(free, tasks, allowed)  # (m,t,G), (m,t), (m,t), (m,t,G)
     total = free.sum(axis=1)
     run_before = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
@@ -161,7 +162,7 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     rows = np.flatnonzero(ctx.node_fits)
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
-    allowed = tasks.allowed(ctx.gpu_model[rows])
+    allowed = None if ctx.gpu_model is None else tasks.allowed(ctx.gpu_model[rows])
     before = _fragmentation(free, cpu_free, mem_free, tasks, allowed)
     after = _fragmentation(np.where(chosen[rows], free - np.int32(req.gpu_milli), free),
                            cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks, allowed)

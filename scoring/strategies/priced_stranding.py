@@ -100,4 +100,5 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     cpu, mem = ctx.cpu_free_milli, ctx.mem_host_free_mib
     before = np.maximum(value - serves(cpu, mem), 0.0)
     left = np.maximum(value_after - serves(cpu - req.cpu_milli, mem - req.memory_mib), 0.0)
-    return np.clip(0.5 - (left - before) / 2000.0, 0.0, 1.0)
+    score: NDArray[np.float64] = np.clip(0.5 - (left - before) / 2000.0, 0.0, 1.0)
+    return score

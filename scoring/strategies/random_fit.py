@@ -53,7 +53,8 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     req = ctx.request
     g = ctx.free_milli.shape[1]
     pod_key = np.uint64((req.cpu_milli * 8_191 + req.gpu_milli * 131 + req.gpu_count) & int(_MASK))
-    cells = ctx.rows.astype(np.uint64)[:, None] * np.uint64(g) + np.arange(g, dtype=np.uint64)
+    cells = (ctx.rows.astype(np.uint64)[:, None] * np.uint64(g)
+             + np.arange(g, dtype=np.uint64)).astype(np.uint64)
     local = (ctx.free_milli.astype(np.uint64) * np.uint64(1_000_003)
              + ctx.cpu_free_milli.astype(np.uint64)[:, None])
     with np.errstate(over="ignore"):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from benchmarks import check_placements, replay, trace
-from benchmarks.__main__ import main
+from benchmarks.cli import main
 from benchmarks.scheduler_emulation import Profile
 from extender.clusterfile import load_cluster_file
 from extender.settings import scoring_config
@@ -57,6 +57,22 @@ def test_in_process_replay_places_exactly_as_the_http_replay(replay_out: Path, t
     http_rows = (replay_out / "placements-42.csv").read_text()
     assert http_rows.count("\n") > 500
     assert (tmp_path / "placements-42.csv").read_text() == http_rows
+
+
+def test_python_m_benchmarks_runs_seeds_in_worker_processes(tmp_path: Path) -> None:
+    # As README command 1 runs it: `python -m benchmarks`, two seeds in two spawned worker
+    # processes (each pickles the parsed arguments; a handler defined in __main__ could not
+    # be found there).
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "replay", "--seeds", "42,43", "--limit", "150",
+                        "--in-process", "--jobs", "2", "--no-progress", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert sorted(result["seeds"]) == ["42", "43"]
+    assert all(s["pods"] == 150 for s in result["seeds"].values())
 
 
 def test_simulator_profile_places_the_same_through_http_and_in_process(tmp_path: Path) -> None:
