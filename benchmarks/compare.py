@@ -1,4 +1,4 @@
-"""``gpufrac replay --compare``: several policies over seeds and openb variants, side by side.
+"""``python -m benchmarks replay --compare``: several policies over seeds and openb variants, side by side.
 
 Every (variant, policy) cell is an ordinary replay (``benchmarks.replay.replay_seeds``) with
 its own extender, run one after the other in one process, so their timings are comparable.
