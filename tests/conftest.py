@@ -19,7 +19,7 @@ def gpu_node(name: str, n_gpus: int, *, model: str = "T4", memory_mib: int = 163
         GpuSpec(i, f"GPU-{name}-{i}", model, memory_mib, replicas, ok[i]) for i in range(n_gpus)))
 
 
-def pod_json(name: str = "p", *, uid: str | None = None, gpus: int | None = 1,
+def pod_json(name: str = "p", *, uid: str | None = None, gpus: int | str | None = 1,
              annotations: dict[str, str] | None = None, cpu: str = "1", memory: str = "1Gi",
              node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
     """A Pod object as kube-scheduler sends it."""

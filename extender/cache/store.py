@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -550,7 +551,7 @@ class GpuCache:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def allocations(self) -> list[dict[str, object]]:
+    def allocations(self) -> list[dict[str, Any]]:
         """Every bound pod's allocation, for ``/allocations`` and the replay's placements.
 
         ``gpu_milli`` is the share the pod's record gives it; ``held_milli`` and
@@ -559,7 +560,7 @@ class GpuCache:
         """
         with self._lock:
             state = self._state
-            out: list[dict[str, object]] = []
+            out: list[dict[str, Any]] = []
             for rec in self._pods.values():
                 a = rec.allocation
                 if a is None:

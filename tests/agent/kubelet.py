@@ -20,6 +20,7 @@ class FakeKubelet:
     def start(self) -> None:
         pb, outer = self.pb, self
 
+        # The servicer base comes from the gRPC stubs generated at run time: untyped.
         class Registration(self.pb_grpc.RegistrationServicer):  # type: ignore[misc,name-defined]
             def Register(self, request: Any, context: Any) -> Any:  # noqa: N802
                 outer.requests.append(request)

@@ -53,6 +53,10 @@ def world(tmp_path: Path, stubs: tuple[Any, Any]) -> Any:
     class World:
         gpus = [GpuSlots(A, 4, True), GpuSlots(B, 4, True)]
         pods: list[dict[str, Any]] = []
+        kubelet: FakeKubelet
+        plugin: PluginServer
+        stub: Any
+        pb: Any
 
     w = World()
     kubelet = FakeKubelet(tmp_path, stubs)

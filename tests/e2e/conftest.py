@@ -12,13 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import httpx
 import pytest
 from kubernetes import client, config
 
 from tests.harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
+
+T = TypeVar("T")
 
 STALE_AFTER_S = 600
 """Fake nodes publish their inventory once; this keeps them fresh for the whole session."""
@@ -50,10 +52,11 @@ class Cluster:
         """gpufrac's ``/allocations``, sorted by pod UID."""
         return sorted(httpx.get(f"{self.url}/allocations", timeout=10).json(), key=lambda a: a["uid"])
 
-    def wait(self, check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-        """Poll ``check`` with the gpufrac and scheduler logs in the failure message."""
+    def wait(self, check: Callable[[], T | None], timeout_s: float, what: str) -> T:
+        """Poll ``check`` with the gpufrac and scheduler logs in the failure message; its first
+        truthy answer."""
         try:
-            return wait_until(check, timeout_s, what, interval_s=0.3)
+            return cast(T, wait_until(check, timeout_s, what, interval_s=0.3))
         except Exception as exc:
             raise AssertionError(f"{exc}\n--- gpufrac ---\n{self.gpufrac.tail(3000)}\n"
                                  f"--- kube-scheduler ---\n{self.scheduler.tail(3000)}") from None
@@ -84,7 +87,7 @@ def wait_for_pods(cl: Cluster, namespace: str, names: list[str], timeout_s: floa
         if all(n in pods and pods[n].spec.node_name for n in names):
             return {n: pods[n] for n in names}
         return None
-    return cl.wait(bound, timeout_s, f"pods {names[:5]}... bound")  # type: ignore[no-any-return]
+    return cl.wait(bound, timeout_s, f"pods {names[:5]}... bound")
 
 
 def bind_directly(cl: Cluster, port: int, namespace: str, name: str, uid: str, node: str,
@@ -96,7 +99,7 @@ def bind_directly(cl: Cluster, port: int, namespace: str, name: str, uid: str, n
 
     def bind() -> bool:
         reply = httpx.post(f"http://{LOOPBACK}:{port}/bind", json=body, timeout=30).json()
-        return reply.get("Error", "") == ""
+        return bool(reply.get("Error", "") == "")
     cl.wait(bind, timeout_s, f"bind of {namespace}/{name} through gpufrac on port {port}")
 
 
@@ -106,7 +109,7 @@ def failed_scheduling_message(cl: Cluster, namespace: str, name: str, timeout_s:
         events = cl.api.list_namespaced_event(
             namespace, field_selector=f"involvedObject.name={name},reason=FailedScheduling").items
         return events[-1].message if events else None
-    return cl.wait(event, timeout_s, f"FailedScheduling event of {namespace}/{name}")  # type: ignore[no-any-return]
+    return cl.wait(event, timeout_s, f"FailedScheduling event of {namespace}/{name}")
 
 
 def unique(prefix: str) -> str:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 import grpc
 import yaml
 
 from agent.deviceplugin.stubs import load
+from tests.agent.kubelet import FakeKubelet
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
-from tests.extender.kubelet import FakeKubelet
 from tests.harness.controlplane import add_fake_node, fake_node_gpus, start
 
 
-def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluster, tmp_path) -> None:
+def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluster, tmp_path: Path) -> None:
     group = unique("agent")
     node = f"{group}-000"
     # A node as kubelet leaves it: allocatable slots, but no inventory until the agent runs.
@@ -39,7 +41,7 @@ def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluste
         "--fake-config", str(config), "--kubeconfig", str(cluster.cp.admin_kubeconfig),
         "--heartbeat-s", "5", "--plugin-dir", str(plugin_dir)], tmp_path))
     try:
-        def published() -> dict | None:
+        def published() -> dict[str, Any] | None:
             raw = (cluster.api.read_node(node).metadata.annotations or {}).get("gpufrac.io/inventory")
             return json.loads(raw) if raw else None
         inv = cluster.wait(published, 30, "agent's inventory annotation")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import random
+from pathlib import Path
 
 import httpx
 import pytest
@@ -214,7 +215,7 @@ def test_stream_survives_sigkill_and_restart(cluster: Cluster) -> None:
         assert a["gpu_uuids"] == assigned(pod)
 
 
-def test_readyz_is_false_until_the_first_sync(cluster: Cluster, tmp_path) -> None:
+def test_readyz_is_false_until_the_first_sync(cluster: Cluster, tmp_path: Path) -> None:
     """A gpufrac that cannot reach its API server never says ready."""
     from tests.harness.controlplane import free_port, start
 
@@ -228,8 +229,9 @@ def test_readyz_is_false_until_the_first_sync(cluster: Cluster, tmp_path) -> Non
         "--kubeconfig", str(bad), "--host", "127.0.0.1", "--port", str(port)], tmp_path))
     try:
         r = cluster.wait(lambda: _get(f"http://127.0.0.1:{port}/readyz"), 30, "unsynced gpufrac serving")
-        assert r.status_code == 503 and r.json()["ready"] is False
-        assert _get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        assert r is not None and r.status_code == 503 and r.json()["ready"] is False
+        health = _get(f"http://127.0.0.1:{port}/healthz")
+        assert health is not None and health.status_code == 200
     finally:
         proc.stop()
 

@@ -133,7 +133,7 @@ def test_config_edit_changes_scores_without_restart_and_a_broken_one_is_kept_out
     ns = new_namespace(cluster.api, group)
     cluster.api.create_namespaced_pod(ns, gpu_pod("held", group, fraction="0.5"))
     held = wait_for_pods(cluster, ns, ["held"])["held"].spec.node_name
-    probe = {"metadata": {"name": "probe", "namespace": ns, "uid": "probe-reload"},
+    probe: dict[str, Any] = {"metadata": {"name": "probe", "namespace": ns, "uid": "probe-reload"},
              "spec": {"containers": [{"name": "c", "resources": {"limits": {"gpufrac.io/gpu": "1"}}}]},
              "status": {"phase": "Pending"}}
     probe["metadata"]["annotations"] = {"gpufrac.io/fraction": "0.25"}

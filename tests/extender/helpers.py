@@ -27,7 +27,7 @@ def client_for(nodes: list[NodeSpec], preset: str = "default",
     on (``EVENTS_TOKEN``, sent by the client). ``settings``: more ``Settings`` fields."""
     cache = GpuCache(build_scorer(scoring_config(preset)))
     cache.set_nodes(nodes)
-    app = create_app(Settings(preset=preset, events_token=EVENTS_TOKEN, **settings), cache=cache)
+    app = create_app(Settings.model_validate({"preset": preset, "events_token": EVENTS_TOKEN, **settings}), cache=cache)
     with TestClient(app, headers={"Authorization": f"Bearer {EVENTS_TOKEN}"}) as client:
         yield client, cache
 

@@ -129,6 +129,7 @@ def test_watch_confirmation_stops_expiry_and_unconfirmed_expire() -> None:
     a = c.assume("uid-a", "default", "a", "n1", hold_s=10)
     c.assume("uid-b", "default", "b", "n1", hold_s=10)
     # The watch shows a bound to n1 with the annotations gpufrac wrote: confirmed.
+    assert a.allocation is not None and a.assumed_until is not None
     record = allocation_annotations(a.gpu_uuids, 500, a.allocation.gpu_memory_mib, NOW)
     c.apply_pod_event("MODIFIED", pod_intent(
         pod_json("a", node="n1", phase="Running", annotations={ann.FRACTION: "0.5", **record})))
@@ -176,7 +177,7 @@ def test_set_pods_forgets_vanished_pods_but_keeps_binds_in_flight() -> None:
 
 # -- node parsing ------------------------------------------------------------------------
 
-def node_json(name: str = "n1", inventory: str | None = None, cpu: str = "8", memory: str = "32Gi") -> dict:
+def node_json(name: str = "n1", inventory: str | None = None, cpu: str = "8", memory: str = "32Gi") -> dict[str, Any]:
     annotations = {} if inventory is None else {ann.INVENTORY: inventory}
     return {"metadata": {"name": name, "annotations": annotations},
             "status": {"allocatable": {"cpu": cpu, "memory": memory, ann.RESOURCE_GPU: "8"}}}
@@ -243,7 +244,7 @@ def test_bind_writes_the_allocation_record_with_the_binding() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     api = FakeApi()
-    KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    KubeBinder(api, c, 60, now=lambda: NOW).bind("uid-a", "default", "a", "n1")
     # One API call: the Binding carries the annotations the API server writes on the pod.
     assert api.bindings == [("n1", allocation_annotations(["GPU-n1-0"], 500, [8192], NOW))]
     # Held as assumed until the pod watch shows the pod bound.
@@ -255,22 +256,22 @@ def test_binding_failure_gives_the_share_back() -> None:
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     api = FakeApi(fail=500)
     with pytest.raises(BindError, match="binding pod default/a to n1: 500"):
-        KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+        KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")
     assert c.summary()["gpu_allocated_milli"] == 0 and c.allocations() == []
     # The pod is pending again: a later bind may place it.
-    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")
     assert c.summary()["gpu_allocated_milli"] == 500
 
 
 def test_retried_bind_that_already_went_through_is_a_success() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")
     # kube-scheduler timed out and retries: the API says the pod is already bound (409).
-    KubeBinder(FakeApi(fail=409, bound_to="n1"), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+    KubeBinder(FakeApi(fail=409, bound_to="n1"), c, 60).bind("uid-a", "default", "a", "n1")
     assert c.summary()["gpu_allocated_milli"] == 500
     with pytest.raises(BindError, match="409"):
-        KubeBinder(FakeApi(fail=409, bound_to="n2"), c, 60).bind("uid-a", "default", "a", "n1")  # type: ignore[arg-type]
+        KubeBinder(FakeApi(fail=409, bound_to="n2"), c, 60).bind("uid-a", "default", "a", "n1")
 
 
 def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
@@ -294,7 +295,7 @@ def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
             return FakeResponse()
 
     api = PatchApi()
-    sync = ClusterSync(api, c, SyncOptions(requeue_delay_s=0.01))  # type: ignore[arg-type]
+    sync = ClusterSync(api, c, SyncOptions(requeue_delay_s=0.01))
     worker = threading.Thread(target=sync._run_requeue)
     worker.start()
     sync._apply_pod("DELETED", bound)   # frees the whole GPU

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -15,7 +16,7 @@ def test_deployed_scheduler_config_is_the_repository_one() -> None:
     assert (BASE / "scheduler-config.yaml").read_text() == (ROOT / "scheduler-config.yaml").read_text()
 
 
-def docs(name: str) -> list[dict]:
+def docs(name: str) -> list[dict[str, Any]]:
     return list(yaml.safe_load_all((BASE / name).read_text()))
 
 

@@ -130,7 +130,8 @@ def bodies(verb: str) -> st.SearchStrategy[Any]:
         nodes = st.one_of(st.none(), st.fixed_dictionaries({"items": st.lists(st.one_of(
             st.fixed_dictionaries({"metadata": st.one_of(st.fixed_dictionaries(
                 {"name": st.one_of(st.sampled_from(NAMES), any_json)}), any_json)}), any_json), max_size=4)}))
-        good = st.fixed_dictionaries({"Pod": hostile_pods(), "NodeNames": names()}, optional={"Nodes": nodes})
+        good: st.SearchStrategy[Any] = st.fixed_dictionaries({"Pod": hostile_pods(), "NodeNames": names()},
+                                                             optional={"Nodes": nodes})
     elif verb == "bind":
         field = st.one_of(st.sampled_from(["p1", "p2", "default", "a", "b", "uid-p1", ""]), any_json)
         good = st.fixed_dictionaries({"PodName": field, "PodNamespace": field, "PodUID": field, "Node": field})

@@ -48,7 +48,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 def bodies(verb: str) -> st.SearchStrategy[Any]:
     names = st.lists(st.sampled_from(NAMES), max_size=3)
     if verb in ("filter", "prioritize"):
-        good = st.fixed_dictionaries({"Pod": pods(), "NodeNames": names})
+        good: st.SearchStrategy[Any] = st.fixed_dictionaries({"Pod": pods(), "NodeNames": names})
     elif verb == "bind":
         good = st.fixed_dictionaries({"PodName": st.sampled_from(["p1", "p2", "x", ""]),
                                       "PodNamespace": st.sampled_from(["default", ""]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from extender import inspection
 from podspec import annotations as ann
@@ -12,14 +13,14 @@ from tests.conftest import pod_json
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 
 
-def node(name: str) -> dict:
+def node(name: str) -> dict[str, Any]:
     inv = ann.NodeInventory(node=name, heartbeat=NOW, gpus=[
         ann.GpuInventory(index=0, uuid=f"GPU-{name}-0", model="T4", memory_mib=16384, replicas=2)])
     return {"metadata": {"name": name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
 
 
-def bound(name: str, milli: int, mib: int, qos: str = "burstable") -> dict:
+def bound(name: str, milli: int, mib: int, qos: str = "burstable") -> dict[str, Any]:
     record = allocation_annotations(["GPU-n-0"], milli, [mib], NOW)
     return pod_json(name, node="n", phase="Running", annotations={**record, ann.QOS: qos})
 

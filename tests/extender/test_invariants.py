@@ -95,7 +95,7 @@ def check(cache: GpuCache, forged: set[str]) -> None:
         if a["namespace"] == "team-a":
             team_a_trusted += a["gpu_milli"] * len(a["gpu_uuids"])
     assert all(n <= REPLICAS[u] for u, n in trusted_pods.items()), trusted_pods
-    assert team_a_trusted <= TEAM_A.quota_gpu_milli
+    assert TEAM_A.quota_gpu_milli is not None and team_a_trusted <= TEAM_A.quota_gpu_milli
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import client_for
@@ -15,12 +17,12 @@ NODES = [gpu_node("a", 1, model="T4"), gpu_node("b", 2, model="T4"), gpu_node("c
 NAMES = ["a", "b", "c"]
 
 
-def add(client, pod) -> None:  # noqa: ANN001
+def add(client: TestClient, pod: dict[str, Any]) -> None:
     r = client.post("/standalone/pod-events", json=[{"type": "ADDED", "object": pod}])
     assert r.status_code == 200, r.text
 
 
-def schedule(client, pod, names=NAMES) -> str:  # noqa: ANN001
+def schedule(client: TestClient, pod: dict[str, Any], names: list[str] = NAMES) -> str:
     """Filter, prioritize, take the top score, bind (what kube-scheduler does)."""
     add(client, pod)
     f = client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": names}).json()
@@ -29,7 +31,7 @@ def schedule(client, pod, names=NAMES) -> str:  # noqa: ANN001
     if not passed:
         return ""
     scores = client.post("/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": passed}).json()
-    host = max(scores, key=lambda h: h["Score"])["Host"]
+    host = str(max(scores, key=lambda h: h["Score"])["Host"])
     meta = pod["metadata"]
     b = client.post("/bind", json={"PodName": meta["name"], "PodNamespace": meta["namespace"],
                                    "PodUID": meta["uid"], "Node": host}).json()
@@ -109,7 +111,8 @@ def test_malformed_filter_bodies(body: bytes, status: int, message: str) -> None
     ({"gpufrac.io/memory": "8 gigs"}, 1, 'gpufrac.io/memory: "8 gigs" is not a Kubernetes quantity'),
     ({"gpufrac.io/qos": "gold"}, 1, 'gpufrac.io/qos: "gold" is not a QoS class'),
 ])
-def test_bad_annotation_gives_filter_error_and_changes_nothing(annotations, gpus, needle) -> None:  # noqa: ANN001
+def test_bad_annotation_gives_filter_error_and_changes_nothing(annotations: dict[str, str], gpus: int,
+                                                               needle: str) -> None:
     with client_for(NODES) as (client, cache):
         schedule(client, pod_json("ok", annotations={"gpufrac.io/fraction": "0.5"}))
         before = cache.summary()
@@ -157,7 +160,7 @@ def test_racing_binds_for_the_last_share_exactly_one_wins() -> None:
             add(client, p)
         results: list[str] = []
 
-        def bind(p) -> None:  # noqa: ANN001
+        def bind(p: dict[str, Any]) -> None:
             r = client.post("/bind", json={"PodName": p["metadata"]["name"], "PodNamespace": "default",
                                            "PodUID": p["metadata"]["uid"], "Node": "a"})
             results.append(r.json()["Error"])

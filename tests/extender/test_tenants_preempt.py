@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.settings import ConfigError, Settings, load_policy
+from scoring.scorer import Scorer
 from scoring.state import NodeSpec
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import EVENTS_TOKEN
@@ -49,7 +50,7 @@ def app_with(nodes: list[NodeSpec], config: Path, **settings: Any) -> Iterator[t
         yield client, cache
 
 
-def load_scorer(config: Path):  # noqa: ANN201
+def load_scorer(config: Path) -> Scorer:
     from scoring.scorer import build_scorer
 
     return build_scorer(load_policy(config).scoring)
@@ -77,13 +78,13 @@ def add(client: TestClient, p: dict[str, Any]) -> None:
 
 
 def filter_(client: TestClient, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    return client.post("/filter", json={"Pod": p, "Nodes": None, "NodeNames": names}).json()  # type: ignore[no-any-return]
+    return cast(dict[str, Any], client.post("/filter", json={"Pod": p, "Nodes": None, "NodeNames": names}).json())
 
 
 def bind(client: TestClient, p: dict[str, Any], node: str) -> str:
     m = p["metadata"]
-    return client.post("/bind", json={"PodName": m["name"], "PodNamespace": m["namespace"],  # type: ignore[no-any-return]
-                                      "PodUID": m["uid"], "Node": node}).json()["Error"]
+    return str(client.post("/bind", json={"PodName": m["name"], "PodNamespace": m["namespace"],
+                                          "PodUID": m["uid"], "Node": node}).json()["Error"])
 
 
 @pytest.fixture

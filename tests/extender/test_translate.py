@@ -98,7 +98,7 @@ def test_long_values_are_truncated_in_messages() -> None:
 ])
 def test_malformed_pods_raise_pod_spec_error(pod: object) -> None:
     with pytest.raises(PodSpecError):
-        pod_intent(pod)  # type: ignore[arg-type]
+        pod_intent(pod)  # type: ignore[arg-type]  # not a Mapping, on purpose
 
 
 def test_assigned_gpus_and_node() -> None:

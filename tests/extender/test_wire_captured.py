@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,13 +20,13 @@ FAKE_NODES = [gpu_node(f"fake-node-{i:03d}", 4) for i in range(3)]
 
 
 def verb_of(path: Path) -> str:
-    return json.loads(path.read_text())["path"].rsplit("/", 1)[-1]
+    return str(json.loads(path.read_text())["path"]).rsplit("/", 1)[-1]
 
 
 def as_gpufrac(body: dict[str, Any]) -> dict[str, Any]:
     """The captured body with its placeholder resource renamed to gpufrac.io/gpu."""
     text = json.dumps(body).replace("example.com/gpu-share", "gpufrac.io/gpu")
-    return json.loads(text)  # type: ignore[no-any-return]
+    return cast(dict[str, Any], json.loads(text))
 
 
 def test_captures_cover_every_verb() -> None:

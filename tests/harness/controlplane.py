@@ -155,6 +155,7 @@ class Pki:
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
         ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # the CA this harness made
         ca = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
         key = ec.generate_private_key(ec.SECP256R1())
         names = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
@@ -164,7 +165,7 @@ class Pki:
                 .public_key(key.public_key()).serial_number(x509.random_serial_number())
                 .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=2))
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+                .sign(ca_key, hashes.SHA256()))
         slug = hashlib.sha1(user.encode()).hexdigest()[:10]
         cert_path, key_path = self.directory / f"client-{slug}.crt", self.directory / f"client-{slug}.key"
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +53,9 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
-    pods = int(state.workload.task_types().count.sum())
+    tasks = state.workload.task_types()
+    assert tasks is not None
+    pods = int(tasks.count.sum())
     delta = (_frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state, row)
              - _frag(free, cpu, mem, state, row)) / pods
     return math.trunc(100 / (1.0 + math.exp(delta / 1000.0))) / 100
@@ -88,7 +90,7 @@ def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
     pods: dict[int, int] = {}
     for t in range(tasks.count.shape[0]):
         k, r = int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU)
-        mask = -1 if not constrained else int(tasks.model_mask[t])
+        mask = -1 if not constrained or tasks.model_mask is None else int(tasks.model_mask[t])
         if (mask >> model) & 1 == 1 and k > 0:
             pods[r] = pods.get(r, 0) + k * int(tasks.count[t])
     demand = sum(s * n for s, n in pods.items())
@@ -254,7 +256,7 @@ def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, pol
     """How many of the nested GPU checks (in ``fit``'s order) one GPU passes, 0..7."""
     mem_req = (req.gpu_memory_mib if req.gpu_memory_mib is not None
                else req.gpu_milli * int(state.gpu_mem_total_mib[row, col]) // MILLI_PER_GPU)
-    checks = (
+    checks: tuple[Callable[[], bool], ...] = (
         lambda: bool(state.gpu_exists[row, col]),
         lambda: req.allowed_models is None or int(state.gpu_model[row, col]) in req.allowed_models,
         lambda: bool(state.gpu_healthy[row, col]),

@@ -24,6 +24,7 @@ def test_scores_bounded_and_shaped(name: str, rng: np.random.Generator) -> None:
             assert s.dtype == np.float64
             assert not s[~ctx.gpu_fits].any()  # 0 where the GPU does not fit
         else:
+            assert strat.node_score is not None
             s = strat.node_score(ctx, chosen)
             assert s.shape == (st.n_nodes,)
             assert s.dtype == np.float64

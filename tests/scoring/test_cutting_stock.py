@@ -9,7 +9,8 @@ import pytest
 
 from scoring import gaps
 from scoring.cutting_stock import priced_waste, shadow_prices
-from scoring.fit import fit
+from scoring.fit import FitContext, fit
+from scoring.fragmentation import TaskTypes
 from scoring.request import PodRequest, QoSClass, model_mask
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import gap_price
@@ -34,7 +35,8 @@ def test_shadow_prices_with_room_to_spare() -> None:
     gpu_price, size_price = shadow_prices(np.array([300, 700]), np.array([3.0, 3.0]), 10)
     assert gpu_price == pytest.approx(0)
     np.testing.assert_allclose(size_price, [300, 700], atol=1e-9)
-    assert shadow_prices(np.array([], dtype=np.int64), np.array([]), 10) == (0.0, pytest.approx([]))
+    gpu_price, size_price = shadow_prices(np.array([], dtype=np.int64), np.array([]), 10)
+    assert gpu_price == 0.0 and size_price.shape == (0,)
 
 
 def _patterns(sizes: list[int]) -> list[tuple[int, ...]]:
@@ -120,7 +122,7 @@ def test_gap_price_keeps_small_pods_for_the_gaps_that_need_them() -> None:
         st.apply(Allocation(node, (col,), milli, (0,), QoSClass.BURSTABLE, 1000, 1024))
     ctx = fit(st, PodRequest(1, 300, gpu_memory_mib=0), np.array([0, 1]))
     assert ctx.gpus_by_model == (6,)
-    u = gaps.gap_waste(ctx.tasks, 6)
+    u = gaps.gap_waste(tasks_of(ctx), 6)
     assert [u[f] for f in (300, 400, 700, 1000)] == pytest.approx([300, 400, 0, 300])
     np.testing.assert_allclose(gap_price.gpu_score(ctx), [[0.65, 0.3, 0, 0], [0.65, 0.65, 0.65, 0.65]])
     # before any GPU pod every fitting GPU is neutral
@@ -152,11 +154,17 @@ def test_gap_price_prices_each_gpu_model_over_the_pods_it_can_take() -> None:
     req = PodRequest(1, 700, gpu_memory_mib=0)
     ctx = fit(st, req, np.arange(2))
     assert ctx.gpus_by_model[t4] == 2 and ctx.gpus_by_model[v100] == 2
-    u_t4, u_v100 = gaps.gap_waste(ctx.tasks, 2, t4), gaps.gap_waste(ctx.tasks, 2, v100)
+    u_t4, u_v100 = gaps.gap_waste(tasks_of(ctx), 2, t4), gaps.gap_waste(tasks_of(ctx), 2, v100)
     assert [u_t4[f] for f in (300, 700, 1000)] == pytest.approx([300, 0, 300])
     assert [u_v100[f] for f in (100, 300, 400, 700, 1000)] == pytest.approx([100, 0, 100, 100, 100])
     g = gap_price.gpu_score(ctx)
     np.testing.assert_allclose(g, [[0, 0.5], [0.55, 0]])
     np.testing.assert_allclose([[_gap_price_score(st, r, c, req) if ctx.gpu_fits[r, c] else 0.0
                                  for c in range(2)] for r in range(2)], g)
-    assert gaps.gap_waste(ctx.tasks, 4)[300] == pytest.approx(0)  # blind: a 300 gap fills
+    assert gaps.gap_waste(tasks_of(ctx), 4)[300] == pytest.approx(0)  # blind: a 300 gap fills
+
+
+def tasks_of(ctx: FitContext) -> TaskTypes:
+    """The context's learned workload (these tests place pods first, so there is one)."""
+    assert ctx.tasks is not None
+    return ctx.tasks

@@ -6,6 +6,7 @@ One node, one GPU of 16384 MiB with 8 replica slots; the pods already there are 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from scoring.fit import Reason, fit
@@ -60,7 +61,7 @@ CASES = [
 def test_share_rules(held: list[tuple[QoSClass, int]], qos: QoSClass, milli: int, policy: QosPolicy,
                      expected: Reason) -> None:
     st = one_gpu(held)
-    ctx = fit(st, PodRequest(1, milli, qos=qos), [0], policy)
+    ctx = fit(st, PodRequest(1, milli, qos=qos), np.array([0]), policy)
     assert Reason(int(ctx.reason[0])) == expected
 
 
@@ -69,11 +70,11 @@ def test_guaranteed_memory_counts_what_nvml_sees() -> None:
     # guaranteed needs 8192 MiB; 16384 - max(2048, 12000) = 4384 < 8192 -> refused;
     st = one_gpu([(B, 500)], nvml_used_mib=12000)
     need = PodRequest(1, 500, gpu_memory_mib=8192, qos=G)
-    assert Reason(int(fit(st, need, [0]).reason[0])) == Reason.INSUFFICIENT_GPU_MEMORY
+    assert Reason(int(fit(st, need, np.array([0])).reason[0])) == Reason.INSUFFICIENT_GPU_MEMORY
     # burstable reserves share only: 16384 - 2048 = 14336 >= 8192 -> fits
-    assert fit(st, PodRequest(1, 500, gpu_memory_mib=8192, qos=B), [0]).node_fits[0]
+    assert fit(st, PodRequest(1, 500, gpu_memory_mib=8192, qos=B), np.array([0])).node_fits[0]
     # with NVML at 2000 MiB (below the allocation), guaranteed fits too: 16384 - 2048 >= 8192
-    assert fit(one_gpu([(B, 500)], nvml_used_mib=2000), need, [0]).node_fits[0]
+    assert fit(one_gpu([(B, 500)], nvml_used_mib=2000), need, np.array([0])).node_fits[0]
 
 
 def test_oversubscribed_free_share_is_clipped_for_the_strategies() -> None:

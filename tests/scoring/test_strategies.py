@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scoring.fit import fit
+from scoring.fit import FitContext, fit
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import STRATEGIES
 from scoring.state import Allocation, ClusterState
@@ -26,7 +26,7 @@ def two_node_state() -> ClusterState:
     return st
 
 
-def ctx_for(req: PodRequest):  # noqa: ANN201
+def ctx_for(req: PodRequest) -> FitContext:
     return fit(two_node_state(), req, np.array([0, 1]))
 
 
@@ -205,7 +205,9 @@ def test_task_types_allowed_past_the_mask_bits() -> None:
     masks = np.array([ANY_MODEL_MASK, model_mask(frozenset({0, 62})), model_mask(frozenset({5}))])
     one = np.ones(3, dtype=np.int64)
     tasks = TaskTypes(one, one * 500, one, one, one / 3, one, masks)
-    assert tasks.allowed(np.array([[0, 5, 62, 70]]))[0].tolist() == [
+    allowed = tasks.allowed(np.array([[0, 5, 62, 70]]))
+    assert allowed is not None
+    assert allowed[0].tolist() == [
         [True, True, True, True], [True, False, True, False], [False, True, False, False]]
 
 
@@ -293,6 +295,7 @@ def test_one_gpu_node_score_is_the_chosen_gpus_score(name: str, rng: np.random.G
             if req.gpu_count != 1:
                 continue
             ctx = fit(st, req, np.arange(st.n_nodes))
+            assert strat.gpu_score is not None and strat.node_score is not None
             per_gpu = strat.gpu_score(ctx)
             for row, col in zip(*np.nonzero(ctx.gpu_fits & ctx.node_fits[:, None]), strict=True):
                 chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
