@@ -9,7 +9,7 @@ cannot disagree. Every verb returns a ``Reply``; none raises on bad input.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ class Reply:
 
     body: Any
     status: int = 200
-    reasons: NDArray[np.int8] | None = field(default=None)
+    reasons: NDArray[np.int8] | None = None
     unknown: int = 0
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -273,9 +273,29 @@ def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, pol
     return passed
 
 
+REFERENCE_TERMS = frozenset({
+    "gpu_best_fit", "best_fit", "qos_interference", "fgd", "random", "gap_price",  # per GPU
+    "multi_gpu_reserve", "node_packing", "spread", "resource_balance", "stranding",  # per node
+    "adaptive_balance", "priced_stranding",
+})
+"""Every strategy this module has a scalar version of."""
+
+
 def evaluate_node(state: ClusterState, req: PodRequest, row: int,
                   weights: Mapping[str, float], policy: QosPolicy | None = None) -> ReferenceResult:
     """Reference evaluation of one pod on one node (weights: strategy -> weight > 0)."""
+    return evaluate_node_all(state, req, row, [weights], policy)[0]
+
+
+def evaluate_node_all(state: ClusterState, req: PodRequest, row: int,
+                      weight_sets: Sequence[Mapping[str, float]],
+                      policy: QosPolicy | None = None) -> list[ReferenceResult]:
+    """``evaluate_node`` for several weight sets at once: the fit checks and every term are
+    computed once per node; the terms that depend on the chosen GPUs once per choice."""
+    for weights in weight_sets:
+        missing = sorted(set(weights) - REFERENCE_TERMS)
+        assert not missing, (f"no scalar reference for strategy {missing}: add its formula to "
+                             "tests/scoring/reference.py (_gpu_terms or _node_terms)")
     policy = policy if policy is not None else QosPolicy()
     k = req.gpu_count
     gpu_checks = [_checks_passed(state, row, col, req, policy) for col in range(state.max_gpus)]
@@ -294,30 +314,42 @@ def evaluate_node(state: ClusterState, req: PodRequest, row: int,
                 reason = code
                 break
     if reason != Reason.FITS:
-        return ReferenceResult(False, reason, 0.0, ())
-    names = sorted(w for w in weights if weights[w] > 0)
+        return [ReferenceResult(False, reason, 0.0, ()) for _ in weight_sets]
+    base = _node_terms(state, row, req)
+    by_cols: dict[tuple[int, ...], dict[str, float]] = {}
+
+    def node_terms(cols: tuple[int, ...]) -> dict[str, float]:
+        # fgd and priced_stranding score the node with the pod on the chosen GPUs.
+        if cols not in by_cols:
+            by_cols[cols] = {**base, "fgd": _fgd_score(state, row, req, cols),
+                             "priced_stranding": _priced_stranding_score(state, row, req, cols)}
+        return by_cols[cols]
+
+    out = []
     if k == 0:  # CPU-only: only the node-level terms score; per-GPU terms count 0
-        node = _node_terms(state, row, req)
-        node["fgd"] = _fgd_score(state, row, req, ())
-        node["priced_stranding"] = _priced_stranding_score(state, row, req, ())
-        total = sum(weights[n] * node[n] for n in names if n in node)
-        return ReferenceResult(True, reason, min(max(total / sum(weights[n] for n in names), 0.0), 1.0), ())
+        node = node_terms(())
+        for weights in weight_sets:
+            names = sorted(w for w in weights if weights[w] > 0)
+            total = sum(weights[n] * node[n] for n in names if n in node)
+            out.append(ReferenceResult(True, reason, min(max(total / sum(weights[n] for n in names), 0.0), 1.0), ()))
+        return out
     fitting = [c for c, p in enumerate(gpu_checks) if p == 7]
     terms = {c: _gpu_terms(state, row, c, req) for c in fitting}
-    pref = dict.fromkeys(fitting, 0.0)
-    for name in names:
-        for c in fitting:
-            if name in terms[c]:
-                pref[c] += weights[name] * terms[c][name]
-    cols = tuple(sorted(fitting, key=lambda c: (-pref[c], c))[:k])
-    node = _node_terms(state, row, req)
-    node["fgd"] = _fgd_score(state, row, req, cols)
-    node["priced_stranding"] = _priced_stranding_score(state, row, req, cols)
-    total = 0.0
-    for name in names:
-        if name in node:
-            total += weights[name] * node[name]
-        else:
-            total += weights[name] * sum(terms[c][name] for c in cols) / len(cols)
-    score = min(max(total / sum(weights[n] for n in names), 0.0), 1.0)
-    return ReferenceResult(True, reason, score, cols)
+    for weights in weight_sets:
+        names = sorted(w for w in weights if weights[w] > 0)
+        pref = dict.fromkeys(fitting, 0.0)
+        for name in names:
+            for c in fitting:
+                if name in terms[c]:
+                    pref[c] += weights[name] * terms[c][name]
+        cols = tuple(sorted(fitting, key=lambda c: (-pref[c], c))[:k])
+        node = node_terms(cols)
+        total = 0.0
+        for name in names:
+            if name in node:
+                total += weights[name] * node[name]
+            else:
+                total += weights[name] * sum(terms[c][name] for c in cols) / len(cols)
+        score = min(max(total / sum(weights[n] for n in names), 0.0), 1.0)
+        out.append(ReferenceResult(True, reason, score, cols))
+    return out
