@@ -1,7 +1,7 @@
 """The ``kubernetes`` client as gpufrac's products use it: ``kube_api`` builds it, and two
 functions read its responses when called with ``_preload_content=False``.
 
-gpufrac asks the client for raw responses (plain API JSON for ``translate``, and no model
+gpufrac asks the client for raw responses (plain API JSON for ``podspec``, and no model
 deserialization). Such a response holds its pooled TLS connection until its body is read
 and the connection released; one left unread makes the next call open a new connection
 and pay a handshake. Every raw call goes through one of these two functions.

@@ -60,8 +60,7 @@ def _best_patterns(sizes: NDArray[np.int64], values: NDArray[np.float64]) -> tup
     -----
     One dynamic programme over the exact fill ``best[c]`` (the most value of a multiset of
     total share exactly ``c``); ``best[c]`` reads ``best[c - r]`` for ``r >= min(sizes)``
-    only, so each block of ``min(sizes)`` consecutive ``c`` is one vectorized step (as in
-    ``scoring.gap_fill``). Pattern ``i`` is one pod of size ``i`` plus the best fill of the
+    only, so each block of ``min(sizes)`` consecutive ``c`` is one vectorized step. Pattern ``i`` is one pod of size ``i`` plus the best fill of the
     remaining ``1000 - r_i``. Pricing every size at once gives column generation up to ``s``
     columns per round (openb: 6 rounds instead of 38).
     """

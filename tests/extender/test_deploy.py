@@ -74,3 +74,27 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     assert granted == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "patch"),
                        ("pods/binding", "create"), ("namespaces", "list"), ("namespaces", "watch")}
+
+
+def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None:
+    # The image is built from the product packages alone (no benchmarks, traces or tests),
+    # and every gpufrac command a manifest runs is a console script of the product.
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages == {"scoring", "extender", "agent", "podspec"}
+    dockerfile = "\n".join(line for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+                           if not line.startswith("#"))
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, flags=re.M))
+    assert copied == packages, copied  # the build copies each package, nothing else
+    assert "benchmarks" not in dockerfile and "tests" not in dockerfile
+    scripts = set(project["project"]["scripts"])
+    agent = yaml.safe_load((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
+    commands = [c["command"][0] for d in docs("deployment.yaml") if d["kind"] == "Deployment"
+                for c in d["spec"]["template"]["spec"]["containers"]]
+    commands += [c["command"][0] for c in agent["spec"]["template"]["spec"]["containers"]]
+    gpufrac_commands = {c for c in commands if c.startswith("gpufrac")}
+    assert gpufrac_commands == {"gpufrac", "gpufrac-agent"}
+    assert gpufrac_commands <= scripts, scripts
