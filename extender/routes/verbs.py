@@ -5,6 +5,12 @@ Each route reads its body (``extender.bodies.json_body``), calls its verb in
 handlers: FastAPI runs them in its worker threads, so the numpy work never blocks the event
 loop that answers ``/healthz`` and ``/metrics``.
 
+Until the cache has listed every node and pod (``/readyz``: cluster mode's first full sync)
+the verbs refuse to decide: between the node list and the pod list every GPU would look
+free, and a bind there could take share or memory a running pod holds. ``filter`` and
+``bind`` answer with ``Error`` (kube-scheduler retries the pod later), ``prioritize`` and
+``preempt`` with 503.
+
 ``/standalone/pod-events`` decides what the cache believes, so it exists only when the
 extender was started with an events token (``--events-token-file`` or
 ``$GPUFRAC_EVENTS_TOKEN``; ``extender.app`` adds ``events_router`` then), and every call must
@@ -36,12 +42,23 @@ _binding, _binding_openapi = json_body(ExtenderBindingArgs)
 _preemption, _preemption_openapi = json_body(ExtenderPreemptionArgs)
 _events, _events_openapi = json_body(list[PodEvent])
 _REASON_LABELS = ["passed" if r == Reason.FITS else r.name.lower() for r in Reason]
+NOT_READY = ("gpufrac: not ready: the cache has not yet listed every node and pod, so it cannot "
+             "see which GPUs are taken; retry shortly")
+
+
+def _ready(request: Request) -> bool:
+    return bool(request.app.state.ready())
 
 
 @router.post("/filter", openapi_extra=_args_openapi)
-def filter_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep, metrics: MetricsDep) -> Response:
+def filter_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep, metrics: MetricsDep,
+                 request: Request) -> Response:
     """``ExtenderFilterResult``; candidates counted by outcome (``gpufrac_filter_nodes_total``)."""
     with metrics.timer("filter"):
+        if not _ready(request):
+            metrics.filter_errors.inc()
+            return json_response({"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                                  "FailedAndUnresolvableNodes": {}, "Error": NOT_READY})
         reply = filter(cache, args)
         if reply.reasons is None:
             metrics.filter_errors.inc()
@@ -56,18 +73,23 @@ def filter_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep,
 
 @router.post("/prioritize", openapi_extra=_args_openapi)
 def prioritize_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep,
-                     metrics: MetricsDep) -> Response:
+                     metrics: MetricsDep, request: Request) -> Response:
     """``HostPriorityList``."""
     with metrics.timer("prioritize"):
+        if not _ready(request):
+            return json_response({"Error": NOT_READY}, 503)
         reply = prioritize(cache, args)
         return json_response(reply.body, reply.status)
 
 
 @router.post("/bind", openapi_extra=_binding_openapi)
 def bind_route(args: Annotated[ExtenderBindingArgs, Depends(_binding)], binder: BinderDep,
-               metrics: MetricsDep) -> Response:
+               metrics: MetricsDep, request: Request) -> Response:
     """``ExtenderBindingResult``; binds counted by result (``gpufrac_binds_total``)."""
     with metrics.timer("bind"):
+        if not _ready(request):
+            metrics.binds.labels("error").inc()
+            return json_response({"Error": NOT_READY})
         reply = bind(binder, args)
         metrics.binds.labels("error" if reply.error else "ok").inc()
         return json_response(reply.body, reply.status)
@@ -75,9 +97,11 @@ def bind_route(args: Annotated[ExtenderBindingArgs, Depends(_binding)], binder: 
 
 @router.post("/preempt", openapi_extra=_preemption_openapi)
 def preempt_route(args: Annotated[ExtenderPreemptionArgs, Depends(_preemption)], cache: CacheDep,
-                  metrics: MetricsDep) -> Response:
+                  metrics: MetricsDep, request: Request) -> Response:
     """``ExtenderPreemptionResult``."""
     with metrics.timer("preempt"):
+        if not _ready(request):
+            return json_response({"Error": NOT_READY}, 503)
         reply = preempt(cache, args)
         return json_response(reply.body, reply.status)
 

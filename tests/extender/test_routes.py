@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import gpu_node, pod_json
@@ -228,3 +229,27 @@ def test_openapi_documents_the_wire_bodies() -> None:
     assert set(body["properties"]) == {"Pod", "Nodes", "NodeNames"} and body["required"] == ["Pod"]
     assert "PodName" in str(spec["paths"]["/bind"]["post"]["requestBody"])
     assert "$ref" not in str(spec["paths"])  # self-contained: no dangling $defs references
+
+
+def test_verbs_refuse_to_decide_until_the_cache_has_listed_every_pod() -> None:
+    # Cluster mode lists Nodes, then Pods: in between every GPU would look free, and a bind
+    # there could take share a running pod holds. Until /readyz says synced, filter and bind
+    # answer Error (kube-scheduler retries the pod), prioritize and preempt 503; nothing is held.
+    with client_for(NODES) as (client, cache):
+        pod = pod_json("early", annotations={"gpufrac.io/fraction": "0.5"})
+        add(client, pod)
+        state = cast(FastAPI, client.app).state
+        state.ready = lambda: False  # as between the node list and the pod list
+        args = {"Pod": pod, "Nodes": None, "NodeNames": NAMES}
+        f = client.post("/filter", json=args)
+        assert f.status_code == 200 and "not ready" in f.json()["Error"] and f.json()["NodeNames"] is None
+        assert client.post("/prioritize", json=args).status_code == 503
+        meta = pod["metadata"]
+        binding = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": "a"}
+        assert "not ready" in client.post("/bind", json=binding).json()["Error"]
+        assert client.post("/preempt", json={"Pod": pod, "NodeNameToMetaVictims": {"a": {"Pods": []}}}).status_code == 503
+        assert cache.allocations() == [] and cache.summary()["gpu_allocated_milli"] == 0
+        assert client.get("/readyz").status_code == 503
+        state.ready = lambda: True  # synced: business as usual
+        assert client.post("/bind", json=binding).json() == {"Error": ""}
+        assert cache.summary()["gpu_allocated_milli"] == 500
