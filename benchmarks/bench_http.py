@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 import orjson
-import yaml
 
 from benchmarks import trace
-from benchmarks.replay import ClusterNames, ExtenderClient, start_extender
+from benchmarks.replay import ClusterNames, ExtenderClient, source_commit, start_extender
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file, synthetic_uuid
 from extender.settings import scoring_config
@@ -37,13 +36,13 @@ from scoring.state import NodeSpec
 
 
 def synthetic_cluster(path: Path, n_nodes: int, gpus: int = 8) -> Path:
-    """Write a YAML cluster of identical ``gpus``-GPU nodes (96 cores, 768 GiB, G2-like)."""
+    """Write a JSON cluster file of identical ``gpus``-GPU nodes (96 cores, 768 GiB, G2-like)."""
     nodes = [{
         "name": f"syn-node-{i:05d}", "cpu_milli": 96000, "memory_mib": 786432,
         "gpus": [{"index": g, "uuid": synthetic_uuid(f"syn-node-{i:05d}", g), "model": "G2",
                   "memory_mib": 16384, "replicas": 20} for g in range(gpus)],
     } for i in range(n_nodes)]
-    path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
+    path.write_bytes(orjson.dumps({"nodes": nodes}))
     return path
 
 
@@ -121,11 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     pods = trace.load_pods(trace.DEFAULT_PODS)
     rows: list[dict[str, Any]] = []
+    meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
+            "python": platform.python_version(), "samples": args.samples, "commit": source_commit()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        # After every measured row group: a run that dies later keeps what it measured.
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
     with tempfile.TemporaryDirectory() as tmp:
         clusters = {
             "openb 1,213 nodes": trace.DEFAULT_NODES,
             f"synthetic {args.synthetic_nodes:,} x 8 GPUs":
-                synthetic_cluster(Path(tmp) / "syn.yaml", args.synthetic_nodes),
+                synthetic_cluster(Path(tmp) / "syn.json", args.synthetic_nodes),
         }
         for label, path in clusters.items():
             specs = load_cluster_file(path, replicas_per_gpu=20)
@@ -142,14 +149,12 @@ def main(argv: list[str] | None = None) -> int:
                                      "calls": len(ms), "p50_ms": float(np.percentile(a, 50)),
                                      "p99_ms": float(np.percentile(a, 99)), "request_bytes": body,
                                      "gpu_allocated_pct": round(reached, 1)})
+                    save()
             finally:
                 client.http.close()
                 proc.terminate()
                 proc.wait(timeout=30)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
-            "python": platform.python_version(), "samples": args.samples}
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    save()
     print("| cluster | nodeCacheCapable | verb | calls | p50 ms | p99 ms | request bytes | GPU allocated |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

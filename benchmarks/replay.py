@@ -177,12 +177,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_extender(nodes: Path, policy: str, replicas: int,
-                   config: Path | None = None) -> tuple[subprocess.Popen[bytes], ExtenderClient]:
-    """Start ``gpufrac serve`` (standalone) on a free loopback port; wait until ready.
+READY_TIMEOUT_S = 600.0
+"""Longest wait for a started extender's ``/readyz`` (a 5,000-node YAML file loads in ~5 s)."""
+
+
+def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None = None,
+                   ready_timeout_s: float = READY_TIMEOUT_S) -> tuple[subprocess.Popen[bytes], ExtenderClient]:
+    """Start ``gpufrac serve`` (standalone) on a free loopback port; poll ``/readyz`` until it
+    answers 200, at most ``ready_timeout_s``.
 
     The pod-events endpoint is opened with a fresh random token (passed in the environment,
     never on the command line); the returned client sends it.
+
+    Raises
+    ------
+    RuntimeError
+        The extender exited, or was not ready within ``ready_timeout_s`` (then it is killed).
     """
     port = free_port()
     token = secrets.token_urlsafe(24)
@@ -193,7 +203,8 @@ def start_extender(nodes: Path, policy: str, replicas: int,
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
                                                      "GPUFRAC_EVENTS_TOKEN": token})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    started = time.monotonic()
+    deadline = started + ready_timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"extender exited with {proc.returncode}")
@@ -204,7 +215,7 @@ def start_extender(nodes: Path, policy: str, replicas: int,
             pass
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("extender did not become ready within 60 s")
+    raise RuntimeError(f"extender did not become ready within {ready_timeout_s:g} s")
 
 
 def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any]]) -> np.ndarray:
