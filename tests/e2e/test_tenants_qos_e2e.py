@@ -52,6 +52,14 @@ def config_file(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
     cluster.start_gpufrac()
 
 
+def edit(path: Path, text: str) -> None:
+    """Replace the admin config as kubelet swaps a mounted ConfigMap: atomically. (An in-place
+    write can be polled half written, a shorter but valid config that then gets applied.)"""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def assigned(pod: client.V1Pod) -> list[str]:
     return [u for u in (pod.metadata.annotations or {}).get("gpufrac.io/assigned-gpus", "").split(",") if u]
 
@@ -150,25 +158,28 @@ def test_config_edit_changes_scores_without_restart_and_a_broken_one_is_kept_out
         return 0.0
 
     pid = cluster.gpufrac.popen.pid
-    packing = CONFIG + "scoring:\n  preset: packing\n"
-    config_file.write_text(packing)
-    cluster.wait(lambda: top() == held, 10, "packing: next to the half-used GPU")
-    spread = CONFIG + "scoring:\n  preset: spread\n"
-    config_file.write_text(spread)
-    started = time.monotonic()
-    cluster.wait(lambda: top() != held, 10, "prioritize reply after the config edit")
-    assert time.monotonic() - started < 10
-    config_file.write_text(CONFIG + "scoring:\n  weights: {spread: -1}\n")
-    cluster.wait(lambda: metric("gpufrac_config_valid") == 0, 10, "the broken edit reported")
-    assert top() != held  # the previous (spread) config stays in force
-    assert "config reload rejected" in cluster.gpufrac.tail(20000)
-    assert "scoring.weights.spread" in cluster.gpufrac.tail(20000)
-    config_file.write_text(packing)
-    cluster.wait(lambda: top() == held, 10, "a valid config again")
-    applied = 'gpufrac_config_reloads_total{result="applied"}'
-    before = metric(applied)
-    config_file.write_text(CONFIG)  # the module's config, for the tests after this one
-    cluster.wait(lambda: metric(applied) > before, 10, "the module's config back")
+    try:
+        packing = CONFIG + "scoring:\n  preset: packing\n"
+        edit(config_file, packing)
+        cluster.wait(lambda: top() == held, 10, "packing: next to the half-used GPU")
+        spread = CONFIG + "scoring:\n  preset: spread\n"
+        edit(config_file, spread)
+        started = time.monotonic()
+        cluster.wait(lambda: top() != held, 10, "prioritize reply after the config edit")
+        assert time.monotonic() - started < 10
+        edit(config_file, CONFIG + "scoring:\n  weights: {spread: -1}\n")
+        cluster.wait(lambda: metric("gpufrac_config_valid") == 0, 10, "the broken edit reported")
+        assert top() != held  # the previous (spread) config stays in force
+        assert "config reload rejected" in cluster.gpufrac.tail(20000)
+        assert "scoring.weights.spread" in cluster.gpufrac.tail(20000)
+        edit(config_file, packing)
+        cluster.wait(lambda: top() == held, 10, "a valid config again")
+        applied = 'gpufrac_config_reloads_total{result="applied"}'
+        before = metric(applied)
+        edit(config_file, CONFIG)  # the module's config, for the tests after this one
+        cluster.wait(lambda: metric(applied) > before, 10, "the module's config back")
+    finally:
+        edit(config_file, CONFIG)  # the module's config, whatever happened above
     assert cluster.gpufrac.popen.pid == pid and cluster.gpufrac.popen.poll() is None  # never restarted
 
 
