@@ -1,0 +1,116 @@
+"""Cost of the placement decision alone, as the cluster grows (``python -m benchmarks.bench_core``).
+
+For each cluster size (identical 8-GPU, 96-core nodes, as ``bench_http``'s synthetic
+cluster), the state is filled to ``--load-pct`` of its GPU share with openb pods placed
+first-fit on random nodes (``ClusterState.apply``: no scoring, so filling 10,000 nodes takes
+seconds), then ``--samples`` openb GPU pods are evaluated on every node by the default
+scorer (``Scorer.evaluate``: feasibility, every term, the GPU choice), the pods drawn with a
+fixed seed. Timed with ``time.thread_time`` around each evaluation: CPU of the deciding
+thread, what one filter's decision costs kube-scheduler without HTTP or JSON. Writes JSON
+after every size, so a long run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import trace
+from benchmarks.replay import source_commit
+from extender.clusterfile import synthetic_uuid
+from extender.settings import scoring_config
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
+from scoring.scorer import build_scorer
+from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+
+
+def synthetic_nodes(n_nodes: int, gpus: int = 8) -> list[NodeSpec]:
+    """``n_nodes`` identical nodes of ``gpus`` G2-like GPUs, 96 cores, 768 GiB."""
+    return [NodeSpec(f"syn-node-{i:05d}", 96_000, 786_432, tuple(
+        GpuSpec(g, synthetic_uuid(f"syn-node-{i:05d}", g), "G2", 16384, 20) for g in range(gpus)))
+        for i in range(n_nodes)]
+
+
+def request_of(pod: trace.TracePod) -> PodRequest:
+    """The scoring request of a trace pod (no model constraint: the openb lists carry none)."""
+    milli = pod.gpu_milli if pod.num_gpu else MILLI_PER_GPU
+    return PodRequest(gpu_count=pod.num_gpu, gpu_milli=min(milli, MILLI_PER_GPU), qos=QoSClass.BURSTABLE,
+                      cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+
+
+def fill(state: ClusterState, pods: list[trace.TracePod], load_pct: float, rng: np.random.Generator) -> float:
+    """Place random GPU pods first-fit on random nodes until ``load_pct`` of the GPU share is
+    allocated (or 20 misses in a row); the allocated %."""
+    capacity = MILLI_PER_GPU * int(state.gpu_exists.sum())
+    gpu_pods = [p for p in pods if p.num_gpu]
+    target, misses = load_pct / 100 * capacity, 0
+    while int(state.gpu_used_milli.sum()) < target and misses < 20:
+        pod = gpu_pods[int(rng.integers(len(gpu_pods)))]
+        req = request_of(pod)
+        row = int(rng.integers(state.n_nodes))
+        free = MILLI_PER_GPU - state.gpu_used_milli[row]
+        cols = np.flatnonzero(state.gpu_exists[row] & (free >= req.gpu_milli)
+                              & (state.gpu_slots_free[row] > 0))[:req.gpu_count]
+        if (cols.size < req.gpu_count or state.cpu_alloc_milli[row] - state.cpu_used_milli[row] < req.cpu_milli
+                or state.mem_alloc_mib[row] - state.mem_used_mib[row] < req.memory_mib):
+            misses += 1
+            continue
+        misses = 0
+        mem = tuple(req.gpu_milli * int(state.gpu_mem_total_mib[row, c]) // MILLI_PER_GPU for c in cols)
+        state.apply(Allocation(state.node_names[row], tuple(int(c) for c in cols), req.gpu_milli, mem,
+                               req.qos, req.cpu_milli, req.memory_mib))
+    return 100.0 * int(state.gpu_used_milli.sum()) / capacity
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a Markdown table; write JSON."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--nodes", default="100,1000,5000,10000", help="cluster sizes, comma-separated")
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--load-pct", type=float, default=70.0)
+    p.add_argument("--preset", default="default")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/core-decision.json"))
+    args = p.parse_args(argv)
+    pods = trace.load_pods(trace.DEFAULT_PODS)
+    scorer = build_scorer(scoring_config(args.preset))
+    meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
+            "python": platform.python_version(), "numpy": np.__version__, "commit": source_commit(),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "preset": args.preset,
+            "samples": args.samples, "load_pct": args.load_pct}
+    rows: list[dict[str, Any]] = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for n in (int(x) for x in args.nodes.split(",")):
+        rng = np.random.default_rng(7)
+        state = ClusterState.from_nodes(synthetic_nodes(n))
+        reached = fill(state, pods, args.load_pct, rng)
+        all_rows = np.arange(state.n_nodes, dtype=np.int64)
+        gpu_pods = [q for q in pods if q.num_gpu]
+        cpu_ms = []
+        for _ in range(args.samples):
+            req = request_of(gpu_pods[int(rng.integers(len(gpu_pods)))])
+            t0 = time.thread_time()
+            scorer.evaluate(state, req, all_rows)
+            cpu_ms.append(1000 * (time.thread_time() - t0))
+        a = np.array(cpu_ms)
+        rows.append({"nodes": n, "gpus": int(state.gpu_exists.sum()), "gpu_allocated_pct": round(reached, 1),
+                     "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)),
+                     "mean_ms": float(a.mean())})
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        r = rows[-1]
+        print(f"{n:>6} nodes: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms (thread CPU), "
+              f"{r['gpu_allocated_pct']} % allocated", flush=True)
+    print("| nodes | GPUs | allocated | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['nodes']:,} | {r['gpus']:,} | {r['gpu_allocated_pct']} % | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
