@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
+import os
 import platform
 import signal
 import sys
@@ -34,6 +35,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
 from tests.harness.controlplane import (
     LOOPBACK,
@@ -83,6 +85,15 @@ def watch_binds(api: client.CoreV1Api, namespace: str, expected: int, stop: thre
             time.sleep(0.2)
 
 
+def cpu_s(pid: int) -> float:
+    """User plus system CPU seconds a process has used so far (``/proc/<pid>/stat``); 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n_pods: int,
               timeout_s: float) -> dict[str, Any]:
     """One setup on one node group: create pods, start scheduler (+extender), time the binds."""
@@ -107,11 +118,19 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     watcher.start()
     url = None if setup == "no extender" else f"http://{LOOPBACK}:{port}"
     drop = ("bindVerb",) if setup == "no-op extender" else ()
+    # CPU of the control plane while this setup schedules (from the scheduler's start to the
+    # last bind), and of the scheduler and the extender over their whole lives.
+    plane = {p.name: p.popen.pid for p in cp.procs if p.name in ("etcd", "kube-apiserver")}
+    plane_before = {name: cpu_s(pid) for name, pid in plane.items()}
+    extender_before = cpu_s(extender.popen.pid) if extender is not None else 0.0
     sched = cp.start_scheduler(url, name=f"kube-scheduler-{ns}", qps=1000, drop_verbs=drop)
     deadline = time.monotonic() + timeout_s
     while len(bound) < n_pods and time.monotonic() < deadline:
         time.sleep(0.2)
     stop.set()
+    cpu = {name: cpu_s(pid) - plane_before[name] for name, pid in plane.items()}
+    cpu["kube-scheduler"] = cpu_s(sched.popen.pid)
+    cpu["extender"] = cpu_s(extender.popen.pid) - extender_before if extender is not None else 0.0
     sched.stop()
     if extender is not None:
         extender.stop()
@@ -119,8 +138,10 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
     api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     wait_until(lambda: not api.list_namespaced_pod(ns, limit=1).items, 120, f"pods of {ns} deleted")
+    per_pod = {f"cpu_ms_per_pod_{name}": 1000 * s / max(len(times), 1) for name, s in cpu.items()}
     return {"setup": setup, "pods": n_pods, "bound": len(times), "pods_per_s": rate,
-            "bind_window_s": times[-1] - times[0] if times else 0.0}
+            "bind_window_s": times[-1] - times[0] if times else 0.0, **per_pod,
+            "cpu_ms_per_pod_total": sum(per_pod.values())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,18 +174,23 @@ def main(argv: list[str] | None = None) -> int:
                     row["nodes"] = size
                     rows.append(row)
                     print(f"{size:>5} nodes  {setup:<15} {row['bound']}/{row['pods']} bound  "
-                          f"{row['pods_per_s']:7.1f} pods/s", flush=True)
+                          f"{row['pods_per_s']:7.1f} pods/s  CPU/pod {row['cpu_ms_per_pod_total']:.1f} ms", flush=True)
                 # The next size starts from an empty cluster.
                 api.delete_collection_node(label_selector=f"gpufrac.io/bench={group}")
         finally:
             cp.down()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": {"kubernetes": kube_version(), "python": platform.python_version(),
-                                             "machine": f"{platform.machine()}, {platform.system()}"},
+                                             "machine": f"{platform.machine()}, {platform.system()}",
+                                             "commit": source_commit(), "pods": args.pods},
                                     "rows": rows}, indent=1))
-    print("\n| nodes | setup | pods/s |\n|---|---|---|")
+    print("\n| nodes | setup | pods/s | CPU ms per bound pod: apiserver / etcd / scheduler / extender / total |")
+    print("|---|---|---|---|")
     for r in rows:
-        print(f"| {r['nodes']} | {r['setup']} | {r['pods_per_s']:.1f} |")
+        print(f"| {r['nodes']} | {r['setup']} | {r['pods_per_s']:.1f} | "
+              f"{r['cpu_ms_per_pod_kube-apiserver']:.1f} / {r['cpu_ms_per_pod_etcd']:.1f} / "
+              f"{r['cpu_ms_per_pod_kube-scheduler']:.1f} / {r['cpu_ms_per_pod_extender']:.1f} / "
+              f"{r['cpu_ms_per_pod_total']:.1f} |")
     return 0
 
 
