@@ -44,9 +44,11 @@ def request_of(pod: trace.TracePod) -> PodRequest:
                       cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
 
 
-def fill(state: ClusterState, pods: list[trace.TracePod], load_pct: float, rng: np.random.Generator) -> float:
+def fill(state: ClusterState, pods: list[trace.TracePod], load_pct: float, rng: np.random.Generator,
+         placed: list[tuple[trace.TracePod, int, tuple[int, ...]]] | None = None) -> float:
     """Place random GPU pods first-fit on random nodes until ``load_pct`` of the GPU share is
-    allocated (or 20 misses in a row); the allocated %."""
+    allocated (or 20 misses in a row); the allocated %. ``placed`` collects each placement
+    (the pod, its state row, its GPU columns)."""
     capacity = MILLI_PER_GPU * int(state.gpu_exists.sum())
     gpu_pods = [p for p in pods if p.num_gpu]
     target, misses = load_pct / 100 * capacity, 0
@@ -62,9 +64,12 @@ def fill(state: ClusterState, pods: list[trace.TracePod], load_pct: float, rng: 
             misses += 1
             continue
         misses = 0
-        mem = tuple(req.gpu_milli * int(state.gpu_mem_total_mib[row, c]) // MILLI_PER_GPU for c in cols)
-        state.apply(Allocation(state.node_names[row], tuple(int(c) for c in cols), req.gpu_milli, mem,
+        chosen = tuple(int(c) for c in cols)
+        mem = tuple(req.gpu_milli * int(state.gpu_mem_total_mib[row, c]) // MILLI_PER_GPU for c in chosen)
+        state.apply(Allocation(state.node_names[row], chosen, req.gpu_milli, mem,
                                req.qos, req.cpu_milli, req.memory_mib))
+        if placed is not None:
+            placed.append((pod, row, chosen))
     return 100.0 * int(state.gpu_used_milli.sum()) / capacity
 
 

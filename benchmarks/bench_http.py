@@ -16,23 +16,30 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import orjson
 
-from benchmarks import trace
-from benchmarks.replay import ClusterNames, ExtenderClient, source_commit, start_extender
-from extender.cache import GpuCache
+from benchmarks import bench_core, trace
+from benchmarks.procstat import cpu_s
+from benchmarks.replay import (
+    REPO_ROOT,
+    ClusterNames,
+    ExtenderClient,
+    free_port,
+    source_commit,
+    start_extender,
+)
 from extender.clusterfile import load_cluster_file, synthetic_uuid
-from extender.settings import scoring_config
 from podspec import annotations as ann
-from podspec.pods import pod_intent
-from scoring.scorer import build_scorer
-from scoring.state import NodeSpec
+from scoring.state import ClusterState, NodeSpec
 
 
 def synthetic_cluster(path: Path, n_nodes: int, gpus: int = 8) -> Path:
@@ -48,51 +55,45 @@ def synthetic_cluster(path: Path, n_nodes: int, gpus: int = 8) -> Path:
 
 def load_to(client: ExtenderClient, specs: list[NodeSpec], pods: list[trace.TracePod],
             target_pct: float, seed: int) -> float:
-    """Bind pods until ``target_pct`` of GPU share is allocated; return the reached %."""
-    cache = GpuCache(build_scorer(scoring_config("default")))
-    cache.set_nodes(specs)
-    names = [s.name for s in specs]
-    capacity = 1000 * sum(len(s.gpus) for s in specs)
-    rng = np.random.default_rng(seed)
-    allocated, batch, i = 0, [], 0
-    while allocated < target_pct / 100 * capacity and i < 50 * len(specs):
-        tp = pods[int(rng.integers(len(pods)))]
-        i += 1
+    """Bind openb pods until ``target_pct`` of the GPU share is allocated: placed first-fit on
+    random nodes (``bench_core.fill``: no scoring, so 5,000 nodes load in seconds) and sent
+    as bound pods with their allocation record through the pod-event path, which the
+    extender accounts as it would after a restart. Returns the allocated % it reports."""
+    state = ClusterState.from_nodes(specs)
+    placed: list[tuple[trace.TracePod, int, tuple[int, ...]]] = []
+    bench_core.fill(state, pods, target_pct, np.random.default_rng(seed), placed)
+    batch: list[dict[str, Any]] = []
+    for i, (tp, row, cols) in enumerate(placed):
         pod = tp.pod_object(seed)
         pod["metadata"]["name"] = f"load-{i}"
         pod["metadata"]["uid"] = f"load-{seed}-{i}"
-        intent = pod_intent(pod)
-        cache.apply_pod_event("ADDED", intent)
-        best = cache.evaluate(intent, names)
-        pos = best.evaluation.best()
-        if pos < 0:
-            continue
-        rec = cache.bind(intent.uid, intent.namespace, intent.name, best.names[pos])
-        pod["spec"]["nodeName"] = best.names[pos]
-        pod["metadata"]["annotations"][ann.ASSIGNED_GPUS] = ",".join(rec.gpu_uuids)
+        pod["spec"]["nodeName"] = state.node_names[row]
+        pod["metadata"]["annotations"][ann.ASSIGNED_GPUS] = ",".join(state.gpu_uuid[row][c] for c in cols)
         pod["status"] = {"phase": "Running"}
         batch.append({"type": "ADDED", "object": pod})
-        allocated += tp.gpu_request_milli
         if len(batch) == 500:
             client.pod_events(batch)
             batch = []
     if batch:
         client.pod_events(batch)
+    capacity = 1000 * sum(len(s.gpus) for s in specs)
     return 100.0 * float(client.get("readyz")["gpu_allocated_milli"]) / capacity
 
 
 def time_calls(client: ExtenderClient, cluster: ClusterNames, pods: list[trace.TracePod],
-               samples: int, seed: int) -> dict[str, list[float]]:
-    """Per-call wall times (ms) of filter then prioritize for sampled GPU pods."""
+               samples: int, seed: int, server_pid: int) -> tuple[dict[str, list[float]], float]:
+    """Filter then prioritize (on the nodes filter passed) for sampled GPU pods, as
+    kube-scheduler's cycle calls them: per-call wall times (ms) on the client, and the
+    server's CPU per pod (ms, filter and prioritize together; ``/proc/<pid>/stat``)."""
     rng = np.random.default_rng(seed)
     gpu_pods = [p for p in pods if p.num_gpu]
     every = np.arange(len(cluster.names))
     out: dict[str, list[float]] = {"filter": [], "prioritize": []}
+    cpu_before = cpu_s(server_pid)
     for j in range(samples):
         tp = gpu_pods[int(rng.integers(len(gpu_pods)))]
         pod = tp.pod_object(seed)
         pod["metadata"]["uid"] = f"bench-{j}"
-        client.pod_events([{"type": "ADDED", "object": pod}])
         args = cluster.args(pod, every)
         t0 = time.perf_counter()  # timed: encode, send, extender work, receive, decode
         res = client.filter(args)
@@ -106,8 +107,23 @@ def time_calls(client: ExtenderClient, cluster: ClusterNames, pods: list[trace.T
             client.prioritize(args)
             out["prioritize"].append(1e3 * (time.perf_counter() - t2))
         out["filter"].append(1e3 * (t1 - t0))
-        client.pod_events([{"type": "DELETED", "object": pod}])
-    return out
+    return out, 1e3 * (cpu_s(server_pid) - cpu_before) / samples
+
+
+def start_noop() -> tuple[subprocess.Popen[bytes], ExtenderClient]:
+    """The no-op extender (``benchmarks/noop_extender.py``) on a free loopback port, ready."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.noop_extender", str(port)], cwd=REPO_ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, ExtenderClient(url)
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("no-op extender did not answer within 60 s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,30 +152,32 @@ def main(argv: list[str] | None = None) -> int:
         }
         for label, path in clusters.items():
             specs = load_cluster_file(path, replicas_per_gpu=20)
-            proc, client = start_extender(path, "default", 20)
-            try:
-                reached = load_to(client, specs, pods, args.load_pct, seed=7)
-                for cache_capable in (True, False):
-                    cluster = ClusterNames.build(specs, cache_capable)
-                    body = len(orjson.dumps(cluster.args(pods[0].pod_object(0), np.arange(len(specs)))))
-                    times = time_calls(client, cluster, pods, args.samples, seed=11)
-                    for verb, ms in times.items():
-                        a = np.array(ms)
-                        rows.append({"cluster": label, "nodeCacheCapable": cache_capable, "verb": verb,
-                                     "calls": len(ms), "p50_ms": float(np.percentile(a, 50)),
-                                     "p99_ms": float(np.percentile(a, 99)), "request_bytes": body,
-                                     "gpu_allocated_pct": round(reached, 1)})
-                    save()
-            finally:
-                client.http.close()
-                proc.terminate()
-                proc.wait(timeout=30)
+            for server in ("gpufrac", "no-op extender"):
+                proc, client = start_extender(path, "default", 20) if server == "gpufrac" else start_noop()
+                try:
+                    reached = load_to(client, specs, pods, args.load_pct, seed=7) if server == "gpufrac" else None
+                    for cache_capable in (True, False):
+                        cluster = ClusterNames.build(specs, cache_capable)
+                        body = len(orjson.dumps(cluster.args(pods[0].pod_object(0), np.arange(len(specs)))))
+                        times, cpu_ms = time_calls(client, cluster, pods, args.samples, 11, proc.pid)
+                        for verb, ms in times.items():
+                            a = np.array(ms) if ms else np.zeros(1)
+                            rows.append({"cluster": label, "server": server, "nodeCacheCapable": cache_capable,
+                                         "verb": verb, "calls": len(ms), "p50_ms": float(np.percentile(a, 50)),
+                                         "p99_ms": float(np.percentile(a, 99)), "request_bytes": body,
+                                         "server_cpu_ms_per_pod": cpu_ms,
+                                         "gpu_allocated_pct": None if reached is None else round(reached, 1)})
+                        save()
+                finally:
+                    client.http.close()
+                    proc.terminate()
+                    proc.wait(timeout=30)
     save()
-    print("| cluster | nodeCacheCapable | verb | calls | p50 ms | p99 ms | request bytes | GPU allocated |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| cluster | server | nodeCacheCapable | verb | calls | p50 ms | p99 ms | server CPU ms per pod | request bytes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['cluster']} | {str(r['nodeCacheCapable']).lower()} | {r['verb']} | {r['calls']} | "
-              f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['request_bytes']:,} | {r['gpu_allocated_pct']}% |")
+        print(f"| {r['cluster']} | {r['server']} | {str(r['nodeCacheCapable']).lower()} | {r['verb']} | {r['calls']} | "
+              f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['server_cpu_ms_per_pod']:.2f} | {r['request_bytes']:,} |")
     return 0
 
 

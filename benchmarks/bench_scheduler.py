@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
-import os
 import platform
 import signal
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
 from tests.harness.controlplane import (
@@ -83,15 +83,6 @@ def watch_binds(api: client.CoreV1Api, namespace: str, expected: int, stop: thre
         except ApiException:
             # A loaded apiserver's watch cache may lag ("Too large resource version"): retry.
             time.sleep(0.2)
-
-
-def cpu_s(pid: int) -> float:
-    """User plus system CPU seconds a process has used so far (``/proc/<pid>/stat``); 0 if gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n_pods: int,
