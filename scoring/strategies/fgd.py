@@ -35,6 +35,8 @@ the per-GPU one runs once per distinct (node, free share, model) class of GPUs (
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -105,6 +107,69 @@ def _classes(free: NDArray[np.int32], model: NDArray[np.int64], cells: tuple[NDA
     return r[first], g[first], inverse.reshape(-1)
 
 
+class _RowCounts:
+    """``_per_task``'s ``cnt`` and ``small`` (m, t) kept between evaluations, by state row.
+
+    They depend on a node's free shares and GPU models and on the task types' shares and
+    model masks, not on the pod: between two pods one node changes. They are kept per
+    distinct (share, mask) of the task types, in a canonical order (the learned workload
+    reorders its types by count all the time; the set of shares changes rarely), and a row
+    is recomputed when its free shares or models differ from the ones its kept counts came
+    from (compared in full, so a row of another state, or whose node changed, is never
+    served stale counts). Everything is dropped when the set of shares and masks changes.
+    Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[object, ...] | None = None
+        self._free = np.zeros((0, 0), dtype=np.int32)
+        self._model = np.zeros((0, 0), dtype=np.int64)
+        self._valid = np.zeros(0, dtype=bool)
+        self._cnt = np.zeros((0, 0), dtype=np.int64)
+        self._small = np.zeros((0, 0), dtype=np.int64)
+
+    def get(self, state_rows: NDArray[np.int64], free: NDArray[np.int32], model: NDArray[np.int64],
+            tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``cnt, small`` of ``tasks`` for ``free`` and ``model`` of shape (m, G) at ``state_rows`` (m,)."""
+        if tasks.model_mask is None:
+            canon_milli, column = np.unique(tasks.gpu_milli, return_inverse=True)
+            canon_mask = None
+        else:
+            pairs, column = np.unique(np.stack([tasks.gpu_milli, tasks.model_mask], axis=1), axis=0,
+                                      return_inverse=True)
+            canon_milli, canon_mask = pairs[:, 0], pairs[:, 1]
+        column = column.reshape(-1)
+        n_gpus, n_canon = free.shape[1], canon_milli.shape[0]
+        key = (n_gpus, canon_milli.tobytes(), None if canon_mask is None else canon_mask.tobytes())
+        with self._lock:
+            if key != self._key:
+                self._key = key
+                self._valid = np.zeros(0, dtype=bool)
+            need = int(state_rows.max()) + 1
+            if need > self._valid.shape[0]:
+                size = max(need, 2 * self._valid.shape[0])
+                self._free = np.zeros((size, n_gpus), dtype=np.int32)
+                self._model = np.zeros((size, n_gpus), dtype=np.int64)
+                self._cnt = np.zeros((size, n_canon), dtype=np.int64)
+                self._small = np.zeros((size, n_canon), dtype=np.int64)
+                self._valid = np.zeros(size, dtype=bool)
+            stale = np.flatnonzero(~self._valid[state_rows] | (self._free[state_rows] != free).any(axis=1)
+                                   | (self._model[state_rows] != model).any(axis=1))
+            if stale.size:
+                ones = np.ones(n_canon, dtype=np.int64)
+                canon = TaskTypes(ones, canon_milli, ones * 0, ones * 0, ones / n_canon, ones, canon_mask)
+                _, cnt, small, _ = _per_task(free[stale], canon, canon.allowed(model[stale]))
+                rows = state_rows[stale]
+                self._free[rows], self._model[rows] = free[stale], model[stale]
+                self._cnt[rows], self._small[rows] = cnt, small
+                self._valid[rows] = True
+            return self._cnt[state_rows][:, column], self._small[state_rows][:, column]
+
+
+_ROW_COUNTS = _RowCounts()
+
+
 def _usable_free(ctx: FitContext, rows: NDArray[np.int64]) -> NDArray[np.int32]:
     # int32: shares are at most a few thousand milli; half the memory traffic of int64.
     return np.where(ctx.gpu_exists[rows], ctx.free_milli[rows], 0).astype(np.int32)
@@ -139,9 +204,9 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     model = np.zeros(free.shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
-    # Counts of the current state, shared by "before" and every per-GPU "after".
-    allowed_cells = None if ctx.gpu_model is None else tasks.allowed(ctx.gpu_model[rows])  # (m, t, G) or None
-    _, cnt, small, _ = _per_task(free, tasks, allowed_cells)   # (m, t) each
+    # Counts of the current state, shared by "before" and every per-GPU "after"; kept between
+    # evaluations and recomputed only for the nodes whose GPUs changed (``_RowCounts``).
+    cnt, small = _ROW_COUNTS.get(ctx.rows[rows], free, model, tasks)  # (m, t) each
     total = free.sum(axis=1)
     run_before = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
     before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
