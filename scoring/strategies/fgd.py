@@ -59,14 +59,12 @@ def _fits(share: NDArray[np.integer], tasks: TaskTypes, allowed: NDArray[np.bool
 
 
 def _per_task(free: NDArray[np.int32], tasks: TaskTypes,
-              allowed: NDArray[np.bool_] | None) -> tuple[NDArray[np.bool_], NDArray[np.int64],
-                                                          NDArray[np.int64], NDArray[np.int32]]:
-    """For ``free`` of shape (m, G): which GPUs each task can use (m, t, G), how many (m, t),
-    the share on GPUs it cannot use (m, t), and that share per GPU (m, t, G)."""
+              allowed: NDArray[np.bool_] | None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """For ``free`` of shape (m, G): how many GPUs each task can use (m, t), and the share on
+    the GPUs it cannot use (m, t)."""
     f = free[:, None, :]
     fits = _fits(f, tasks, allowed)
-    too_small = np.where(fits, np.int32(0), f)
-    return fits, fits.sum(axis=2), too_small.sum(axis=2), too_small
+    return fits.sum(axis=2), np.where(fits, np.int32(0), f).sum(axis=2)
 
 
 def _host_fits(cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
@@ -89,7 +87,7 @@ def _expected(fragment: NDArray[np.integer], run: NDArray[np.bool_], total: NDAr
 def _fragmentation(free: NDArray[np.int32], cpu_free: NDArray[np.int64], mem_free: NDArray[np.int64],
                    tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.int64]:
     """``N * F_n`` for ``free`` of shape (m, G) -> (m,); see module notes and ``_expected``."""
-    _, cnt, small, _ = _per_task(free, tasks, allowed)
+    cnt, small = _per_task(free, tasks, allowed)
     run = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
     return _expected(small, run, free.sum(axis=1)[:, None], tasks, task_axis=1)
 
@@ -159,7 +157,7 @@ class _RowCounts:
             if stale.size:
                 ones = np.ones(n_canon, dtype=np.int64)
                 canon = TaskTypes(ones, canon_milli, ones * 0, ones * 0, ones / n_canon, ones, canon_mask)
-                _, cnt, small, _ = _per_task(free[stale], canon, canon.allowed(model[stale]))
+                cnt, small = _per_task(free[stale], canon, canon.allowed(model[stale]))
                 rows = state_rows[stale]
                 self._free[rows], self._model[rows] = free[stale], model[stale]
                 self._cnt[rows], self._small[rows] = cnt, small
