@@ -29,7 +29,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from extender.bodies import json_body, json_response
 from extender.deps import BinderDep, CacheDep, MetricsDep, SettingsDep
 from extender.verbs.bind import ExtenderBindingArgs, bind
-from extender.verbs.filter import ExtenderArgs, filter
+from extender.verbs.filter import ExtenderArgs, error_reply, filter
 from extender.verbs.pod_events import PodEvent, pod_events
 from extender.verbs.preempt import ExtenderPreemptionArgs, preempt
 from extender.verbs.prioritize import prioritize
@@ -57,8 +57,7 @@ def filter_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep,
     with metrics.timer("filter"):
         if not _ready(request):
             metrics.filter_errors.inc()
-            return json_response({"Nodes": None, "NodeNames": None, "FailedNodes": {},
-                                  "FailedAndUnresolvableNodes": {}, "Error": NOT_READY})
+            return json_response(error_reply(NOT_READY))
         reply = filter(cache, args)
         if reply.reasons is None:
             metrics.filter_errors.inc()

@@ -43,6 +43,12 @@ class ExtenderFilterResult(TypedDict):
     Error: str
 
 
+def error_reply(message: str) -> ExtenderFilterResult:
+    """The ``ExtenderFilterResult`` of a filter that decided nothing: ``Error`` says why."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+            "Error": message}
+
+
 def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the verb's name
     """Answer ``filter`` from one evaluation of the pod on the candidates.
 
@@ -55,9 +61,7 @@ def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the ve
     try:
         intent, names = inbound.extender_args(args.Pod, node_items, args.NodeNames)
     except ValueError as exc:
-        body: ExtenderFilterResult = {"Nodes": None, "NodeNames": None, "FailedNodes": {},
-                                      "FailedAndUnresolvableNodes": {}, "Error": str(exc)}
-        return Reply(body)
+        return Reply(error_reply(str(exc)))
     ce = cache.evaluate(intent, names)
     if ce.rejected is not None:
         passed: list[str] = []
