@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import orjson
 
@@ -36,6 +35,7 @@ from benchmarks.replay import (
     free_port,
     source_commit,
     start_extender,
+    wait_ok,
 )
 from extender.clusterfile import load_cluster_file, synthetic_uuid
 from podspec import annotations as ann
@@ -115,15 +115,8 @@ def start_noop() -> tuple[subprocess.Popen[bytes], ExtenderClient]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.noop_extender", str(port)], cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, ExtenderClient(url)
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("no-op extender did not answer within 60 s")
+    wait_ok(proc, f"{url}/healthz", 60, "no-op extender")
+    return proc, ExtenderClient(url)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,19 +203,31 @@ def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None 
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
                                                      "GPUFRAC_EVENTS_TOKEN": token})
     url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    deadline = started + ready_timeout_s
+    wait_ok(proc, f"{url}/readyz", ready_timeout_s, "extender")
+    return proc, ExtenderClient(url, events_token=token)
+
+
+def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str) -> None:
+    """Poll ``url`` until it answers 200, at most ``timeout_s``.
+
+    Raises
+    ------
+    RuntimeError
+        ``proc`` exited, or ``url`` did not answer 200 within ``timeout_s`` (then ``proc``
+        is killed).
+    """
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"extender exited with {proc.returncode}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, ExtenderClient(url, events_token=token)
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"extender did not become ready within {ready_timeout_s:g} s")
+    raise RuntimeError(f"{what} did not become ready within {timeout_s:g} s")
 
 
 def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any]]) -> np.ndarray:
