@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             best = ev.best()
             if best >= 0:  # place it there, as the scheduler would (untimed)
                 cols = tuple(int(c) for c in ev.chosen_cols[best])
-                mem = tuple(int(ev.context.mem_req_mib[best, c]) for c in cols)
+                mem = tuple(int(m) for m in ev.chosen_mem_mib[best])
                 state.apply(Allocation(state.node_names[int(all_rows[best])], cols, req.gpu_milli, mem,
                                        req.qos, req.cpu_milli, req.memory_mib))
         a = np.array(cpu_ms)

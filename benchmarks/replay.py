@@ -37,14 +37,14 @@ from benchmarks import trace
 from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
-from extender.settings import load_admin_config, scoring_config
+from extender.settings import AdminPolicy, load_policy, scoring_config
 from extender.verbs.bind import ExtenderBindingArgs, bind
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.pod_events import PodEvent, pod_events
 from extender.verbs.prioritize import prioritize
 from podspec import annotations as ann
 from scoring.fragmentation import TaskTypes, fragmentation_rate
-from scoring.scorer import ScoringConfig, build_scorer
+from scoring.scorer import build_scorer
 from scoring.state import NodeSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,8 +106,8 @@ class InProcessClient:
     replay's and a seed takes seconds: this is the pure-core replay used to explore weights.
     """
 
-    def __init__(self, specs: list[NodeSpec], scoring: ScoringConfig) -> None:
-        self.cache = GpuCache(build_scorer(scoring))
+    def __init__(self, specs: list[NodeSpec], policy: AdminPolicy) -> None:
+        self.cache = GpuCache(build_scorer(policy.scoring), policy.tolerance)
         self.cache.set_nodes(specs)
 
     def pod_events(self, events: list[dict[str, Any]]) -> None:
@@ -489,8 +489,8 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     proc = None
     client: ExtenderClient | InProcessClient
     if args.in_process:
-        scoring = (load_admin_config(args.config) if args.config else scoring_config(args.policy))
-        client = InProcessClient(specs, scoring)
+        policy = load_policy(args.config) if args.config else AdminPolicy(scoring_config(args.policy))
+        client = InProcessClient(specs, policy)
     else:
         if args.url is None:
             proc, client = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config)

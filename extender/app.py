@@ -57,12 +57,12 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     policy = policy_from_settings(settings)
     scorer = build_scorer(policy.scoring)
     own_cache = cache is None
-    cache = cache if cache is not None else GpuCache(scorer)
+    cache = cache if cache is not None else GpuCache(scorer, policy.tolerance)
     if own_cache or settings.config_file is not None:
-        cache.set_policy(scorer, policy.tenants)
+        cache.set_policy(scorer, policy.tenants, policy.tolerance)
 
     def apply_policy(new: AdminPolicy) -> None:
-        cache.set_policy(build_scorer(new.scoring), new.tenants)
+        cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance)
 
     metrics = Metrics(cache.summary)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())

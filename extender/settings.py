@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
+from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.scorer import ScoringConfig, build_scorer, validate_config
@@ -91,6 +92,16 @@ class Settings(BaseSettings):
         return self
 
 
+class ToleranceFile(BaseModel):
+    """``scoring.tolerance:``: how far the cluster-wide terms may drift before every node is
+    scored anew (``scoring.incremental.Tolerance``; 0 and 0: exact, a full pass per change)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: float = Field(DEFAULT_TOLERANCE.workload, ge=0.0, le=1.0)
+    cpu_pressure: float = Field(DEFAULT_TOLERANCE.cpu_pressure, ge=0.0, allow_inf_nan=False)
+
+
 class ScoringFile(BaseModel):
     """``scoring:`` section of the admin config file."""
 
@@ -99,6 +110,7 @@ class ScoringFile(BaseModel):
     preset: str = "default"
     weights: dict[str, float] = Field(default_factory=dict)
     qos_overrides: dict[str, dict[str, float]] = Field(default_factory=dict)
+    tolerance: ToleranceFile = Field(default_factory=ToleranceFile)
 
 
 class QosFile(BaseModel):
@@ -153,6 +165,7 @@ class AdminPolicy:
 
     scoring: ScoringConfig
     tenants: TenantPolicy = NO_TENANTS
+    tolerance: Tolerance = DEFAULT_TOLERANCE
 
 
 class ConfigError(ValueError):
@@ -239,7 +252,8 @@ def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:
     scoring = scoring_config(sc.preset, {"weights": sc.weights, "qos_overrides": sc.qos_overrides})
     policy = QosPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
-    return AdminPolicy(replace(scoring, qos=policy), _tenant_policy(parsed))
+    return AdminPolicy(replace(scoring, qos=policy), _tenant_policy(parsed),
+                       Tolerance(sc.tolerance.workload, sc.tolerance.cpu_pressure))
 
 
 def load_policy(path: Path) -> AdminPolicy:

@@ -207,8 +207,29 @@ def isolation_ok(request: PodRequest, qos_pods: NDArray[np.int64],
     return allowed
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ClusterTerms:
+    """The cluster-wide inputs of the strategies, the same for every candidate node.
+
+    Attributes
+    ----------
+    tasks : TaskTypes or None
+        ``ClusterState.workload.task_types()``.
+    cpu_pressure : float
+        ``cpu_pressure(state)``.
+    """
+
+    tasks: TaskTypes | None
+    cpu_pressure: float
+
+
+def cluster_terms(state: ClusterState) -> ClusterTerms:
+    """The state's current ``ClusterTerms``."""
+    return ClusterTerms(state.workload.task_types(), cpu_pressure(state))
+
+
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
-        policy: QosPolicy = DEFAULT_QOS_POLICY) -> FitContext:
+        policy: QosPolicy = DEFAULT_QOS_POLICY, terms: ClusterTerms | None = None) -> FitContext:
     """Decide feasibility of ``request`` on the nodes ``rows``.
 
     Parameters
@@ -220,6 +241,10 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         Candidate node rows; may be empty.
     policy : QosPolicy
         What each QoS class may share.
+    terms : ClusterTerms, optional
+        The cluster-wide terms to score with; ``cluster_terms(state)`` by default. An
+        incremental evaluation (``scoring.incremental``) passes the ones its kept rows were
+        scored with, so that every row of one evaluation sees the same workload.
 
     Returns
     -------
@@ -277,6 +302,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         reason[~state.node_ready[rows]] = Reason.NODE_NOT_READY
 
     node_total = state.node_gpu_total_milli[rows]
+    if terms is None:
+        terms = cluster_terms(state)
     return FitContext(
         request=request,
         rows=rows,
@@ -296,8 +323,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         cpu_alloc_milli=state.cpu_alloc_milli[rows],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
         gpu_model=state.gpu_model[rows],
-        tasks=state.workload.task_types(),
-        cpu_pressure=cpu_pressure(state),
+        tasks=terms.tasks,
+        cpu_pressure=terms.cpu_pressure,
         gpus_by_model=state.gpus_by_model,
     )
 

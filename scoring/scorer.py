@@ -18,13 +18,12 @@ import math
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from scoring import strategies
-from scoring.fit import FitContext, fit
+from scoring.fit import ClusterTerms, FitContext, fit
 from scoring.reduce import mean_at
 from scoring.request import PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
@@ -144,21 +143,49 @@ def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Evaluation:
-    """Result of scoring one pod on ``m`` candidate nodes.
+    """Result of scoring one pod on ``m`` candidate nodes: what the verbs answer with.
 
     Attributes
     ----------
-    context : FitContext
-        Feasibility and reasons (``context.node_fits``, ``context.reason``).
+    request : PodRequest
+    rows : ndarray of shape (m,), int64
+        Candidate rows in the ``ClusterState``.
+    node_fits : ndarray of shape (m,), bool
+    reason : ndarray of shape (m,), int8
+        ``scoring.fit.Reason`` per node, ``FITS`` where ``node_fits``.
     score : ndarray of shape (m,), float64
         Weighted node score in [0, 1], higher is better; 0 on infeasible rows.
     chosen_cols : ndarray of shape (m, gpu_count), int64
         GPU columns the pod would get on each node; -1 on infeasible rows.
+    chosen_mem_mib : ndarray of shape (m, gpu_count), int64
+        GPU memory the pod would take on each chosen GPU, MiB; 0 on infeasible rows.
+    gpu_mem_max_mib : ndarray of shape (m,), int64
+        The node's largest GPU memory, MiB (0 without GPUs): a ``gpu_memory_mib`` above it
+        is a request no preemption can make room for.
+    context : FitContext or None
+        The full feasibility context, as the strategies saw it; None on an evaluation
+        kept or sliced by ``scoring.incremental`` or ``take`` (only the fields above are kept).
     """
 
-    context: FitContext
+    request: PodRequest
+    rows: NDArray[np.int64]
+    node_fits: NDArray[np.bool_]
+    reason: NDArray[np.int8]
     score: NDArray[np.float64]
     chosen_cols: NDArray[np.int64]
+    chosen_mem_mib: NDArray[np.int64]
+    gpu_mem_max_mib: NDArray[np.int64]
+    context: FitContext | None = None
+
+    @classmethod
+    def of(cls, ctx: FitContext, score: NDArray[np.float64], cols: NDArray[np.int64]) -> Evaluation:
+        """The evaluation of a context, its node scores and its GPU choice (-1: none)."""
+        if cols.shape[1] and ctx.mem_req_mib.shape[1]:
+            mem = np.where(cols >= 0, np.take_along_axis(ctx.mem_req_mib, np.maximum(cols, 0), axis=1), 0)
+        else:
+            mem = np.zeros(cols.shape, dtype=np.int64)
+        return cls(ctx.request, ctx.rows, ctx.node_fits, ctx.reason, score, cols, mem,
+                   ctx.mem_total_mib.max(axis=1, initial=0), ctx)
 
     def take(self, positions: NDArray[np.int64]) -> Evaluation:
         """The evaluation restricted to some candidates (node scores do not depend on the set).
@@ -171,15 +198,11 @@ class Evaluation:
         Returns
         -------
         Evaluation
-            Rows in the order of ``positions``.
+            Rows in the order of ``positions``; ``context`` None.
         """
-        ctx = self.context
-        sliced: dict[str, Any] = {
-            f: (v[positions] if isinstance(v, np.ndarray) else v)
-            for f in ctx.__dataclass_fields__
-            for v in [getattr(ctx, f)]
-        }
-        return Evaluation(FitContext(**sliced), self.score[positions], self.chosen_cols[positions])
+        p = positions
+        return Evaluation(self.request, self.rows[p], self.node_fits[p], self.reason[p], self.score[p],
+                          self.chosen_cols[p], self.chosen_mem_mib[p], self.gpu_mem_max_mib[p])
 
     def best(self) -> int:
         """Position (in the candidate list) of the best feasible node, or -1 if none.
@@ -187,11 +210,11 @@ class Evaluation:
         Ties are broken by the lowest cluster row, so the answer does not depend on the
         order in which candidates were given.
         """
-        fits = self.context.node_fits
+        fits = self.node_fits
         if not fits.any():
             return -1
         pos = np.flatnonzero(fits)
-        order = np.lexsort((self.context.rows[pos], -self.score[pos]))
+        order = np.lexsort((self.rows[pos], -self.score[pos]))
         return int(pos[order[0]])
 
 
@@ -211,7 +234,8 @@ class Scorer:
         return {s.name: w for s, w in self._plans[qos]}
 
     def evaluate(
-        self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64]
+        self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
+        terms: ClusterTerms | None = None,
     ) -> Evaluation:
         """Feasibility, node scores and GPU choice of ``request`` on ``rows``.
 
@@ -221,12 +245,14 @@ class Scorer:
             Read only.
         request : PodRequest
         rows : ndarray of shape (m,), int64
+        terms : ClusterTerms, optional
+            Cluster-wide terms (``scoring.fit.fit``); the state's current ones by default.
 
         Returns
         -------
         Evaluation
         """
-        ctx = fit(state, request, rows, self.policy)
+        ctx = fit(state, request, rows, self.policy, terms)
         plan = self._plans[request.qos]
         m, k = ctx.rows.shape[0], request.gpu_count
         if k == 0:
@@ -240,11 +266,11 @@ class Scorer:
                     score += w * strat.node_score(ctx, none)
             total_w = sum(w for _, w in plan)
             score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
-            return Evaluation(ctx, score, np.zeros((m, 0), dtype=np.int64))
+            return Evaluation.of(ctx, score, np.zeros((m, 0), dtype=np.int64))
         if ctx.gpu_fits.shape[1] < k:
             # No node has k GPU columns (e.g. only nodes whose inventory has not arrived):
             # fit already failed every row with TOO_FEW_GPUS; there is nothing to choose.
-            return Evaluation(ctx, np.zeros(m), np.full((m, k), -1, dtype=np.int64))
+            return Evaluation.of(ctx, np.zeros(m), np.full((m, k), -1, dtype=np.int64))
         per_gpu = [(strat, w, strat.gpu_score(ctx)) for strat, w in plan if strat.gpu_score]
         pref = np.zeros(ctx.gpu_fits.shape)
         for _, w, g in per_gpu:
@@ -270,7 +296,7 @@ class Scorer:
                 score += w * strat.node_score(ctx, chosen)
         score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
         cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)
-        return Evaluation(ctx, score, cols)
+        return Evaluation.of(ctx, score, cols)
 
 
 def build_scorer(config: ScoringConfig) -> Scorer:

@@ -165,6 +165,9 @@ class ClusterState:
     gpus_by_model : tuple of int
         Derived once in ``from_nodes`` (models and health are fixed for a state's life):
         healthy GPUs of each model id, for the cluster-wide LP of ``scoring.strategies.gap_price``.
+    row_version : ndarray of shape (n_nodes,), int64
+        Bumped by every write to a row (``apply``, ``set_nvml_used_mib``): a node's terms
+        computed at one version hold until it moves (``scoring.incremental``).
     """
 
     node_names: list[str]
@@ -192,6 +195,7 @@ class ClusterState:
     gpu_slots_free: NDArray[np.int64]
     node_gpu_total_milli: NDArray[np.int64]
     node_gpu_used_milli: NDArray[np.int64]
+    row_version: NDArray[np.int64]
     gpu_uuid: list[list[str]] = field(default_factory=list)
     workload: WorkloadModel = field(default_factory=WorkloadModel)
     gpus_by_model: tuple[int, ...] = ()
@@ -249,6 +253,7 @@ class ClusterState:
             gpu_slots_free=np.zeros(shape, dtype=I64),
             node_gpu_total_milli=np.zeros(n, dtype=I64),
             node_gpu_used_milli=np.zeros(n, dtype=I64),
+            row_version=np.zeros(n, dtype=I64),
             gpu_uuid=[[""] * max_gpus for _ in range(n)],
         )
         model_id: dict[str, int] = {}
@@ -329,6 +334,7 @@ class ClusterState:
                 raise ValueError(f"node {alloc.node}: release of an allocation it does not hold")
         elif sign != 1:
             raise ValueError(f"sign must be 1 or -1, got {sign}")
+        self.row_version[row] += 1
         self.cpu_used_milli[row] += sign * alloc.cpu_milli
         self.mem_used_mib[row] += sign * alloc.memory_mib
         if cols.size:
@@ -346,6 +352,18 @@ class ClusterState:
             if alloc.in_workload:
                 self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
                                    alloc.model_mask), sign)
+
+    def set_nvml_used_mib(self, row: int, used_mib: Sequence[int]) -> None:
+        """Set the GPU memory NVML reports in use on one node (an agent heartbeat).
+
+        Parameters
+        ----------
+        row : int
+        used_mib : sequence of int
+            MiB per GPU column of the row, in column (device index) order.
+        """
+        self.gpu_mem_nvml_used_mib[row, : len(used_mib)] = used_mib
+        self.row_version[row] += 1
 
     def copy(self) -> ClusterState:
         """Deep copy (arrays copied), for snapshots and what-if evaluation."""

@@ -34,6 +34,7 @@ from extender.tenants import TenantPolicy, Usage
 from extender.translate import inbound, outbound
 from podspec.pods import PodIntent
 from scoring.fit import Reason
+from scoring.incremental import DEFAULT_TOLERANCE, IncrementalScorer, Tolerance
 from scoring.request import model_mask
 from scoring.scorer import Scorer
 from scoring.state import Allocation, ClusterState, NodeSpec
@@ -69,9 +70,12 @@ def _without_usage(node: NodeSpec) -> NodeSpec:
 class GpuCache:
     """Thread-safe owner of the cluster arrays and pod allocations."""
 
-    def __init__(self, scorer: Scorer) -> None:
+    def __init__(self, scorer: Scorer, tolerance: Tolerance = DEFAULT_TOLERANCE) -> None:
         self._lock = threading.RLock()
         self._scorer = scorer
+        # The one evaluator of every verb: per pod shape, each node's result kept until its
+        # row (or the cluster-wide terms, past ``tolerance``) moves.
+        self._incremental = IncrementalScorer(scorer, tolerance)
         self._tenancy = TenantLedger()
         self._nodes: dict[str, NodeSpec] = {}
         self._state = ClusterState.from_nodes([])
@@ -90,18 +94,23 @@ class GpuCache:
 
     # -- configuration -------------------------------------------------------------------
 
-    def set_scorer(self, scorer: Scorer) -> None:
-        """Swap the scorer (config reload); later requests use it."""
+    def set_scorer(self, scorer: Scorer, tolerance: Tolerance | None = None) -> None:
+        """Swap the scorer (config reload); later requests use it. Every kept score is dropped.
+
+        ``tolerance``: the drift of the cluster-wide terms allowed before every node is
+        scored anew (``scoring.incremental``); unchanged when None.
+        """
         with self._lock:
             self._scorer = scorer
+            self._incremental = IncrementalScorer(
+                scorer, tolerance if tolerance is not None else self._incremental.tolerance)
             self._generation += 1
 
-    def set_policy(self, scorer: Scorer, tenants: TenantPolicy) -> None:
-        """Swap the scorer and the tenant rules together (config reload), atomically."""
+    def set_policy(self, scorer: Scorer, tenants: TenantPolicy, tolerance: Tolerance | None = None) -> None:
+        """Swap the scorer, the tolerance and the tenant rules together (config reload), atomically."""
         with self._lock:
-            self._scorer = scorer
+            self.set_scorer(scorer, tolerance)
             self._tenancy.policy = tenants
-            self._generation += 1
 
     def usage(self, namespaces: Iterable[str] | None = None) -> Usage:
         """GPU share and memory held by the pods of ``namespaces`` (None: every namespace)."""
@@ -158,9 +167,8 @@ class GpuCache:
                 if old is not None and not changed and _without_usage(old) == _without_usage(node):
                     # Only NVML's used memory moved (every agent heartbeat on a busy GPU):
                     # patch that column in place instead of rebuilding every array.
-                    row = self._state.node_index[node.name]
-                    for col, gpu in enumerate(sorted(node.gpus, key=lambda g: g.index)):
-                        self._state.gpu_mem_nvml_used_mib[row, col] = gpu.memory_used_mib
+                    self._state.set_nvml_used_mib(self._state.node_index[node.name], [
+                        g.memory_used_mib for g in sorted(node.gpus, key=lambda g: g.index)])
                     self._generation += 1
                     continue
                 changed = True
@@ -380,7 +388,7 @@ class GpuCache:
                 known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
                 cand = self._candidates = _Candidates(list(names), rows, unknown, known)
             request = inbound.pod_request(intent, state)
-            ev = self._scorer.evaluate(state, request, cand.rows)
+            ev = self._incremental.evaluate(state, request, cand.rows)
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
             rejected = self._tenancy.admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
@@ -440,12 +448,12 @@ class GpuCache:
                 raise BindError(f"gpufrac: node {node!r} not in gpufrac's cache")
             row = state.node_index[node]
             request = inbound.pod_request(rec.intent, state)
-            ev = self._scorer.evaluate(state, request, np.array([row], dtype=np.int64))
-            if not ev.context.node_fits[0]:
-                msg = outbound.reason_message(Reason(int(ev.context.reason[0])), request, rec.intent)
+            ev = self._incremental.evaluate(state, request, np.array([row], dtype=np.int64))
+            if not ev.node_fits[0]:
+                msg = outbound.reason_message(Reason(int(ev.reason[0])), request, rec.intent)
                 raise BindError(f"{msg} (at bind, on {node})")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
-            mem = tuple(int(ev.context.mem_req_mib[0, c]) for c in cols)
+            mem = tuple(int(m) for m in ev.chosen_mem_mib[0])
             rejected = self._tenancy.admission(rec.intent, sum(mem))
             if rejected is not None:
                 raise BindError(f"{rejected} (at bind)")

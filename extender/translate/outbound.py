@@ -49,18 +49,17 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     passed : list of str
     failed, unresolvable : dict of str to str
     """
-    ctx = evaluation.context
-    codes = ctx.reason.astype(np.int64)
-    table = np.array([reason_message(r, ctx.request, intent) for r in Reason], dtype=object)
+    ev = evaluation
+    codes = ev.reason.astype(np.int64)
+    table = np.array([reason_message(r, ev.request, intent) for r in Reason], dtype=object)
     arr = np.asarray(names, dtype=object)
     unres = np.isin(codes, UNRESOLVABLE)
-    if ctx.request.gpu_memory_mib is not None:
+    if ev.request.gpu_memory_mib is not None:
         # More memory than any GPU of the node has: no preemption can make room there.
-        unres |= (codes == Reason.INSUFFICIENT_GPU_MEMORY) & (
-            ctx.request.gpu_memory_mib > ctx.mem_total_mib.max(axis=1, initial=0))
-    fail = ~ctx.node_fits & ~unres
+        unres |= (codes == Reason.INSUFFICIENT_GPU_MEMORY) & (ev.request.gpu_memory_mib > ev.gpu_mem_max_mib)
+    fail = ~ev.node_fits & ~unres
     return (
-        arr[ctx.node_fits].tolist(),
+        arr[ev.node_fits].tolist(),
         dict(zip(arr[fail].tolist(), table[codes[fail]].tolist(), strict=True)),
         dict(zip(arr[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
     )
@@ -110,7 +109,7 @@ def wire_scores(evaluation: Evaluation) -> list[int]:
     list of int
         One per candidate, in candidate order.
     """
-    fits = evaluation.context.node_fits
+    fits = evaluation.node_fits
     out = np.zeros(fits.shape[0], dtype=np.int64)
     best = evaluation.best()
     if best < 0:

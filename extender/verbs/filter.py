@@ -80,4 +80,4 @@ def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the ve
         node_names = None
     body = {"Nodes": nodes, "NodeNames": node_names, "FailedNodes": failed,
             "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
-    return Reply(body, reasons=ce.evaluation.context.reason, unknown=len(ce.unknown))
+    return Reply(body, reasons=ce.evaluation.reason, unknown=len(ce.unknown))

@@ -108,7 +108,7 @@ def test_fatal_xid_marks_the_gpu_unhealthy_and_the_extender_refuses_it() -> None
     cache = GpuCache(build_scorer(scoring_config("default")))
     cache.set_nodes([node_observation(api.node_json()).spec(T0, 180)])
     ev = cache.evaluate(pod_intent(pod_json("p", annotations={ann.FRACTION: "0.25"})), ["n1"])
-    assert Reason(int(ev.evaluation.context.reason[0])) == Reason.GPU_UNHEALTHY
+    assert Reason(int(ev.evaluation.reason[0])) == Reason.GPU_UNHEALTHY
 
 
 def test_application_xids_do_not_change_health() -> None:
@@ -125,10 +125,10 @@ def test_an_agent_that_stops_publishing_makes_the_node_stale() -> None:
     intent = pod_intent(pod_json("p", annotations={ann.FRACTION: "0.25"}))
     # Fresh within the extender's limit (180 s), stale one second after it.
     cache.set_nodes([obs.spec(T0 + dt.timedelta(seconds=180), 180)])
-    assert cache.evaluate(intent, ["n1"]).evaluation.context.node_fits[0]
+    assert cache.evaluate(intent, ["n1"]).evaluation.node_fits[0]
     cache.set_nodes([obs.spec(T0 + dt.timedelta(seconds=181), 180)])
     ev = cache.evaluate(intent, ["n1"]).evaluation
-    assert Reason(int(ev.context.reason[0])) == Reason.NODE_NOT_READY
+    assert Reason(int(ev.reason[0])) == Reason.NODE_NOT_READY
     passed, failed, _ = outbound.filter_result(ev, intent, ["n1"])
     assert passed == [] and "inventory stale" in failed["n1"]
 

@@ -192,7 +192,7 @@ def test_a_forged_record_over_a_full_gpu_is_an_overcommit_that_fills_it_and_no_m
     small = pod_intent(pod("small", "other", {ann.FRACTION: "0.1"}))
     cache.apply_pod_event("ADDED", small)
     ev = cache.evaluate(small, ["b"]).evaluation
-    assert not ev.context.node_fits[0]
+    assert not ev.node_fits[0]
     # The legit pod leaves: the over-commits are read again and take what they really use
     # (f0 its whole GPU, 24576 MiB), so the freed share is not offered to anyone else.
     cache.remove_pod(legit.uid)
@@ -200,7 +200,7 @@ def test_a_forged_record_over_a_full_gpu_is_an_overcommit_that_fills_it_and_no_m
     assert (s.gpu_used_milli[row, 0], s.gpu_mem_used_mib[row, 0]) == (1000, 24576)
     held = {a["name"]: a["held_milli"] for a in cache.allocations() if a["overcommit"]}
     assert held["f0"] == [1000] and held["f1"] == [0]
-    assert not cache.evaluate(small, ["b"]).evaluation.context.node_fits[0]
+    assert not cache.evaluate(small, ["b"]).evaluation.node_fits[0]
 
 
 def test_share_freed_by_a_pod_found_bound_elsewhere_goes_to_the_overcommit_first() -> None:

@@ -331,7 +331,7 @@ def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatc
     cache = GpuCache(build_scorer(ScoringConfig({"gpu_best_fit": 1.0})))
     cache.set_nodes([node])
     g = pod_intent(pod("g", "default", "0.5", "guaranteed"))
-    assert cache.evaluate(g, ["a"]).evaluation.context.node_fits[0]
+    assert cache.evaluate(g, ["a"]).evaluation.node_fits[0]
 
     def no_rebuild() -> None:
         raise AssertionError("a usage-only heartbeat rebuilt the arrays")
@@ -341,9 +341,9 @@ def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatc
     busy = replace(node, gpus=(replace(node.gpus[0], memory_used_mib=12000),))
     cache.upsert_node(busy)
     assert int(cache.state_copy().gpu_mem_nvml_used_mib[0, 0]) == 12000
-    assert not cache.evaluate(g, ["a"]).evaluation.context.node_fits[0]
+    assert not cache.evaluate(g, ["a"]).evaluation.node_fits[0]
     b = pod_intent(pod("b", "default", "0.5", "burstable"))
-    assert cache.evaluate(b, ["a"]).evaluation.context.node_fits[0]  # burstable reserves share only
+    assert cache.evaluate(b, ["a"]).evaluation.node_fits[0]  # burstable reserves share only
 
 
 def test_namespace_label_names_the_tenant_and_its_quota_is_shared(tenants_file: Path) -> None:

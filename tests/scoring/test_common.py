@@ -41,7 +41,7 @@ def test_permutation_equivariance(name: str, rng: np.random.Generator) -> None:
         perm = rng.permutation(st.n_nodes)
         a, b = scorer.evaluate(st, req, rows), scorer.evaluate(st, req, perm)
         np.testing.assert_array_equal(a.score[perm], b.score)
-        np.testing.assert_array_equal(a.context.reason[perm], b.context.reason)
+        np.testing.assert_array_equal(a.reason[perm], b.reason)
         np.testing.assert_array_equal(a.chosen_cols[perm], b.chosen_cols)
         best_a, best_b = a.best(), b.best()
         assert (best_a < 0 and best_b < 0) or rows[best_a] == perm[best_b]

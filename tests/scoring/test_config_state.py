@@ -113,5 +113,5 @@ def test_cluster_without_enough_gpu_columns_fails_every_node_without_crashing(k:
     state = ClusterState.from_nodes(nodes)
     ev = build_scorer(PRESETS["default"]).evaluate(state, PodRequest(gpu_count=k, gpu_milli=1000),
                                                    np.arange(1))
-    assert ev.context.reason.tolist() == [Reason.TOO_FEW_GPUS]
+    assert ev.reason.tolist() == [Reason.TOO_FEW_GPUS]
     assert ev.best() == -1 and ev.chosen_cols.tolist() == [[-1] * k]

@@ -38,8 +38,8 @@ def test_kernel_matches_reference(policy: QosPolicy, rng: np.random.Generator) -
             for pos, row in enumerate(rows.tolist()):
                 refs = evaluate_node_all(st, req, row, WEIGHT_SETS, policy)
                 for label, ev, ref in zip(labels, evs, refs, strict=True):
-                    assert bool(ev.context.node_fits[pos]) == ref.fits, label
-                    assert int(ev.context.reason[pos]) == ref.reason, label
+                    assert bool(ev.node_fits[pos]) == ref.fits, label
+                    assert int(ev.reason[pos]) == ref.reason, label
                     if ref.fits:
                         assert ev.score[pos] == pytest.approx(ref.score, abs=1e-12), label
                         assert tuple(ev.chosen_cols[pos].tolist()) == ref.cols, label

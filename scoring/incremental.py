@@ -1,0 +1,266 @@
+"""An evaluation that costs what changed: per pod shape, every node's result kept by row version.
+
+A node's feasibility, scores and GPU choice depend on three things only: its own row of
+the ``ClusterState``, the pod's request, and the cluster-wide ``ClusterTerms`` (the learned
+workload, the CPU pressure). Every strategy is row-local (``scoring.strategies``: no term
+reads another candidate). So ``IncrementalScorer`` keeps, per distinct ``PodRequest`` (the
+pod's shape), the ``Evaluation`` of every row together with the ``ClusterState.row_version``
+it was computed at, and answers a later pod of the same shape by recomputing only the rows
+whose version moved since (between two pods, the node the first one was bound to).
+
+The cluster-wide terms move with every pod (the workload counts the pods placed and
+waiting). The kept rows are scored with the terms frozen when they were computed, and the
+whole store is dropped (one full evaluation per shape) when the current terms have drifted
+from the frozen ones by more than ``Tolerance``: the total variation distance between the
+two workloads' task-type distributions, and the absolute change of the CPU pressure. With
+``Tolerance(0, 0)`` the store is dropped on any change of either, and every evaluation is
+the full recomputation's to the bit (``tests/scoring/test_incremental.py``).
+
+Memory: an entry holds the ``Evaluation`` of every row (node fits, reason, score, chosen
+GPUs and their memory: about 20 + 16 * gpu_count bytes per node); entries are kept
+least-recently-used within ``max_bytes``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scoring.fit import ClusterTerms, cluster_terms
+from scoring.fragmentation import TaskTypes
+from scoring.request import PodRequest
+from scoring.scorer import Evaluation, Scorer
+from scoring.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How far the cluster-wide terms may drift before every kept row is scored anew.
+
+    Parameters
+    ----------
+    workload : float
+        Largest total variation distance, in [0, 1], between the frozen and the current
+        task-type distribution (``workload_drift``); 0: any change of the counts.
+    cpu_pressure : float
+        Largest absolute change of ``scoring.fit.cpu_pressure``, >= 0; 0: any change.
+
+    Raises
+    ------
+    ValueError
+        If a bound is negative, not finite, or the workload bound is above 1.
+    """
+
+    workload: float = 0.0
+    cpu_pressure: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.workload <= 1.0:
+            raise ValueError(f"workload: must be in [0, 1], got {self.workload!r}")
+        if not 0.0 <= self.cpu_pressure < float("inf"):
+            raise ValueError(f"cpu_pressure: must be a finite number >= 0, got {self.cpu_pressure!r}")
+
+
+EXACT = Tolerance(0.0, 0.0)
+"""Drop every kept row whenever the workload or the CPU pressure changes at all."""
+
+DEFAULT_TOLERANCE = Tolerance(0.01, 0.002)
+"""The shipped tolerance: a 1 % move of the workload distribution, 0.002 of CPU pressure
+(``adaptive_balance``'s ramp runs over 0.1 of pressure). Measured in ``benchmarks/README.md``."""
+
+
+def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
+    return all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
+                     (a.memory_mib, b.memory_mib), (a.count, b.count), (a.model_mask, b.model_mask)))
+
+
+def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
+    """Total variation distance between two workloads: ``1/2 * sum_k |p_a(k) - p_b(k)|``.
+
+    Parameters
+    ----------
+    a, b : TaskTypes or None
+        None (no GPU pod known) is at distance 1 from any workload, 0 from None.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0 when the task types and their popularities are the same.
+    """
+    if a is b:
+        return 0.0
+    if a is None or b is None:
+        return 1.0
+
+    def keyed(t: TaskTypes) -> dict[tuple[int, ...], float]:
+        mask = t.model_mask if t.model_mask is not None else np.full(t.count.shape, -1, dtype=np.int64)
+        keys = np.stack([t.gpu_count, t.gpu_milli, t.cpu_milli, t.memory_mib, mask], axis=1).tolist()
+        return dict(zip(map(tuple, keys), t.popularity.tolist(), strict=True))
+
+    pa, pb = keyed(a), keyed(b)
+    return 0.5 * sum(abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys())
+
+
+def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bool:
+    """True when ``now`` is past ``tolerance`` from ``frozen`` (exactly: differs at all when 0)."""
+    if tolerance.cpu_pressure == 0.0:
+        if now.cpu_pressure != frozen.cpu_pressure:
+            return True
+    elif abs(now.cpu_pressure - frozen.cpu_pressure) > tolerance.cpu_pressure:
+        return True
+    if frozen.tasks is now.tasks:
+        return False
+    if frozen.tasks is None or now.tasks is None:
+        return True
+    if tolerance.workload == 0.0:
+        return not _same_tasks(frozen.tasks, now.tasks)
+    return workload_drift(frozen.tasks, now.tasks) > tolerance.workload
+
+
+_ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib")
+"""The per-row fields of an ``Evaluation`` that an entry keeps current (``rows`` is fixed)."""
+
+
+def _nbytes(ev: Evaluation) -> int:
+    return sum(getattr(ev, f).nbytes for f in _ARRAYS)
+
+
+_A = TypeVar("_A", bound=np.generic)
+
+
+def _splice(ev: Evaluation, rows: NDArray[np.int64], part: Evaluation, copy: bool) -> Evaluation:
+    """``ev`` (of every row, in row order) with ``rows`` replaced by ``part`` (of those rows)."""
+    def put(whole: NDArray[_A], new: NDArray[_A]) -> NDArray[_A]:
+        out = whole.copy() if copy else whole
+        out[rows] = new
+        return out
+
+    return Evaluation(ev.request, ev.rows, put(ev.node_fits, part.node_fits), put(ev.reason, part.reason),
+                      put(ev.score, part.score), put(ev.chosen_cols, part.chosen_cols),
+                      put(ev.chosen_mem_mib, part.chosen_mem_mib), put(ev.gpu_mem_max_mib, part.gpu_mem_max_mib))
+
+
+@dataclass(slots=True)
+class _Entry:
+    evaluation: Evaluation
+    versions: NDArray[np.int64]
+    nbytes: int
+    shared: bool = False
+    """The evaluation's arrays were handed out: copy them before the next splice."""
+
+
+@dataclass(slots=True)
+class IncrementalStats:
+    """Counters, for metrics and the benchmarks.
+
+    Attributes
+    ----------
+    evaluations : int
+    full : int
+        Evaluations that scored every row (a new shape, a new state, or drifted terms).
+    rows_rescored : int
+        Rows rescored by the other evaluations (those whose version moved).
+    term_refreshes : int
+        Times the cluster-wide terms drifted past the tolerance and every entry was dropped.
+    """
+
+    evaluations: int = 0
+    full: int = 0
+    rows_rescored: int = 0
+    term_refreshes: int = 0
+
+
+@dataclass(eq=False)
+class IncrementalScorer:
+    """``Scorer.evaluate`` that rescores only the rows that changed since the same shape's last.
+
+    Parameters
+    ----------
+    scorer : Scorer
+    tolerance : Tolerance
+        How stale the cluster-wide terms may get (``EXACT`` by default).
+    max_bytes : int
+        Memory budget of the kept entries, bytes (least recently used dropped first); at
+        least one entry is always kept.
+
+    Notes
+    -----
+    The state must be written only through ``ClusterState.apply`` and
+    ``ClusterState.set_nvml_used_mib`` (they bump ``row_version``); a new state object
+    (a rebuild) drops every entry. Thread-safe.
+    """
+
+    scorer: Scorer
+    tolerance: Tolerance = EXACT
+    max_bytes: int = 64 * 2**20
+    stats: IncrementalStats = field(default_factory=IncrementalStats)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _state: ClusterState | None = field(default=None, repr=False)
+    _terms: ClusterTerms | None = field(default=None, repr=False)
+    _entries: OrderedDict[PodRequest, _Entry] = field(default_factory=OrderedDict, repr=False)
+    _bytes: int = field(default=0, repr=False)
+
+    def evaluate(self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Evaluation:
+        """As ``Scorer.evaluate(state, request, rows)``, with the kept rows' cluster terms.
+
+        Parameters
+        ----------
+        state : ClusterState
+            Read only.
+        request : PodRequest
+        rows : ndarray of shape (m,), int64
+
+        Returns
+        -------
+        Evaluation
+            Rows in the order of ``rows``; the caller may keep it (later evaluations never
+            write into arrays handed out).
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        with self._lock:
+            self.stats.evaluations += 1
+            now = cluster_terms(state)
+            if state is not self._state or self._terms is None or drifted(self._terms, now, self.tolerance):
+                if state is self._state and self._terms is not None:
+                    self.stats.term_refreshes += 1
+                self._state, self._terms = state, now
+                self._entries.clear()
+                self._bytes = 0
+            entry = self._current(state, request)
+            n = state.n_nodes
+            if rows.shape[0] == n and (n == 0 or (rows[0] == 0 and bool((np.diff(rows) == 1).all()))):
+                entry.shared = True
+                return entry.evaluation
+            return entry.evaluation.take(rows)
+
+    def _current(self, state: ClusterState, request: PodRequest) -> _Entry:
+        """The entry of ``request``, brought to the state's row versions."""
+        assert self._terms is not None
+        entry = self._entries.get(request)
+        if entry is None:
+            self.stats.full += 1
+            ev = self.scorer.evaluate(state, request, np.arange(state.n_nodes, dtype=np.int64), self._terms)
+            ev = replace(ev, context=None)  # the context is the bulk of the memory; the verbs do not read it
+            entry = _Entry(ev, state.row_version.copy(), _nbytes(ev))
+            self._entries[request] = entry
+            self._bytes += entry.nbytes
+            while self._bytes > self.max_bytes and len(self._entries) > 1:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= old.nbytes
+            return entry
+        self._entries.move_to_end(request)
+        stale = np.flatnonzero(entry.versions != state.row_version)
+        if stale.size:
+            self.stats.rows_rescored += int(stale.size)
+            part = self.scorer.evaluate(state, request, stale, self._terms)
+            entry.evaluation = _splice(entry.evaluation, stale, part, copy=entry.shared)
+            entry.versions[stale] = state.row_version[stale]
+            entry.shared = False
+        return entry

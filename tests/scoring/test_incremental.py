@@ -1,0 +1,166 @@
+"""``IncrementalScorer``: the kept rows equal a full recomputation (exactly, or with the frozen terms)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scoring.fit import ClusterTerms, cluster_terms
+from scoring.fragmentation import TaskTypes
+from scoring.incremental import EXACT, IncrementalScorer, Tolerance, drifted, workload_drift
+from scoring.presets import PRESETS
+from scoring.request import PodRequest, QoSClass
+from scoring.scorer import Evaluation, build_scorer
+from scoring.state import Allocation, ClusterState
+from tests.conftest import gpu_node
+
+MENU = [PodRequest(1, 250, cpu_milli=2000, memory_mib=4096), PodRequest(1, 500, cpu_milli=4000, memory_mib=8192),
+        PodRequest(1, 750, cpu_milli=1000, memory_mib=2048), PodRequest(2, 1000, cpu_milli=8000, memory_mib=16384),
+        PodRequest(1, 1000, cpu_milli=4000, memory_mib=8192, qos=QoSClass.GUARANTEED),
+        PodRequest(0, cpu_milli=2000, memory_mib=1024)]
+
+
+def cluster() -> ClusterState:
+    return ClusterState.from_nodes([gpu_node(f"n{i:02d}", (8, 4, 2)[i % 3], model=("T4", "A10")[i % 2])
+                                    for i in range(24)])
+
+
+def same(a: Evaluation, b: Evaluation) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in
+               ("rows", "node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib"))
+
+
+def place(st: ClusterState, ev: Evaluation, pos: int) -> Allocation:
+    req = ev.request
+    alloc = Allocation(st.node_names[int(ev.rows[pos])], tuple(int(c) for c in ev.chosen_cols[pos]),
+                       req.gpu_milli if req.gpu_count else 0, tuple(int(m) for m in ev.chosen_mem_mib[pos]),
+                       req.qos, req.cpu_milli, req.memory_mib)
+    st.apply(alloc)
+    return alloc
+
+
+@pytest.mark.parametrize("preset", ["default", "balance"])
+def test_exact_tolerance_is_the_full_recomputation_to_the_bit(rng: np.random.Generator, preset: str) -> None:
+    # Pods of six shapes are placed and some released at random; before each placement the
+    # incremental evaluation (all rows, and a shuffled subset) equals Scorer.evaluate's.
+    scorer = build_scorer(PRESETS[preset])
+    inc = IncrementalScorer(scorer, EXACT)
+    st = cluster()
+    held: list[Allocation] = []
+    for step in range(120):
+        req = MENU[int(rng.integers(len(MENU)))]
+        rows = np.arange(st.n_nodes, dtype=np.int64)
+        got, want = inc.evaluate(st, req, rows), scorer.evaluate(st, req, rows)
+        assert same(got, want), step
+        subset = rng.permutation(st.n_nodes)[: st.n_nodes // 2]
+        assert same(inc.evaluate(st, req, subset), scorer.evaluate(st, req, subset)), step
+        best = got.best()
+        if best >= 0:
+            held.append(place(st, got, best))
+        if held and rng.random() < 0.25:
+            st.apply(held.pop(int(rng.integers(len(held)))), sign=-1)
+    # The workload moved with (nearly) every placement: exact mode refreshed that often.
+    assert inc.stats.term_refreshes > 60
+    assert inc.stats.evaluations == 240
+
+
+def test_unchanged_terms_rescore_only_the_rows_that_moved() -> None:
+    # An agent heartbeat (NVML's used memory) changes one row and no cluster-wide term: the
+    # next evaluation of a kept shape rescores that row alone.
+    scorer = build_scorer(PRESETS["default"])
+    inc = IncrementalScorer(scorer, EXACT)
+    st = cluster()
+    place(st, scorer.evaluate(st, MENU[0], np.arange(st.n_nodes)), 0)  # a workload exists
+    req, rows = MENU[4], np.arange(st.n_nodes, dtype=np.int64)
+    inc.evaluate(st, req, rows)
+    assert (inc.stats.full, inc.stats.rows_rescored) == (1, 0)
+    st.set_nvml_used_mib(3, [15000] * 8)  # node 3's GPUs busy: guaranteed pods no longer fit there
+    got = inc.evaluate(st, req, rows)
+    assert (inc.stats.full, inc.stats.rows_rescored) == (1, 1)
+    assert same(got, scorer.evaluate(st, req, rows))
+    assert not got.node_fits[3]
+
+
+def test_within_tolerance_rows_are_scored_with_the_frozen_terms(rng: np.random.Generator) -> None:
+    # A loose tolerance keeps the terms of the first evaluation; every row (kept or rescored)
+    # then equals a full evaluation with those frozen terms, not with the current ones.
+    scorer = build_scorer(PRESETS["default"])
+    inc = IncrementalScorer(scorer, Tolerance(workload=1.0, cpu_pressure=1e9))
+    st = cluster()
+    place(st, scorer.evaluate(st, MENU[1], np.arange(st.n_nodes)), 0)
+    frozen = cluster_terms(st)
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    for step in range(40):
+        req = MENU[int(rng.integers(len(MENU) - 1))]
+        got = inc.evaluate(st, req, rows)
+        assert same(got, scorer.evaluate(st, req, rows, frozen)), step
+        if got.best() >= 0:
+            place(st, got, got.best())
+    assert inc.stats.term_refreshes == 0
+    assert not same(inc.evaluate(st, MENU[0], rows), scorer.evaluate(st, MENU[0], rows))  # the terms did move
+
+
+def test_a_new_state_drops_every_entry() -> None:
+    scorer = build_scorer(PRESETS["default"])
+    inc = IncrementalScorer(scorer)
+    a, b = cluster(), cluster()
+    place(b, scorer.evaluate(b, MENU[0], np.arange(b.n_nodes)), 0)
+    rows = np.arange(a.n_nodes, dtype=np.int64)
+    inc.evaluate(a, MENU[1], rows)
+    assert same(inc.evaluate(b, MENU[1], rows), scorer.evaluate(b, MENU[1], rows))
+    assert inc.stats.full == 2
+
+
+def test_an_evaluation_handed_out_never_changes() -> None:
+    scorer = build_scorer(PRESETS["default"])
+    inc = IncrementalScorer(scorer)
+    st = cluster()
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    first = inc.evaluate(st, MENU[3], rows)
+    kept = first.take(rows)  # a copy of what it said
+    place(st, first, first.best())
+    second = inc.evaluate(st, MENU[3], rows)
+    assert same(first, kept)
+    assert not same(first, second)
+
+
+def test_entries_stay_within_the_memory_budget() -> None:
+    scorer = build_scorer(PRESETS["balance"])
+    inc = IncrementalScorer(scorer, max_bytes=1)  # room for one entry (one is always kept)
+    st = cluster()
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    for req in MENU[:3]:
+        inc.evaluate(st, req, rows)
+    inc.evaluate(st, MENU[0], rows)  # evicted by the two after it
+    assert inc.stats.full == 4
+
+
+def types(counts: list[int], milli: list[int]) -> TaskTypes:
+    c = np.array(counts, dtype=np.int64)
+    one = np.ones(len(counts), dtype=np.int64)
+    return TaskTypes(one, np.array(milli, dtype=np.int64), one * 1000, one * 1024, c / c.sum(), c)
+
+
+def test_workload_drift_is_the_total_variation_distance() -> None:
+    a = types([3, 1], [500, 250])             # p = 0.75, 0.25
+    b = types([1, 1, 2], [500, 250, 1000])    # p = 0.25, 0.25, 0.5
+    # 1/2 * (|0.75 - 0.25| + |0.25 - 0.25| + |0 - 0.5|) = 1/2 * (0.5 + 0 + 0.5) = 0.5
+    assert workload_drift(a, b) == pytest.approx(0.5)
+    assert workload_drift(a, types([6, 2], [500, 250])) == 0.0  # same shares, twice the pods
+    assert workload_drift(None, a) == 1.0 and workload_drift(None, None) == 0.0
+
+
+def test_drifted_is_strict_at_zero_and_bounded_otherwise() -> None:
+    a, b = types([3, 1], [500, 250]), types([6, 2], [500, 250])
+    # Same distribution, other counts: FGD's sums use the counts, so exact mode refreshes.
+    assert drifted(ClusterTerms(a, 0.5), ClusterTerms(b, 0.5), EXACT)
+    assert not drifted(ClusterTerms(a, 0.5), ClusterTerms(b, 0.5), Tolerance(0.01, 0.01))
+    assert drifted(ClusterTerms(a, 0.5), ClusterTerms(a, 0.52), Tolerance(0.01, 0.01))  # |0.52 - 0.5| > 0.01
+    assert not drifted(ClusterTerms(a, 0.5), ClusterTerms(a, 0.505), Tolerance(0.01, 0.01))
+
+
+@pytest.mark.parametrize("kwargs", [{"workload": -0.1}, {"workload": 1.5}, {"cpu_pressure": float("nan")},
+                                    {"cpu_pressure": float("inf")}])
+def test_tolerance_rejects_bounds_out_of_range(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        Tolerance(**kwargs)
