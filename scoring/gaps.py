@@ -64,8 +64,25 @@ def gap_waste(tasks: TaskTypes, n_gpus: int, model: int | None = None) -> NDArra
     -------
     ndarray of shape (1001,), float64, read-only
         ``U[f]`` in ``[0, f]`` milli-GPU; ``U[f] = f`` (no price) when no type may use the
-        model or ``n_gpus`` is 0. Cached per rounded workload.
+        model or ``n_gpus`` is 0. Cached per rounded workload, and per workload object
+        (``TaskTypes`` are immutable): the same one asked again costs a lookup.
     """
+    global _LAST
+    last_tasks, memo = _LAST
+    if last_tasks is not tasks:  # one workload at a time: an incremental evaluation keeps one for long
+        memo = {}
+        _LAST = (tasks, memo)
+    key_in = (n_gpus, model)
+    if key_in not in memo:
+        memo[key_in] = _gap_waste(tasks, n_gpus, model)
+    return memo[key_in]
+
+
+_LAST: tuple[TaskTypes | None, dict[tuple[int, int | None], NDArray[np.float64]]] = (None, {})
+"""The last workload ``gap_waste`` saw, and its answers by (GPUs, model)."""
+
+
+def _gap_waste(tasks: TaskTypes, n_gpus: int, model: int | None) -> NDArray[np.float64]:
     accepts = tasks.accepting(model)
     pods: dict[int, int] = {}
     for k, r, c, ok in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),

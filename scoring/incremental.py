@@ -12,7 +12,8 @@ The cluster-wide terms move with every pod (the workload counts the pods placed 
 waiting). The kept rows are scored with the terms frozen when they were computed, and the
 whole store is dropped (one full evaluation per shape) when the current terms have drifted
 from the frozen ones by more than ``Tolerance``: the total variation distance between the
-two workloads' task-type distributions, and the absolute change of the CPU pressure. With
+two workloads' task-type distributions, and the absolute change of the CPU pressure within
+the band where a score reads it (``effective_pressure``). With
 ``Tolerance(0, 0)`` the store is dropped on any change of either, and every evaluation is
 the full recomputation's to the bit (``tests/scoring/test_incremental.py``).
 
@@ -36,6 +37,7 @@ from scoring.fragmentation import TaskTypes
 from scoring.request import PodRequest
 from scoring.scorer import Evaluation, Scorer
 from scoring.state import ClusterState
+from scoring.strategies import adaptive_balance
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +72,8 @@ EXACT = Tolerance(0.0, 0.0)
 """Drop every kept row whenever the workload or the CPU pressure changes at all."""
 
 DEFAULT_TOLERANCE = Tolerance(0.01, 0.002)
-"""The shipped tolerance: a 1 % move of the workload distribution, 0.002 of CPU pressure
-(``adaptive_balance``'s ramp runs over 0.1 of pressure). Measured in ``benchmarks/README.md``."""
+"""The shipped tolerance: a 1 % move of the workload distribution, 0.002 of effective CPU
+pressure (2 % of ``adaptive_balance``'s ramp). Measured in ``benchmarks/README.md``."""
 
 
 def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
@@ -108,12 +110,26 @@ def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
     return 0.5 * sum(abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys())
 
 
+def effective_pressure(pressure: float) -> float:
+    """The CPU pressure as the scores see it: clipped to the band where it moves any.
+
+    ``adaptive_balance`` is the one strategy that reads ``FitContext.cpu_pressure``, through
+    ``pressure_ramp``, which is flat below ``PRESSURE_START`` and above ``PRESSURE_FULL``
+    (``tests/scoring/test_incremental.py`` holds that no other strategy reads it).
+    """
+    return min(max(pressure, adaptive_balance.PRESSURE_START), adaptive_balance.PRESSURE_FULL)
+
+
 def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bool:
-    """True when ``now`` is past ``tolerance`` from ``frozen`` (exactly: differs at all when 0)."""
+    """True when ``now`` is past ``tolerance`` from ``frozen`` (exactly: differs at all when 0).
+
+    The pressure is compared as ``effective_pressure``: outside its band it changes no score.
+    """
+    before, after = effective_pressure(frozen.cpu_pressure), effective_pressure(now.cpu_pressure)
     if tolerance.cpu_pressure == 0.0:
-        if now.cpu_pressure != frozen.cpu_pressure:
+        if before != after:
             return True
-    elif abs(now.cpu_pressure - frozen.cpu_pressure) > tolerance.cpu_pressure:
+    elif abs(after - before) > tolerance.cpu_pressure:
         return True
     if frozen.tasks is now.tasks:
         return False

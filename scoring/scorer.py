@@ -210,12 +210,12 @@ class Evaluation:
         Ties are broken by the lowest cluster row, so the answer does not depend on the
         order in which candidates were given.
         """
-        fits = self.node_fits
-        if not fits.any():
+        scores = np.where(self.node_fits, np.nan_to_num(self.score, nan=-1.0), -np.inf)  # NaN below any score
+        top = scores.max(initial=-np.inf)
+        if top == -np.inf:
             return -1
-        pos = np.flatnonzero(fits)
-        order = np.lexsort((self.rows[pos], -self.score[pos]))
-        return int(pos[order[0]])
+        tied = np.flatnonzero(scores == top)
+        return int(tied[np.argmin(self.rows[tied])])
 
 
 class Scorer:

@@ -9,6 +9,7 @@ request never sees a half-applied change.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -56,8 +57,7 @@ class _Candidates:
         """Positions of ``names`` in ``known``; None if any is not there."""
         if self.pos is None:
             self.pos = {n: i for i, n in enumerate(self.known)}
-        get = self.pos.get
-        out = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        out = np.fromiter(map(self.pos.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
         return out if (out >= 0).all() else None
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,8 +76,7 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
 
 def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[np.int64], list[str]]:
     """State rows of the known names (in the given order) and the unknown names."""
-    get = state.node_index.get
-    rows = np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
+    rows = np.fromiter(map(state.node_index.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
     missing = rows < 0
     if not missing.any():
         return rows, []

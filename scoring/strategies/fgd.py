@@ -126,10 +126,17 @@ class _RowCounts:
         self._valid = np.zeros(0, dtype=bool)
         self._cnt = np.zeros((0, 0), dtype=np.int64)
         self._small = np.zeros((0, 0), dtype=np.int64)
+        self._last_canonical: tuple[TaskTypes, tuple[NDArray[np.int64], NDArray[np.int64] | None, NDArray[np.intp],
+                                                    tuple[bytes, bytes | None]]] | None = None
 
-    def get(self, state_rows: NDArray[np.int64], free: NDArray[np.int32], model: NDArray[np.int64],
-            tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """``cnt, small`` of ``tasks`` for ``free`` and ``model`` of shape (m, G) at ``state_rows`` (m,)."""
+    def _canonical(self, tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64] | None, NDArray[np.intp],
+                                                   tuple[bytes, bytes | None]]:
+        """The distinct (share, mask) columns of ``tasks``, each type's column, and their key;
+        remembered for the last ``tasks`` object (immutable, and kept for long by an
+        incremental evaluation)."""
+        last = self._last_canonical
+        if last is not None and last[0] is tasks:
+            return last[1]
         if tasks.model_mask is None:
             canon_milli, column = np.unique(tasks.gpu_milli, return_inverse=True)
             canon_mask = None
@@ -137,9 +144,17 @@ class _RowCounts:
             pairs, column = np.unique(np.stack([tasks.gpu_milli, tasks.model_mask], axis=1), axis=0,
                                       return_inverse=True)
             canon_milli, canon_mask = pairs[:, 0], pairs[:, 1]
-        column = column.reshape(-1)
+        out = (canon_milli, canon_mask, column.reshape(-1),
+               (canon_milli.tobytes(), None if canon_mask is None else canon_mask.tobytes()))
+        self._last_canonical = (tasks, out)
+        return out
+
+    def get(self, state_rows: NDArray[np.int64], free: NDArray[np.int32], model: NDArray[np.int64],
+            tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``cnt, small`` of ``tasks`` for ``free`` and ``model`` of shape (m, G) at ``state_rows`` (m,)."""
+        canon_milli, canon_mask, column, canon_key = self._canonical(tasks)
         n_gpus, n_canon = free.shape[1], canon_milli.shape[0]
-        key = (n_gpus, canon_milli.tobytes(), None if canon_mask is None else canon_mask.tobytes())
+        key = (n_gpus, *canon_key)
         with self._lock:
             if key != self._key:
                 self._key = key

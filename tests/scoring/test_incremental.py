@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
+from scoring import gaps, strategies
 from scoring.fit import ClusterTerms, cluster_terms
 from scoring.fragmentation import TaskTypes
 from scoring.incremental import EXACT, IncrementalScorer, Tolerance, drifted, workload_drift
@@ -12,6 +15,7 @@ from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import Evaluation, build_scorer
 from scoring.state import Allocation, ClusterState
+from scoring.strategies import adaptive_balance
 from tests.conftest import gpu_node
 
 MENU = [PodRequest(1, 250, cpu_milli=2000, memory_mib=4096), PodRequest(1, 500, cpu_milli=4000, memory_mib=8192),
@@ -155,8 +159,19 @@ def test_drifted_is_strict_at_zero_and_bounded_otherwise() -> None:
     # Same distribution, other counts: FGD's sums use the counts, so exact mode refreshes.
     assert drifted(ClusterTerms(a, 0.5), ClusterTerms(b, 0.5), EXACT)
     assert not drifted(ClusterTerms(a, 0.5), ClusterTerms(b, 0.5), Tolerance(0.01, 0.01))
-    assert drifted(ClusterTerms(a, 0.5), ClusterTerms(a, 0.52), Tolerance(0.01, 0.01))  # |0.52 - 0.5| > 0.01
-    assert not drifted(ClusterTerms(a, 0.5), ClusterTerms(a, 0.505), Tolerance(0.01, 0.01))
+    assert drifted(ClusterTerms(a, 0.95), ClusterTerms(a, 0.97), Tolerance(0.01, 0.01))  # |0.97 - 0.95| > 0.01
+    assert not drifted(ClusterTerms(a, 0.95), ClusterTerms(a, 0.955), Tolerance(0.01, 0.01))
+    # Below adaptive_balance's ramp (0.9) and above its top (1.0) the pressure moves no score.
+    assert not drifted(ClusterTerms(a, 0.3), ClusterTerms(a, 0.85), EXACT)
+    assert not drifted(ClusterTerms(a, 1.2), ClusterTerms(a, 3.0), EXACT)
+    assert drifted(ClusterTerms(a, 0.85), ClusterTerms(a, 0.91), Tolerance(0.0, 0.005))  # 0.9 -> 0.91
+
+
+def test_only_adaptive_balance_reads_the_cpu_pressure() -> None:
+    # effective_pressure clips the pressure to adaptive_balance's ramp: sound only while no
+    # other strategy (or shared kernel the strategies call) reads it.
+    readers = [m.__name__ for m in (*strategies.modules(), gaps) if "cpu_pressure" in inspect.getsource(m)]
+    assert readers == [adaptive_balance.__name__]
 
 
 @pytest.mark.parametrize("kwargs", [{"workload": -0.1}, {"workload": 1.5}, {"cpu_pressure": float("nan")},
