@@ -318,18 +318,23 @@ class ClusterState:
         KeyError
             If the node is unknown.
         ValueError
-            If a GPU column does not exist on the node, or removing would drive a counter
-            below zero (a double release).
+            If a GPU column does not exist on the node or is listed twice, the memory amounts
+            are not one per column, or removing would drive a counter below zero (a double
+            release). Nothing is changed then.
         """
         row = self.node_index[alloc.node]
-        cols = np.asarray(alloc.gpu_cols, dtype=I64)
-        if cols.size and (cols.max() >= self.max_gpus or not self.gpu_exists[row, cols].all()):
-            raise ValueError(f"node {alloc.node}: no GPU column among {alloc.gpu_cols}")
+        cols = alloc.gpu_cols
+        # Per GPU in plain Python: an allocation holds one to eight GPUs, where numpy's
+        # fancy indexing costs more than the arithmetic (a start-up accounts every pod).
+        if (len(set(cols)) != len(cols) or len(alloc.gpu_memory_mib) != len(cols)
+                or not all(0 <= c < self.max_gpus and self.gpu_exists[row, c] for c in cols)):
+            raise ValueError(f"node {alloc.node}: no GPU column among {alloc.gpu_cols}, a column listed "
+                             f"twice, or not one memory amount per column")
         if sign == -1:
             if (
                 self.cpu_used_milli[row] < alloc.cpu_milli
                 or self.mem_used_mib[row] < alloc.memory_mib
-                or (cols.size and (self.gpu_pods[row, cols] < 1).any())
+                or any(self.gpu_pods[row, c] < 1 for c in cols)
             ):
                 raise ValueError(f"node {alloc.node}: release of an allocation it does not hold")
         elif sign != 1:
@@ -337,20 +342,23 @@ class ClusterState:
         self.row_version[row] += 1
         self.cpu_used_milli[row] += sign * alloc.cpu_milli
         self.mem_used_mib[row] += sign * alloc.memory_mib
-        if cols.size:
-            mem = sign * np.asarray(alloc.gpu_memory_mib, dtype=I64)
-            self.gpu_used_milli[row, cols] += sign * alloc.gpu_milli
-            self.gpu_free_milli[row, cols] = np.maximum(MILLI_PER_GPU - self.gpu_used_milli[row, cols], 0)
-            if alloc.qos == QoSClass.BEST_EFFORT:
-                self.gpu_best_effort_milli[row, cols] += sign * alloc.gpu_milli
-            self.node_gpu_used_milli[row] += sign * alloc.gpu_milli * cols.size
-            self.gpu_mem_used_mib[row, cols] += mem
-            self.gpu_mem_free_mib[row, cols] -= mem
-            self.gpu_pods[row, cols] += sign
-            self.gpu_slots_free[row, cols] -= sign
-            self.gpu_qos_pods[row, cols, int(alloc.qos)] += sign
+        if cols:
+            milli, qos = sign * alloc.gpu_milli, int(alloc.qos)
+            best_effort = alloc.qos == QoSClass.BEST_EFFORT
+            for c, mem in zip(cols, alloc.gpu_memory_mib, strict=True):
+                used = int(self.gpu_used_milli[row, c]) + milli
+                self.gpu_used_milli[row, c] = used
+                self.gpu_free_milli[row, c] = max(MILLI_PER_GPU - used, 0)
+                if best_effort:
+                    self.gpu_best_effort_milli[row, c] += milli
+                self.gpu_mem_used_mib[row, c] += sign * mem
+                self.gpu_mem_free_mib[row, c] -= sign * mem
+                self.gpu_pods[row, c] += sign
+                self.gpu_slots_free[row, c] -= sign
+                self.gpu_qos_pods[row, c, qos] += sign
+            self.node_gpu_used_milli[row] += milli * len(cols)
             if alloc.in_workload:
-                self.workload.add((int(cols.size), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
+                self.workload.add((len(cols), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
                                    alloc.model_mask), sign)
 
     def set_nvml_used_mib(self, row: int, used_mib: Sequence[int]) -> None:

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from extender.cache.records import PodRecord, model_mask_of
 from extender.cache.tenancy import TenantLedger
-from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import gpu_memory_request_mib, share_room
+from scoring.fit import share_room
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.state import Allocation, ClusterState
 
@@ -176,13 +175,13 @@ def account(state: ClusterState, policy: QosPolicy, tenancy: TenantLedger, inten
     milli = intent.assigned_gpu_milli or intent.gpu_milli
     if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
         mem = intent.assigned_memory_mib
-    else:
+    elif intent.gpu_memory_mib is not None:
+        mem = (intent.gpu_memory_mib,) * len(cols)
+    else:  # the recorded share of each GPU's memory (scoring.fit.gpu_memory_request_mib)
         row = state.node_index[node]
-        req = replace(inbound.pod_request(intent, state), gpu_milli=milli, gpu_count=1)
-        per_gpu = gpu_memory_request_mib(req, state.gpu_mem_total_mib[row, list(cols)][None, :])
-        mem = tuple(int(x) for x in per_gpu[0])
-    verdict = tenancy.admission(replace(intent, gpu_milli=milli, gpu_count=len(set(cols))),
-                                sum(dict(zip(cols, mem, strict=True)).values()))
+        mem = tuple(milli * int(state.gpu_mem_total_mib[row, c]) // MILLI_PER_GPU for c in cols)
+    verdict = tenancy.admission(intent, sum(dict(zip(cols, mem, strict=True)).values()),
+                                gpu_milli_total=milli * len(set(cols)))
     got = read_back(state, policy, intent, cols, milli, mem, model_mask_of(intent, state), verdict, qos)
     if got.overcommit:
         log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "

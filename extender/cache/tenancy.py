@@ -46,12 +46,13 @@ class TenantLedger:
             return Usage()
         return self.usage([ns for ns in self._usage if self.tenant(ns) is tenant])
 
-    def admission(self, intent: PodIntent, gpu_memory_mib: int) -> str | None:
+    def admission(self, intent: PodIntent, gpu_memory_mib: int, gpu_milli_total: int | None = None) -> str | None:
         """``TenantPolicy.admit`` for the pod against its tenant's current usage: None when
-        admitted, else the user-facing reason."""
-        return self.policy.admit(intent.namespace, intent.qos, intent.gpu_count * intent.gpu_milli,
-                                 gpu_memory_mib, self.tenant_usage(intent.namespace),
-                                 self._labels.get(intent.namespace))
+        admitted, else the user-facing reason. ``gpu_milli_total``: the pod's total share
+        (``gpu_count x gpu_milli`` when None; a recorded allocation's own otherwise)."""
+        total = intent.gpu_count * intent.gpu_milli if gpu_milli_total is None else gpu_milli_total
+        return self.policy.admit(intent.namespace, intent.qos, total, gpu_memory_mib,
+                                 self.tenant_usage(intent.namespace), self._labels.get(intent.namespace))
 
     def hold(self, namespace: str, alloc: Allocation, sign: int = 1) -> None:
         """Count (``sign`` 1) or free (-1) an allocation's GPU share and memory for the namespace."""
