@@ -12,9 +12,12 @@ from Go modules), one run, three setups side by side for each cluster size:
 For each, ``--pods`` fractional pods (0.25 GPU, 100m CPU) are created while no scheduler
 runs, then kube-scheduler starts and a pod watch records when each pod is first seen bound.
 Throughput = (bound - 1) / (last bound - first bound), so kube-scheduler's start-up is not
-counted. Pods are force-deleted between setups.
+counted. Pods are force-deleted between setups. With ``--rounds N`` the three setups run N
+times in turn (no extender, no-op, gpufrac, no extender, ...), so a slow spell of the
+machine falls on all of them; the JSON is written after every setup.
 
-Run: ``python -m benchmarks.bench_scheduler [--nodes 50,500] [--pods 1000]``
+Run: ``python -m benchmarks.bench_scheduler [--nodes 50,500] [--pods 1000] [--rounds 1]``
+(``--pods 1000,1000,300`` gives each size its own count.)
 """
 
 from __future__ import annotations
@@ -86,9 +89,9 @@ def watch_binds(api: client.CoreV1Api, namespace: str, expected: int, stop: thre
 
 
 def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n_pods: int,
-              timeout_s: float) -> dict[str, Any]:
+              timeout_s: float, round_: int = 0) -> dict[str, Any]:
     """One setup on one node group: create pods, start scheduler (+extender), time the binds."""
-    ns = f"bench-{group}-{setup.replace(' ', '-')}"
+    ns = f"bench-{group}-{setup.replace(' ', '-')}-{round_}"
     api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     extender = None
     port = free_port()
@@ -138,12 +141,21 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", default="50,500", help="cluster sizes, comma-separated")
-    p.add_argument("--pods", type=int, default=1000)
+    p.add_argument("--pods", default="1000", help="pods per setup: one count, or one per size")
+    p.add_argument("--rounds", type=int, default=1, help="times the three setups run in turn per size")
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/scheduler-throughput.json"))
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.nodes.split(",")]
+    counts = [int(x) for x in args.pods.split(",")]
+    if len(counts) not in (1, len(sizes)):
+        p.error("--pods: one count, or one per size")
+    pods_for = dict(zip(sizes, counts * len(sizes) if len(counts) == 1 else counts, strict=True))
+    meta = {"kubernetes": kube_version(), "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {platform.system()}", "commit": source_commit(),
+            "pods": args.pods, "rounds": args.rounds}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     # SIGTERM (a timeout, a Ctrl-C from a supervisor) still stops every process by PID.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows: list[dict[str, Any]] = []
@@ -160,21 +172,19 @@ def main(argv: list[str] | None = None) -> int:
                                       cpu="64", memory="256Gi")
                         api.patch_node(name, {"metadata": {"labels": {"gpufrac.io/bench": group}}})
                     list(pool.map(node, range(size)))
-                for setup in ("no extender", "no-op extender", "gpufrac"):
-                    row = run_setup(cp, api, setup, group, args.pods, args.timeout_s)
-                    row["nodes"] = size
-                    rows.append(row)
-                    print(f"{size:>5} nodes  {setup:<15} {row['bound']}/{row['pods']} bound  "
-                          f"{row['pods_per_s']:7.1f} pods/s  CPU/pod {row['cpu_ms_per_pod_total']:.1f} ms", flush=True)
+                for round_ in range(args.rounds):
+                    for setup in ("no extender", "no-op extender", "gpufrac"):
+                        row = run_setup(cp, api, setup, group, pods_for[size], args.timeout_s, round_)
+                        row["nodes"], row["round"] = size, round_
+                        rows.append(row)
+                        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+                        print(f"{size:>5} nodes  {setup:<15} {row['bound']}/{row['pods']} bound  "
+                              f"{row['pods_per_s']:7.1f} pods/s  CPU/pod {row['cpu_ms_per_pod_total']:.1f} ms",
+                              flush=True)
                 # The next size starts from an empty cluster.
                 api.delete_collection_node(label_selector=f"gpufrac.io/bench={group}")
         finally:
             cp.down()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": {"kubernetes": kube_version(), "python": platform.python_version(),
-                                             "machine": f"{platform.machine()}, {platform.system()}",
-                                             "commit": source_commit(), "pods": args.pods},
-                                    "rows": rows}, indent=1))
     print("\n| nodes | setup | pods/s | CPU ms per bound pod: apiserver / etcd / scheduler / extender / total |")
     print("|---|---|---|---|")
     for r in rows:

@@ -26,4 +26,7 @@ def test_bench_core_writes_one_row_per_size(tmp_path: Path) -> None:
     assert bench_core.main(["--nodes", "10,20", "--samples", "3", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert [r["nodes"] for r in doc["rows"]] == [10, 20] and doc["meta"]["samples"] == 3
-    assert all(0 < r["p50_ms"] <= r["p99_ms"] for r in doc["rows"])
+    for r in doc["rows"]:
+        assert 0 < r["full_p50_ms"] <= r["full_p99_ms"]
+        assert 0 < r["incremental_p50_ms"] <= r["incremental_p99_ms"]
+        assert 0 <= r["incremental_full_pct"] <= 100 and r["incremental_rows_rescored_mean"] >= 0
