@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from extender.cli import main
-from extender.settings import ConfigError, load_admin_config, scoring_config
+from extender.settings import ConfigError, load_admin_config, load_policy, scoring_config
+from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 
 
@@ -31,11 +32,21 @@ def test_override_on_top_of_preset(tmp_path: Path) -> None:
     ("scoring:\n  preset: fastest\n", "scoring.preset: unknown preset 'fastest'"),
     ("scoring:\n  wieghts: {}\n", "scoring.wieghts: Extra inputs are not permitted"),
     ("scoring: [\n", "gpufrac.yaml"),
+    ("scoring:\n  tolerance: {workload: 1.5}\n", "scoring.tolerance.workload: Input should be less than or equal to 1"),
+    ("scoring:\n  tolerance: {cpu_pressure: -0.1}\n", "scoring.tolerance.cpu_pressure: Input should be greater than"),
+    ("scoring:\n  tolerance: {cpu_pressure: .nan}\n", "scoring.tolerance.cpu_pressure: Input should be a finite number"),
+    ("scoring:\n  tolerance: {worklaod: 0.1}\n", "scoring.tolerance.worklaod: Extra inputs are not permitted"),
 ])
 def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
         load_admin_config(write(tmp_path, text))
     assert message in str(exc.value)
+
+
+def test_tolerance_defaults_to_the_shipped_one_and_is_read(tmp_path: Path) -> None:
+    assert load_policy(write(tmp_path, "scoring:\n  preset: default\n")).tolerance == DEFAULT_TOLERANCE
+    exact = load_policy(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0}\n"))
+    assert exact.tolerance == Tolerance(0.0, 0.0)
 
 
 def test_every_preset_is_valid() -> None:
@@ -55,6 +66,7 @@ def test_config_validate_for_admins_and_ci(tmp_path: Path, capsys: pytest.Captur
     assert main(["config", "validate", str(good)]) == 0
     out = capsys.readouterr().out
     assert "valid" in out and "node_packing=2" in out and "best-effort: node_packing=3" in out
+    assert f"tolerance: workload={DEFAULT_TOLERANCE.workload:g}, cpu_pressure={DEFAULT_TOLERANCE.cpu_pressure:g}" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("scoring:\n  preset: default\n  weights:\n    spread: -1\n    nope: 1\n")
     assert main(["config", "validate", str(bad)]) == 2
