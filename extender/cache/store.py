@@ -52,6 +52,14 @@ class _Candidates:
     unknown: list[str]
     known: list[str]
     pos: dict[str, int] | None = None
+    known_array: np.ndarray | None = None
+
+    def passed(self, fits: np.ndarray) -> list[str]:
+        """The known names where ``fits`` (what filter answers in ``NodeNames``)."""
+        if self.known_array is None:
+            self.known_array = np.asarray(self.known, dtype=object)
+        passed: list[str] = self.known_array[fits].tolist()
+        return passed
 
     def positions(self, names: Sequence[str]) -> np.ndarray | None:
         """Positions of ``names`` in ``known``; None if any is not there."""
@@ -60,6 +68,18 @@ class _Candidates:
         out = np.fromiter(map(self.pos.get, names, itertools.repeat(-1)), dtype=np.int64, count=len(names))
         return out if (out >= 0).all() else None
 
+
+
+@dataclass(slots=True)
+class _Memo:
+    """The last evaluation: kube-scheduler calls prioritize right after filter, for the same
+    pod, on the nodes filter passed (or a subset); node scores do not depend on the set."""
+
+    generation: int
+    intent: PodIntent
+    candidates: _Candidates
+    result: CandidateEvaluation
+    passed: list[str] | None = None
 
 
 def _without_usage(node: NodeSpec) -> NodeSpec:
@@ -88,7 +108,7 @@ class GpuCache:
         # a subset of the same candidates, and node scores do not depend on the candidate set.
         # Any change to the state or the scorer bumps ``_generation`` and invalidates it.
         self._generation = 0
-        self._memo: tuple[int, PodIntent, _Candidates, CandidateEvaluation] | None = None
+        self._memo: _Memo | None = None
         # kube-scheduler sends the same node list call after call: remember its rows.
         self._candidates: _Candidates | None = None
 
@@ -376,24 +396,35 @@ class GpuCache:
         """
         with self._lock:
             memo = self._memo
-            if memo is not None and memo[0] == self._generation and memo[1] == intent:
-                positions = memo[2].positions(names)
+            if memo is not None and memo.generation == self._generation and memo.intent == intent:
+                ev = memo.result.evaluation
+                if memo.passed is None:
+                    memo.passed = memo.candidates.passed(ev.node_fits)
+                if names == memo.passed:  # what kube-scheduler sends: the nodes filter passed
+                    positions: np.ndarray | None = np.flatnonzero(ev.node_fits)
+                else:
+                    positions = memo.candidates.positions(names)
+                    if positions is not None and inbound.has_repeats(positions, len(memo.candidates.known)):
+                        positions = None
                 if positions is not None:
-                    return CandidateEvaluation(list(names), [], memo[3].evaluation.take(positions),
-                                               memo[3].rejected)
+                    return CandidateEvaluation(list(names), [], ev.take(positions), memo.result.rejected)
             state = self._state
             cand = self._candidates
             if cand is None or cand.names != names:
+                sent = list(names)
                 rows, unknown = inbound.rows_for_names(state, names)
+                if inbound.has_repeats(rows, state.n_nodes) or len(set(unknown)) != len(unknown):
+                    names = list(dict.fromkeys(names))  # a node must not get two answers
+                    rows, unknown = inbound.rows_for_names(state, names)
                 known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
-                cand = self._candidates = _Candidates(list(names), rows, unknown, known)
+                cand = self._candidates = _Candidates(sent, rows, unknown, known)
             request = inbound.pod_request(intent, state)
             ev = self._incremental.evaluate(state, request, cand.rows)
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
             rejected = self._tenancy.admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
             result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected)
-            self._memo = (self._generation, intent, cand, result)
+            self._memo = _Memo(self._generation, intent, cand, result)
             return result
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:

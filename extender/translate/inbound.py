@@ -40,8 +40,9 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
                   node_names: Sequence[str] | None) -> tuple[PodIntent, list[str]]:
     """The pod and candidate names of an ``ExtenderArgs`` (``filter``, ``prioritize``).
 
-    A name listed twice is kept once (its first place): kube-scheduler never sends
-    duplicates, and a node must not get two answers.
+    A Node listed twice in ``Nodes`` is kept once (its first place). ``NodeNames`` come
+    back as sent: ``GpuCache.evaluate`` drops repeats there, where it looks the names up
+    anyway (kube-scheduler never sends any, and a node must not get two answers).
 
     Parameters
     ----------
@@ -59,7 +60,7 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
         ``PodSpecError`` for the pod.
     """
     if node_names is not None:
-        names = list(dict.fromkeys(node_names))
+        names = list(node_names)
     elif node_items is not None:
         names = []
         for i, item in enumerate(node_items):
@@ -72,6 +73,11 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
     else:
         raise ValueError("ExtenderArgs: one of NodeNames or Nodes is required")
     return pod_intent(pod), names
+
+
+def has_repeats(rows: NDArray[np.int64], n_rows: int) -> bool:
+    """Whether a row appears twice in ``rows`` (values in ``[0, n_rows)``)."""
+    return rows.size > 1 and int(np.bincount(rows, minlength=n_rows).max()) > 1
 
 
 def rows_for_names(state: ClusterState, names: Sequence[str]) -> tuple[NDArray[np.int64], list[str]]:

@@ -122,6 +122,10 @@ def test_duplicate_node_names_get_one_answer_each() -> None:
         assert sorted(hosts) == ["a", "b"]  # was: "a" twice, scored 10 and 9
         f = filter_reply(client, pod_json(), ["b", "b"])
         assert f["NodeNames"] == ["b"]
+        # Right after a filter of the same pod, prioritize answers from its evaluation: once each too.
+        filter_reply(client, pod_json(), ["a", "b"])
+        r = client.post("/prioritize", json={"Pod": pod_json(), "NodeNames": ["b", "a", "b"]})
+        assert sorted(h["Host"] for h in r.json()) == ["a", "b"]
 
 
 def test_a_bind_with_the_right_uid_but_another_name_is_refused() -> None:
