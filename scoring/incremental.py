@@ -135,9 +135,9 @@ def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bo
         return False
     if frozen.tasks is None or now.tasks is None:
         return True
-    if tolerance.workload == 0.0:
-        return not _same_tasks(frozen.tasks, now.tasks)
-    return workload_drift(frozen.tasks, now.tasks) > tolerance.workload
+    if _same_tasks(frozen.tasks, now.tasks):  # a bind: the pod moved from waiting to placed
+        return False
+    return tolerance.workload == 0.0 or workload_drift(frozen.tasks, now.tasks) > tolerance.workload
 
 
 _ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib")
