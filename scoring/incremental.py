@@ -18,8 +18,9 @@ the band where a score reads it (``effective_pressure``). With
 the full recomputation's to the bit (``tests/scoring/test_incremental.py``).
 
 Memory: an entry holds the ``Evaluation`` of every row (node fits, reason, score, chosen
-GPUs and their memory: about 20 + 16 * gpu_count bytes per node); entries are kept
-least-recently-used within ``max_bytes``.
+GPUs and their memory: about 20 + 16 * gpu_count bytes per node) plus ~2 KiB of Python
+objects; entries are kept least-recently-used within ``max_bytes`` (64 MiB: every openb
+shape at 10,000 nodes, or ~30,000 shapes on a small cluster).
 """
 
 from __future__ import annotations
@@ -144,8 +145,14 @@ _ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu
 """The per-row fields of an ``Evaluation`` that an entry keeps current (``rows`` is fixed)."""
 
 
+ENTRY_OVERHEAD_BYTES = 2048
+"""What an entry costs besides its arrays' data (the Python objects): counted, so that many
+shapes on a small cluster (every pod is untrusted input: any CPU and memory request is a
+new shape) stay within the budget too."""
+
+
 def _nbytes(ev: Evaluation) -> int:
-    return sum(getattr(ev, f).nbytes for f in _ARRAYS)
+    return ENTRY_OVERHEAD_BYTES + sum(getattr(ev, f).nbytes for f in _ARRAYS)
 
 
 _A = TypeVar("_A", bound=np.generic)

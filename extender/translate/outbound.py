@@ -51,7 +51,9 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     """
     ev = evaluation
     codes = ev.reason.astype(np.int64)
-    table = np.array([reason_message(r, ev.request, intent) for r in Reason], dtype=object)
+    table = np.empty(len(Reason), dtype=object)  # messages of the reasons present only
+    for code in np.unique(codes).tolist():
+        table[code] = reason_message(Reason(code), ev.request, intent)
     arr = np.asarray(names, dtype=object)
     unres = np.isin(codes, UNRESOLVABLE)
     if ev.request.gpu_memory_mib is not None:

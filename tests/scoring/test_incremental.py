@@ -179,3 +179,15 @@ def test_only_adaptive_balance_reads_the_cpu_pressure() -> None:
 def test_tolerance_rejects_bounds_out_of_range(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         Tolerance(**kwargs)
+
+
+def test_many_shapes_on_a_small_cluster_stay_within_the_budget() -> None:
+    # Every CPU request is a new shape (pods are untrusted input): the entries' Python objects
+    # count too, so 200 shapes on 24 nodes (~2.4 KiB each) keep to a 100 KiB budget.
+    scorer = build_scorer(PRESETS["balance"])
+    inc = IncrementalScorer(scorer, max_bytes=100 * 1024)
+    st = cluster()
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    for cpu in range(200):
+        inc.evaluate(st, PodRequest(1, 250, cpu_milli=cpu), rows)
+    assert inc._bytes <= 100 * 1024 and 30 <= len(inc._entries) <= 50
