@@ -152,7 +152,7 @@ new shape) stay within the budget too."""
 
 
 def _nbytes(ev: Evaluation) -> int:
-    return ENTRY_OVERHEAD_BYTES + sum(getattr(ev, f).nbytes for f in _ARRAYS)
+    return ENTRY_OVERHEAD_BYTES + sum(int(getattr(ev, f).nbytes) for f in _ARRAYS)
 
 
 _A = TypeVar("_A", bound=np.generic)
