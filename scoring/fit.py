@@ -115,20 +115,24 @@ class FitContext:
 
 
 def gpu_memory_request_mib(
-    request: PodRequest, mem_total_mib: NDArray[np.int64]
+    gpu_milli: int, gpu_memory_mib: int | None, mem_total_mib: NDArray[np.int64]
 ) -> NDArray[np.int64]:
-    """GPU memory the pod takes on each GPU.
+    """GPU memory a pod takes on each GPU.
 
     Parameters
     ----------
-    request : PodRequest
-    mem_total_mib : ndarray of shape (m, max_gpus), int64
+    gpu_milli : int
+        The pod's share per GPU, milli-GPU (``PodRequest.gpu_milli``, or a recorded share).
+    gpu_memory_mib : int or None
+        Its explicit memory per GPU (``PodRequest.gpu_memory_mib``), MiB.
+    mem_total_mib : ndarray of any shape, int64
+        Total memory of the GPUs, MiB.
 
     Returns
     -------
-    ndarray of shape (m, max_gpus), int64
-        ``request.gpu_memory_mib`` everywhere when set, else
-        ``floor(gpu_milli * mem_total_mib / 1000)`` (the pod's share of that GPU's memory).
+    ndarray of the shape of ``mem_total_mib``, int64
+        ``gpu_memory_mib`` everywhere when set, else ``floor(gpu_milli * mem_total_mib /
+        1000)`` (the pod's share of that GPU's memory).
 
     Notes
     -----
@@ -136,9 +140,9 @@ def gpu_memory_request_mib(
     at most the GPU's memory (a sum of floors never exceeds the floor of the sum). Rounding
     up refused a 400-milli pod beside a 600-milli one on a 16384 MiB GPU (9831 + 6554 MiB).
     """
-    if request.gpu_memory_mib is not None:
-        return np.full(mem_total_mib.shape, request.gpu_memory_mib, dtype=np.int64)
-    return (request.gpu_milli * mem_total_mib) // MILLI_PER_GPU
+    if gpu_memory_mib is not None:
+        return np.full(mem_total_mib.shape, gpu_memory_mib, dtype=np.int64)
+    return (gpu_milli * mem_total_mib) // MILLI_PER_GPU
 
 
 DEFAULT_QOS_POLICY = QosPolicy()
@@ -260,7 +264,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         mem_free = np.minimum(mem_free, mem_total - state.gpu_mem_nvml_used_mib[rows])
     free_milli = state.gpu_free_milli[rows]
     qos_pods = state.gpu_qos_pods[rows]
-    mem_req = gpu_memory_request_mib(request, mem_total)
+    mem_req = gpu_memory_request_mib(request.gpu_milli, request.gpu_memory_mib, mem_total)
     cpu_free = state.cpu_alloc_milli[rows] - state.cpu_used_milli[rows]
     mem_host_free = state.mem_alloc_mib[rows] - state.mem_used_mib[rows]
 

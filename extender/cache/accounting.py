@@ -36,7 +36,7 @@ import numpy as np
 from extender.cache.records import PodRecord, model_mask_of
 from extender.cache.tenancy import TenantLedger
 from podspec.pods import PodIntent
-from scoring.fit import share_room
+from scoring.fit import gpu_memory_request_mib, share_room
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.state import Allocation, ClusterState
 
@@ -175,11 +175,9 @@ def account(state: ClusterState, policy: QosPolicy, tenancy: TenantLedger, inten
     milli = intent.assigned_gpu_milli or intent.gpu_milli
     if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
         mem = intent.assigned_memory_mib
-    elif intent.gpu_memory_mib is not None:
-        mem = (intent.gpu_memory_mib,) * len(cols)
-    else:  # the recorded share of each GPU's memory (scoring.fit.gpu_memory_request_mib)
-        row = state.node_index[node]
-        mem = tuple(milli * int(state.gpu_mem_total_mib[row, c]) // MILLI_PER_GPU for c in cols)
+    else:  # what a pod of the recorded share takes of each GPU
+        totals = state.gpu_mem_total_mib[state.node_index[node], list(cols)]
+        mem = tuple(gpu_memory_request_mib(milli, intent.gpu_memory_mib, totals).tolist())
     verdict = tenancy.admission(intent, sum(dict(zip(cols, mem, strict=True)).values()),
                                 gpu_milli_total=milli * len(set(cols)))
     got = read_back(state, policy, intent, cols, milli, mem, model_mask_of(intent, state), verdict, qos)
