@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from podspec.pods import PodIntent
 from scoring.request import model_mask
 from scoring.scorer import Evaluation
@@ -59,6 +61,8 @@ class CandidateEvaluation:
     evaluation: Evaluation
     rejected: str | None = None
     """Why the pod's tenant may not place it (QoS ceiling, quota); None when admitted."""
+    names_array: np.ndarray | None = None
+    """``names`` as an object array, when the cache keeps one for this candidate list."""
 
 
 def is_pending(rec: PodRecord) -> bool:

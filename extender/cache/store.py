@@ -54,11 +54,15 @@ class _Candidates:
     pos: dict[str, int] | None = None
     known_array: np.ndarray | None = None
 
-    def passed(self, fits: np.ndarray) -> list[str]:
-        """The known names where ``fits`` (what filter answers in ``NodeNames``)."""
+    def names_array(self) -> np.ndarray:
+        """``known`` as an object array, built once per candidate list."""
         if self.known_array is None:
             self.known_array = np.asarray(self.known, dtype=object)
-        passed: list[str] = self.known_array[fits].tolist()
+        return self.known_array
+
+    def passed(self, fits: np.ndarray) -> list[str]:
+        """The known names where ``fits`` (what filter answers in ``NodeNames``)."""
+        passed: list[str] = self.names_array()[fits].tolist()
         return passed
 
     def positions(self, names: Sequence[str]) -> np.ndarray | None:
@@ -423,7 +427,7 @@ class GpuCache:
             # The memory a proportional request takes depends on the GPU: the quota check
             # here counts an explicit gpufrac.io/memory only, bind checks the exact amount.
             rejected = self._tenancy.admission(intent, intent.gpu_count * (intent.gpu_memory_mib or 0))
-            result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected)
+            result = CandidateEvaluation(cand.known, cand.unknown, ev, rejected, cand.names_array())
             self._memo = _Memo(self._generation, intent, cand, result)
             return result
 

@@ -27,7 +27,7 @@ NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen 
 
 
 def filter_result(evaluation: Evaluation, intent: PodIntent,
-                  names: Sequence[str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+                  names: Sequence[str] | np.ndarray) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """Split candidates into passed, ``FailedNodes`` and ``FailedAndUnresolvableNodes``.
 
     A message depends only on the reason and the pod, never on the node: kube-scheduler
@@ -41,8 +41,9 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     evaluation : Evaluation
     intent : PodIntent
         The pod, for the model names it asked for.
-    names : sequence of str
-        Candidate names aligned with the evaluation's rows.
+    names : sequence of str, or ndarray of shape (m,), object
+        Candidate names aligned with the evaluation's rows (the cache's object array of them
+        saves building one per call).
 
     Returns
     -------
@@ -54,7 +55,7 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     table = np.empty(len(Reason), dtype=object)  # messages of the reasons present only
     for code in np.unique(codes).tolist():
         table[code] = reason_message(Reason(code), ev.request, intent)
-    arr = np.asarray(names, dtype=object)
+    arr = names if isinstance(names, np.ndarray) else np.asarray(names, dtype=object)
     unres = np.isin(codes, UNRESOLVABLE)
     if ev.request.gpu_memory_mib is not None:
         # More memory than any GPU of the node has: no preemption can make room there.

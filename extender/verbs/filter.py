@@ -69,7 +69,8 @@ def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the ve
         unresolvable = dict.fromkeys([*ce.names, *ce.unknown], ce.rejected)
         unknown: list[str] = []
     else:
-        passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, ce.names)
+        names_or_array = ce.names if ce.names_array is None else ce.names_array
+        passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, names_or_array)
         unknown = ce.unknown
     failed.update(dict.fromkeys(unknown, outbound.NODE_UNKNOWN_MESSAGE))
     nodes: dict[str, Any] | None = None
