@@ -1,19 +1,22 @@
 """Pods/s through the real kube-scheduler: no extender, a no-op extender, and gpufrac.
 
 One control plane (``tests.harness.controlplane``: etcd, kube-apiserver, kube-scheduler built
-from Go modules), one run, three setups side by side for each cluster size:
+from Go modules), one run, four setups side by side for each cluster size:
 
 - ``no extender``: kube-scheduler with the project's profile and the ``extenders`` section
   removed;
 - ``no-op extender``: ``benchmarks.noop_extender`` (filter passes all, prioritize scores 0,
   no bind verb): the cost of the protocol on the same HTTP stack;
+- ``no-op binder``: the same with ``--bind``: it also answers ``bind`` with one Binding per
+  pod through the ``kubernetes`` client, the least any extender that binds can do (gpufrac
+  must bind: the Binding carries the allocation);
 - ``gpufrac``: cluster mode, filter + prioritize + bind (annotation patch and Binding).
 
 For each, ``--pods`` fractional pods (0.25 GPU, 100m CPU) are created while no scheduler
 runs, then kube-scheduler starts and a pod watch records when each pod is first seen bound.
 Throughput = (bound - 1) / (last bound - first bound), so kube-scheduler's start-up is not
-counted. Pods are force-deleted between setups. With ``--rounds N`` the three setups run N
-times in turn (no extender, no-op, gpufrac, no extender, ...), so a slow spell of the
+counted. Pods are force-deleted between setups. With ``--rounds N`` the setups run N
+times in turn (no extender, no-op, no-op binder, gpufrac, no extender, ...), so a slow spell of the
 machine falls on all of them; the JSON is written after every setup.
 
 Run: ``python -m benchmarks.bench_scheduler [--nodes 50,500] [--pods 1000] [--rounds 1]``
@@ -52,6 +55,7 @@ from tests.harness.controlplane import (
 )
 
 SCHEDULER = "gpufrac-scheduler"
+SETUPS = ("no extender", "no-op extender", "no-op binder", "gpufrac")
 
 
 def make_pod(name: str, group: str) -> client.V1Pod:
@@ -97,9 +101,10 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     port = free_port()
     if setup == "gpufrac":
         extender = cp.start_gpufrac(port, extra=["--inventory-stale-after-s", "3600", "--log-level", "warning"])
-    elif setup == "no-op extender":
+    elif setup in ("no-op extender", "no-op binder"):
+        bind = ["--bind", str(cp.admin_kubeconfig)] if setup == "no-op binder" else []
         extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks.noop_extender",
-                                                    str(port)], cp.workdir))
+                                                    str(port), *bind], cp.workdir))
         import httpx
 
         wait_until(lambda: httpx.get(f"http://{LOOPBACK}:{port}/healthz", timeout=2).status_code == 200,
@@ -142,12 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", default="50,500", help="cluster sizes, comma-separated")
     p.add_argument("--pods", default="1000", help="pods per setup: one count, or one per size")
-    p.add_argument("--rounds", type=int, default=1, help="times the three setups run in turn per size")
+    p.add_argument("--rounds", type=int, default=1, help="times the setups run in turn per size")
+    p.add_argument("--setups", default=",".join(SETUPS), help="which setups, comma-separated, in run order")
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/scheduler-throughput.json"))
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.nodes.split(",")]
+    setups = args.setups.split(",")
+    if unknown := set(setups) - set(SETUPS):
+        p.error(f"--setups: unknown {sorted(unknown)}; choose from {list(SETUPS)}")
     counts = [int(x) for x in args.pods.split(",")]
     if len(counts) not in (1, len(sizes)):
         p.error("--pods: one count, or one per size")
@@ -173,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                         api.patch_node(name, {"metadata": {"labels": {"gpufrac.io/bench": group}}})
                     list(pool.map(node, range(size)))
                 for round_ in range(args.rounds):
-                    for setup in ("no extender", "no-op extender", "gpufrac"):
+                    for setup in setups:
                         row = run_setup(cp, api, setup, group, pods_for[size], args.timeout_s, round_)
                         row["nodes"], row["round"] = size, round_
                         rows.append(row)

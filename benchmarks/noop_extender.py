@@ -4,17 +4,28 @@
 kube-scheduler binds by itself. Same stack as gpufrac (FastAPI, uvicorn, orjson), so the
 difference between this and gpufrac in ``bench_scheduler`` is gpufrac's own work.
 
-Run: ``python -m benchmarks.noop_extender PORT``
+With ``--bind KUBECONFIG`` it also answers ``bind``, the way any extender that binds must: one
+Binding per pod through the ``kubernetes`` client (as ``extender.cluster.KubeBinder``, without
+the allocation annotations, the choice of GPUs or a pod watch). ``bench_scheduler`` runs it as
+"no-op binder": the cost of the bind verb itself, which gpufrac's design (kube-scheduler calls
+the extender's bind, the extender writes the Binding with the allocation) cannot avoid.
+
+Run: ``python -m benchmarks.noop_extender PORT [--bind KUBECONFIG]``
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+from pathlib import Path
 from typing import Any
 
 import orjson
 import uvicorn
 from fastapi import FastAPI, Request, Response
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from podspec.kubeio import drain, kube_api
 
 app = FastAPI(title="no-op extender")
 
@@ -39,6 +50,23 @@ async def prioritize(request: Request) -> Response:
     return _json([{"Host": n, "Score": 0} for n in names])
 
 
+def add_bind(api: client.CoreV1Api) -> None:
+    """Add ``POST /bind``: one Binding per call (a plain ``def``, run in FastAPI's threads, as
+    gpufrac's bind)."""
+
+    @app.post("/bind")
+    def bind(body: dict[str, Any]) -> Response:
+        target = client.V1ObjectReference(api_version="v1", kind="Node", name=body["Node"])
+        binding = client.V1Binding(metadata=client.V1ObjectMeta(name=body["PodName"], uid=body["PodUID"]),
+                                   target=target)
+        try:
+            drain(api.create_namespaced_pod_binding(body["PodName"], body["PodNamespace"], binding,
+                                                    _preload_content=False))
+        except ApiException as exc:
+            return _json({"Error": f"{exc.status} {exc.reason}"})
+        return _json({"Error": ""})
+
+
 @app.get("/healthz")
 async def healthz() -> Response:
     """Up."""
@@ -46,4 +74,10 @@ async def healthz() -> Response:
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("port", type=int)
+    parser.add_argument("--bind", metavar="KUBECONFIG", help="answer bind too, writing Bindings with this kubeconfig")
+    opts = parser.parse_args()
+    if opts.bind:
+        add_bind(kube_api(Path(opts.bind)))
+    uvicorn.run(app, host="127.0.0.1", port=opts.port, log_level="warning", access_log=False)
