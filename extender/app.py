@@ -15,6 +15,7 @@ from extender.bodies import BodyLimitMiddleware, json_response
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.clusterfile import load_cluster_file
+from extender.fence import ClaimFence, default_instance_id
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
@@ -70,12 +71,16 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     if settings.mode == "cluster":
         if kube_api is None:
             raise ValueError("cluster mode needs a Kubernetes API client")
+        fence = (None if settings.fence_namespace is None else ClaimFence(
+            kube_api, settings.fence_namespace, settings.instance_id or default_instance_id(),
+            settings.claim_ttl_s))
+        kube_binder = KubeBinder(kube_api, cache, settings.assume_ttl_s, fence=fence)
         sync = ClusterSync(kube_api, cache, SyncOptions(
             inventory_stale_after_s=settings.inventory_stale_after_s,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
             scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods),
-            quarantine=quarantine)
-        binder: Binder = KubeBinder(kube_api, cache, settings.assume_ttl_s).bind
+            quarantine=quarantine, binder=kube_binder)
+        binder: Binder = kube_binder.bind
     else:
         binder = cache.bind
 

@@ -24,6 +24,7 @@ def _serve(args: argparse.Namespace) -> int:
         "replicas_per_gpu": args.replicas_per_gpu, "log_level": args.log_level,
         "inventory_stale_after_s": args.inventory_stale_after_s,
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
+        "fence_namespace": args.fence_namespace, "claim_ttl_s": args.claim_ttl_s,
         "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
         "tls_client_ca_file": args.tls_client_ca_file,
         "events_token": (args.events_token_file.read_text().strip() if args.events_token_file
@@ -109,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kubeconfig", type=Path, help="cluster mode; in-cluster config when absent")
     serve.add_argument("--inventory-stale-after-s", type=float)
     serve.add_argument("--assume-ttl-s", type=float)
+    serve.add_argument("--fence-namespace", help="cluster mode: fence binds with per-node claim ledgers "
+                       "in this namespace (needed for more than one replica)")
+    serve.add_argument("--claim-ttl-s", type=float, help="cluster mode, fenced: seconds a claim counts (60)")
     serve.add_argument("--log-level")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)

@@ -10,6 +10,9 @@ heartbeat went stale and frees assumed allocations that were never confirmed.
 re-checked under the cache lock), then create the Binding carrying the allocation record as
 annotations, which the API server writes onto the pod together with ``spec.nodeName``. If
 the call fails the assumed allocation is given back and the error goes to kube-scheduler.
+With a ``ClaimFence`` (``--fence-namespace``, for more than one replica) the allocation is
+first claimed on the node's ledger by compare-and-swap (``extender.fence``), and a claims
+watch counts other replicas' claims as they are written.
 
 Every object is handled as plain API JSON (``_preload_content=False``; watch events not
 deserialized, see ``raw_watch_target``): ``podspec`` parses it, as it parses the
@@ -28,12 +31,14 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from extender.cache import BindError, EventType, GpuCache
+from extender.cache import BindError, ClaimHold, EventType, GpuCache
+from extender.fence import CLAIMS_LABEL, ClaimFence, FenceConflict, Ledger
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.kubeio import drain, response_json
 from podspec.nodes import NodeObservation, node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent, quote
+from scoring.state import Allocation
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +117,10 @@ class ClusterSync:
 
     def __init__(self, api: client.CoreV1Api, cache: GpuCache, options: SyncOptions,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 quarantine: Quarantine | None = None) -> None:
+                 quarantine: Quarantine | None = None, binder: KubeBinder | None = None) -> None:
         self._api = api
         self._cache = cache
+        self._binder = binder if binder is not None and binder.fence is not None else None
         self.quarantine = quarantine if quarantine is not None else Quarantine()
         self._opts = options
         self._now = now
@@ -124,14 +130,19 @@ class ClusterSync:
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
         self.namespaces_synced = threading.Event()
+        self.claims_synced = threading.Event()
+        if self._binder is None:
+            self.claims_synced.set()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self._released = threading.Event()
 
     @property
     def synced(self) -> bool:
-        """True once Nodes, then Pods, and Namespaces have each been listed in full."""
-        return self.nodes_synced.is_set() and self.pods_synced.is_set() and self.namespaces_synced.is_set()
+        """True once Nodes, then Pods, and Namespaces (and, fenced, the claim ledgers) have
+        each been listed in full."""
+        return (self.nodes_synced.is_set() and self.pods_synced.is_set() and self.namespaces_synced.is_set()
+                and self.claims_synced.is_set())
 
     def start(self) -> None:
         """Start the node watch, the pod watch (after the first node list), the namespace
@@ -139,7 +150,8 @@ class ClusterSync:
         for target, name in ((self._run_nodes, "gpufrac-nodes"), (self._run_pods, "gpufrac-pods"),
                              (self._run_namespaces, "gpufrac-namespaces"),
                              (self._run_housekeeping, "gpufrac-housekeeping"),
-                             (self._run_requeue, "gpufrac-requeue")):
+                             (self._run_requeue, "gpufrac-requeue"),
+                             *(((self._run_claims, "gpufrac-claims"),) if self._binder is not None else ())):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -190,6 +202,33 @@ class ClusterSync:
             got = _namespace_labels(obj)
             if got is not None:
                 self._cache.upsert_namespace(got[0], None if kind == "DELETED" else got[1])
+
+    def _run_claims(self) -> None:
+        # Claims are folded into pods' records: list them after the pods.
+        while not self.pods_synced.wait(0.2):
+            if self._stop.is_set():
+                return
+        self._loop(self._list_and_watch_claims, "claim ledger")
+
+    def _list_and_watch_claims(self) -> None:
+        """Fold other instances' claims as they are written (``extender.fence``), so that
+        filter and prioritize already count them; a bind re-checks against the ledger."""
+        binder = self._binder
+        assert binder is not None and binder.fence is not None
+        fence = binder.fence
+
+        def listing(**kw: Any) -> Any:
+            return self._api.list_namespaced_config_map(fence.namespace, label_selector=f"{CLAIMS_LABEL}=true",
+                                                        **kw)
+
+        data = response_json(listing(_preload_content=False))
+        for obj in data.get("items", []):
+            if (ledger := fence.observe("ADDED", obj)) is not None:
+                binder.fold(ledger)
+        self.claims_synced.set()
+        for kind, obj in self._stream(listing, data["metadata"]["resourceVersion"]):
+            if (ledger := fence.observe(kind, obj)) is not None:
+                binder.fold(ledger)
 
     def _run_housekeeping(self) -> None:
         while not self._stop.wait(self._opts.housekeeping_s):
@@ -383,14 +422,19 @@ class KubeBinder:
         Passed to ``GpuCache.assume``.
     now : callable returning a timezone-aware datetime, optional
         For the ``gpufrac.io/assigned-at`` timestamp.
+    fence : ClaimFence, optional
+        Fence every bind with a claim on the node's ledger first (two writes per bind).
+        None: one write, safe only while one instance binds.
     """
 
     def __init__(self, api: client.CoreV1Api, cache: GpuCache, assume_ttl_s: float,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 fence: ClaimFence | None = None) -> None:
         self._api = api
         self._cache = cache
         self._ttl = assume_ttl_s
         self._now = now
+        self.fence = fence
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -423,11 +467,14 @@ class KubeBinder:
         with self._node_lock(node):
             # Choose and hold: serialized per node here and by the cache lock inside, so
             # of two binds racing for the last share exactly one gets it.
+            seen = self._fold_claims(node) if self.fence is not None else None
             rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
-        # The API call runs outside the node lock: the share is already held, and binds of
-        # other pods to the same node (best-fit sends many in a row) proceed in parallel.
-        alloc = rec.allocation
-        assert alloc is not None
+            alloc = rec.allocation
+            assert alloc is not None
+            if self.fence is not None and seen is not None:
+                self._commit_claim(seen, rec.intent, node, rec.gpu_uuids, alloc)
+        # The Binding runs outside the node lock: the share is already held (and claimed),
+        # and binds of other pods to the same node proceed in parallel.
         record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
                                                   alloc.gpu_memory_mib, self._now())
         try:
@@ -438,6 +485,77 @@ class KubeBinder:
             self._cache.forget(uid)
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
+
+    def _fold_claims(self, node: str) -> Ledger:
+        """Count every live claim of ``node``'s ledger in the cache; the ledger as folded.
+
+        Raises
+        ------
+        BindError
+            The ledger cannot be read, or a claimed pod is being bound by this instance
+            elsewhere (``ClaimHold.BUSY``).
+        """
+        fence = self.fence
+        assert fence is not None
+        try:
+            ledger = fence.view(node)
+        except ApiException as exc:
+            raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
+        self.fold(ledger, read_unknown=True)
+        return ledger
+
+    def fold(self, ledger: Ledger, read_unknown: bool = False) -> None:
+        """Hold in the cache every live claim of ``ledger`` made by another instance.
+
+        Parameters
+        ----------
+        ledger : Ledger
+        read_unknown : bool
+            Read a claimed pod the cache does not know from the API (the bind path, which
+            must count every claim); the claims watch leaves it to the pod watch.
+        """
+        fence = self.fence
+        assert fence is not None
+        now = fence.now_s()
+        for claim in ledger.live(now, fence.ttl_s):
+            if claim.owner == fence.identity:
+                continue  # our own: held by our assume, or given back when its Binding failed
+            args = (claim.uid, claim.node, claim.gpu_uuids, claim.gpu_milli, claim.gpu_memory_mib,
+                    fence.ttl_s - (now - claim.at_s))
+            held = self._cache.hold_claim(*args)
+            if not read_unknown:
+                continue
+            if held is ClaimHold.UNKNOWN:
+                # Not yet seen by the pod watch (or deleted): read it once.
+                try:
+                    self._ensure_known(claim.uid, claim.namespace, claim.name)
+                except BindError:
+                    continue  # deleted or recreated: the claim holds nothing
+                held = self._cache.hold_claim(*args)
+            if held is ClaimHold.BUSY:
+                # The same pod, bound by us elsewhere (or to other GPUs) while the other
+                # instance claimed it here: until one of the two binds settles we cannot
+                # tell what this node holds.
+                raise BindError(f"gpufrac: pod {claim.namespace}/{claim.name} is claimed on {claim.node} by "
+                                f"{claim.owner} while a bind of it by this instance is in flight; "
+                                "kube-scheduler retries")
+
+    def _commit_claim(self, seen: Ledger, intent: PodIntent, node: str, uuids: tuple[str, ...],
+                      alloc: Allocation) -> None:
+        """Write our claim if ``node``'s ledger is still ``seen``; else give the hold back."""
+        fence = self.fence
+        assert fence is not None
+        claim = fence.claim_of(intent.uid, intent.namespace, intent.name, node, uuids, alloc.gpu_milli,
+                               alloc.gpu_memory_mib)
+        try:
+            fence.commit(seen, claim)
+        except FenceConflict as exc:
+            self._cache.forget(intent.uid)
+            raise BindError(f"gpufrac: {exc}: another gpufrac instance bound there first; "
+                            "kube-scheduler retries the pod") from None
+        except ApiException as exc:
+            self._cache.forget(intent.uid)
+            raise BindError(f"gpufrac: writing the claim ledger of {node}: {exc.status} {exc.reason}") from None
 
     def _create_binding(self, uid: str, namespace: str, name: str, node: str,
                         annotations: Mapping[str, str]) -> None:

@@ -55,6 +55,17 @@ class Settings(BaseSettings):
     """Cluster mode: the kube-scheduler profile calling this extender (its pods are requeued)."""
     requeue_max_pods: int = Field(100, ge=0)
     """Cluster mode: pending GPU pods requeued when GPU share is freed (0: off)."""
+    fence_namespace: str | None = Field(None, min_length=1, max_length=63)
+    """Cluster mode: namespace of the per-node claim ledgers (``extender.fence``); set, every
+    bind first writes its claim there by compare-and-swap, so several replicas never commit
+    colliding allocations (deploy sets it to gpufrac's own namespace). Unset: no fence, for
+    one replica only."""
+    claim_ttl_s: float = Field(60.0, gt=0)
+    """Cluster mode, fenced: how long a claim counts, seconds (longer than a bind plus the
+    pod watch's lag)."""
+    instance_id: str | None = Field(None, min_length=1, max_length=253)
+    """Cluster mode, fenced: this replica's identity in its claims; ``<hostname>-<random>``
+    when unset."""
     tls_cert_file: Path | None = None
     """Serve HTTPS with this certificate (PEM); kube-scheduler's ``enableHTTPS`` and
     ``tlsConfig.caFile``/``insecure`` must match."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +18,15 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 class BindError(Exception):
     """Bind refused; the message goes to kube-scheduler in ``ExtenderBindingResult.Error``."""
+
+
+class ClaimHold(enum.Enum):
+    """What ``GpuCache.hold_claim`` made of another instance's claim."""
+
+    HELD = "held"
+    VOID = "void"
+    UNKNOWN = "unknown"
+    BUSY = "busy"
 
 
 @dataclass(frozen=True, slots=True)

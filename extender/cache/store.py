@@ -23,6 +23,7 @@ from extender.cache import accounting
 from extender.cache.records import (
     BindError,
     CandidateEvaluation,
+    ClaimHold,
     EventType,
     PodRecord,
     is_pending,
@@ -477,7 +478,15 @@ class GpuCache:
             if rec.allocation is not None:
                 if rec.allocation.node == node:
                     return rec
-                raise BindError(f"gpufrac: pod {namespace}/{name} already bound to {rec.allocation.node}")
+                if rec.assumed_until is None:
+                    raise BindError(f"gpufrac: pod {namespace}/{name} already bound to {rec.allocation.node}")
+                # Held but never confirmed elsewhere: another instance's claim whose Binding
+                # has not shown up (kube-scheduler would not bind a pod it saw bound). The
+                # API decides: a second Binding of one pod is refused there.
+                self._release(rec)
+                rec = PodRecord(replace(rec.intent, node_name="", assigned_gpus=()))
+                self._store(uid, rec)
+                self._generation += 1
             state = self._state
             if node not in state.node_index:
                 raise BindError(f"gpufrac: node {node!r} not in gpufrac's cache")
@@ -501,6 +510,54 @@ class GpuCache:
             bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids, until)
             self._store(uid, bound)
             return bound
+
+    def hold_claim(self, uid: str, node: str, gpu_uuids: tuple[str, ...], gpu_milli: int,
+                   gpu_memory_mib: tuple[int, ...], hold_s: float) -> ClaimHold:
+        """Count an allocation another gpufrac instance claimed (``extender.fence``).
+
+        The pod's record is held as if the pod were bound with that allocation record
+        (``accounting.account``: counted as recorded where gpufrac could have made it, else
+        as an over-commit), as assumed for ``hold_s`` seconds: the pod watch confirms it, or
+        it expires (the other instance's Binding never landed).
+
+        Parameters
+        ----------
+        uid : str
+            The pod.
+        node : str
+        gpu_uuids : tuple of str
+        gpu_milli : int
+            Share per GPU, milli-GPU.
+        gpu_memory_mib : tuple of int
+            Memory per GPU, MiB.
+        hold_s : float
+            Seconds the claim has left to live.
+
+        Returns
+        -------
+        ClaimHold
+            ``HELD``: counted now, or already with these GPUs. ``VOID``: nothing to count
+            (the pod is bound elsewhere per the pod watch, or the node is not in the cache).
+            ``UNKNOWN``: no event of the pod seen. ``BUSY``: this cache holds the pod
+            elsewhere, or on other GPUs, for a bind still in flight: the claim cannot be
+            counted until that bind is settled.
+        """
+        with self._lock:
+            rec = self._pods.get(uid)
+            if rec is None:
+                return ClaimHold.UNKNOWN
+            if rec.allocation is not None:
+                if rec.allocation.node == node and rec.gpu_uuids == gpu_uuids:
+                    return ClaimHold.HELD
+                return ClaimHold.VOID if rec.assumed_until is None else ClaimHold.BUSY
+            if node not in self._state.node_index:
+                return ClaimHold.VOID
+            intent = replace(rec.intent, node_name=node, assigned_gpus=gpu_uuids,
+                             assigned_gpu_milli=gpu_milli, assigned_memory_mib=gpu_memory_mib)
+            held = self._account(intent)
+            self._generation += 1
+            self._store(uid, replace(held, assumed_until=time.monotonic() + max(hold_s, 0.0)))
+            return ClaimHold.HELD
 
     def preempt(self, intent: PodIntent, nodes: Iterable[str],
                 budget: PreemptBudget | None = None) -> dict[str, list[str]]:

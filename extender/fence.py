@@ -1,0 +1,310 @@
+"""Fenced binds: a compare-and-swap on a per-node claim ledger before every Binding.
+
+With more than one gpufrac instance (``replicas: 2``, kube-scheduler's leader election),
+two instances may bind at once for a moment: the old leader has not yet noticed that it lost
+its Lease, or the new one decides from a cache that has not yet seen the old one's last
+binds. Leader election alone cannot prevent that (a paused process keeps believing it
+leads), so every bind is fenced by the API server's optimistic concurrency instead:
+
+1. Each node has a ledger, a ConfigMap ``gpufrac-claims-<node>`` in gpufrac's namespace
+   (label ``gpufrac.io/claims``), holding the claims of the last ``ttl_s`` seconds: pod UID,
+   node, GPU UUIDs, share and memory, who claimed and when.
+2. Before a bind, the instance folds every live claim of the node's ledger, as it last saw
+   the ledger (``resourceVersion`` r), into its cache (``GpuCache.hold_claim``), then
+   chooses the GPUs and holds them (``GpuCache.assume``), so the choice counts every
+   allocation claimed up to r.
+3. It writes the ledger with its claim added, on the precondition that the ledger is still
+   at r (``replace`` with ``metadata.resourceVersion``; ``create`` when there is none yet).
+   The API server answers 409 Conflict if any other write came in between: the bind is
+   refused (kube-scheduler retries the pod), the hold given back, and the ledger read again.
+4. Only after the claim is written does it create the Binding.
+
+Of two instances deciding from the same ledger version, at most one commits; the other
+was deciding without the first one's claim and is refused. An allocation committed by a
+claim is counted by every instance that commits later to the same node, whether or not its
+Binding has landed yet (or ever lands: a claim expires after ``ttl_s``, by then the pod
+watch shows the pod bound, or the bind failed). One extra write per bind, per node: binds to
+different nodes never contend.
+
+The ledger is in ``extender.cluster`` terms an API object like the others: plain JSON, read
+by ``ClaimFence.observe`` from a watch, never trusted beyond its shape (a malformed claim is
+skipped, and only gpufrac's service account can write gpufrac's namespace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from podspec.kubeio import response_json
+
+log = logging.getLogger(__name__)
+
+CLAIMS_LABEL = "gpufrac.io/claims"
+"""Label on every ledger ConfigMap (the claims watch selects on it)."""
+NODE_ANNOTATION = "gpufrac.io/node"
+"""The ledger's node, in full (the name may be shortened)."""
+DATA_KEY = "claims.json"
+MAX_CLAIMS = 512
+"""At most this many claims kept per ledger (the newest); a node holds far fewer pods."""
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class FenceConflict(Exception):
+    """The ledger moved since this instance read it: another bind to the node came first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One committed allocation, as written in a node's ledger.
+
+    Attributes
+    ----------
+    uid, namespace, name : str
+        The pod.
+    node : str
+    gpu_uuids : tuple of str
+    gpu_milli : int
+        Share per GPU, 1/1000 GPU.
+    gpu_memory_mib : tuple of int
+        Memory held on each GPU, MiB.
+    owner : str
+        Identity of the instance that claimed it.
+    at_s : float
+        Wall-clock time of the claim, seconds since the epoch.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu_uuids: tuple[str, ...]
+    gpu_milli: int
+    gpu_memory_mib: tuple[int, ...]
+    owner: str
+    at_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The claim as stored in the ledger."""
+        return {"uid": self.uid, "namespace": self.namespace, "name": self.name, "node": self.node,
+                "gpus": list(self.gpu_uuids), "milli": self.gpu_milli, "memoryMiB": list(self.gpu_memory_mib),
+                "owner": self.owner, "at": self.at_s}
+
+    @staticmethod
+    def from_json(obj: Any) -> Claim:
+        """Parse one stored claim.
+
+        Raises
+        ------
+        ValueError
+            When a field is missing or of the wrong type (the claim is skipped by the caller).
+        """
+        if not isinstance(obj, Mapping):
+            raise ValueError("claim is not an object")
+        try:
+            gpus = tuple(obj["gpus"])
+            mem = tuple(int(m) for m in obj["memoryMiB"])
+            claim = Claim(str(obj["uid"]), str(obj["namespace"]), str(obj["name"]), str(obj["node"]),
+                          gpus, int(obj["milli"]), mem, str(obj["owner"]), float(obj["at"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"bad claim: {exc}") from None
+        if not all(isinstance(g, str) for g in gpus) or len(mem) != len(gpus) or not 0 <= claim.gpu_milli <= 1000:
+            raise ValueError("bad claim: gpus, memoryMiB and milli disagree")
+        return claim
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """A node's ledger as last seen: its ``resourceVersion`` (None: not created yet) and claims."""
+
+    node: str
+    resource_version: str | None
+    claims: tuple[Claim, ...] = ()
+
+    def live(self, now_s: float, ttl_s: float) -> tuple[Claim, ...]:
+        """The claims younger than ``ttl_s`` at ``now_s`` (wall clock, seconds)."""
+        return tuple(c for c in self.claims if now_s - c.at_s < ttl_s)
+
+
+def default_instance_id() -> str:
+    """``<hostname>-<8 random hex digits>``: unique per process, readable in the ledgers."""
+    return f"{socket.gethostname()}-{secrets.token_hex(4)}"
+
+
+def ledger_name(node: str) -> str:
+    """The ConfigMap name of ``node``'s ledger: ``gpufrac-claims-<node>``, or a digest of the
+    node name when that would not be a valid name (too long, or not a DNS subdomain)."""
+    name = f"gpufrac-claims-{node}"
+    if len(name) <= 253 and _DNS_SUBDOMAIN.match(node):
+        return name
+    return f"gpufrac-claims-{hashlib.sha256(node.encode()).hexdigest()[:32]}"
+
+
+def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
+    """A ledger from its ConfigMap JSON; None when it names no node. Malformed claims are
+    skipped (logged), so one bad entry never hides the others."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    node = (meta.get("annotations") or {}).get(NODE_ANNOTATION)
+    if not isinstance(node, str) or not node:
+        return None
+    raw = (obj.get("data") or {}).get(DATA_KEY, "[]")
+    try:
+        items = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        log.warning("ledger of node %s: claims are not JSON; read as empty", node)
+        items = []
+    claims = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            claims.append(Claim.from_json(item))
+        except ValueError as exc:
+            log.warning("ledger of node %s: %s; skipped", node, exc)
+    rv = meta.get("resourceVersion")
+    return Ledger(node, rv if isinstance(rv, str) else None, tuple(claims))
+
+
+class ClaimFence:
+    """Per-node claim ledgers in the API, written by compare-and-swap.
+
+    Parameters
+    ----------
+    api : kubernetes.client.CoreV1Api
+    namespace : str
+        Where the ledgers live (gpufrac's own namespace).
+    identity : str
+        This instance, written into its claims.
+    ttl_s : float
+        How long a claim counts (seconds); longer than a bind plus the pod watch's lag.
+    clock : callable returning float, optional
+        Wall clock, seconds since the epoch (claims from other instances carry theirs).
+    """
+
+    def __init__(self, api: client.CoreV1Api, namespace: str, identity: str, ttl_s: float = 60.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._api = api
+        self.namespace = namespace
+        self.identity = identity
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._ledgers: dict[str, Ledger] = {}
+        self._lock = threading.Lock()
+
+    def now_s(self) -> float:
+        """The fence's wall clock, seconds since the epoch."""
+        return self._clock()
+
+    def view(self, node: str) -> Ledger:
+        """The node's ledger as last seen (read from the API when never seen)."""
+        with self._lock:
+            got = self._ledgers.get(node)
+        return got if got is not None else self.refresh(node)
+
+    def refresh(self, node: str) -> Ledger:
+        """Read the node's ledger from the API (after a conflict, or the first time)."""
+        try:
+            obj = response_json(self._api.read_namespaced_config_map(
+                ledger_name(node), self.namespace, _preload_content=False))
+            ledger = parse_ledger(obj) or Ledger(node, None)
+        except ApiException as exc:
+            if exc.status != HTTP_NOT_FOUND:
+                raise
+            ledger = Ledger(node, None)
+        return self._keep(ledger)
+
+    def observe(self, kind: str, obj: Mapping[str, Any]) -> Ledger | None:
+        """Apply a watch or list event of a ledger ConfigMap; the ledger it shows now."""
+        ledger = parse_ledger(obj)
+        if ledger is None:
+            return None
+        if kind == "DELETED":
+            ledger = Ledger(ledger.node, None)
+        return self._keep(ledger)
+
+    def _keep(self, ledger: Ledger) -> Ledger:
+        with self._lock:
+            old = self._ledgers.get(ledger.node)
+            # A watch event older than a write this instance made itself must not undo it.
+            if old is not None and _older(ledger.resource_version, old.resource_version):
+                return old
+            self._ledgers[ledger.node] = ledger
+            return ledger
+
+    def commit(self, seen: Ledger, claim: Claim) -> Ledger:
+        """Write ``claim`` into the node's ledger, if the ledger is still ``seen``.
+
+        Claims past ``ttl_s`` (and beyond ``MAX_CLAIMS``, the oldest), and this instance's
+        earlier claim of the same pod, are dropped in the same write.
+
+        Returns
+        -------
+        Ledger
+            The ledger as written.
+
+        Raises
+        ------
+        FenceConflict
+            The ledger changed since ``seen`` (409 Conflict, or it was created meanwhile);
+            nothing was written. The fence has read it again.
+        kubernetes.client.rest.ApiException
+            Any other API failure.
+        """
+        now = self.now_s()
+        # Another instance's claim of the same pod stays: when two schedulers bind one pod,
+        # the API decides which Binding lands, and until then both must count.
+        keep = [c for c in seen.live(now, self.ttl_s)
+                if (c.uid, c.owner) != (claim.uid, claim.owner)][-(MAX_CLAIMS - 1):]
+        claims = (*keep, claim)
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": ledger_name(claim.node), "namespace": self.namespace,
+                         "labels": {CLAIMS_LABEL: "true"}, "annotations": {NODE_ANNOTATION: claim.node}},
+            "data": {DATA_KEY: json.dumps([c.to_json() for c in claims], separators=(",", ":"))}}
+        try:
+            if seen.resource_version is None:
+                resp = self._api.create_namespaced_config_map(self.namespace, body, _preload_content=False)
+            else:
+                body["metadata"]["resourceVersion"] = seen.resource_version
+                resp = self._api.replace_namespaced_config_map(ledger_name(claim.node), self.namespace, body,
+                                                               _preload_content=False)
+        except ApiException as exc:
+            if exc.status == HTTP_CONFLICT:  # 409: replaced meanwhile, or created meanwhile
+                self.refresh(claim.node)
+                raise FenceConflict(f"node {claim.node}'s claim ledger moved past version "
+                                    f"{seen.resource_version or '(none)'}") from None
+            raise
+        written = parse_ledger(response_json(resp)) or Ledger(claim.node, None, claims)
+        return self._keep(written)
+
+    def claim_of(self, uid: str, namespace: str, name: str, node: str, gpu_uuids: Iterable[str],
+                 gpu_milli: int, gpu_memory_mib: Iterable[int]) -> Claim:
+        """This instance's claim of an allocation, stamped now."""
+        return Claim(uid, namespace, name, node, tuple(gpu_uuids), gpu_milli, tuple(gpu_memory_mib),
+                     self.identity, self.now_s())
+
+
+def _older(a: str | None, b: str | None) -> bool:
+    """True when resourceVersion ``a`` is known to be older than ``b``.
+
+    Resource versions are opaque by contract, but the API server's are etcd revisions,
+    which kube-apiserver itself compares as integers (``storage.APIObjectVersioner``); when
+    either is not an integer nothing is assumed.
+    """
+    if a is None or b is None or not a.isdigit() or not b.isdigit():
+        return False
+    return int(a) < int(b)

@@ -1,0 +1,238 @@
+"""Fenced binds (``extender.fence``) without a server: the claim ledger's compare-and-swap.
+
+The API is a fake that keeps ConfigMaps with resourceVersions and answers 409 as the API
+server does (``replace`` with a stale ``metadata.resourceVersion``, ``create`` of an
+existing name); ``tests/e2e/test_ha_e2e.py`` runs the same code against the real one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from extender.cache import BindError, GpuCache
+from extender.cluster import KubeBinder
+from extender.fence import CLAIMS_LABEL, Claim, ClaimFence, FenceConflict, Ledger, ledger_name, parse_ledger
+from extender.settings import scoring_config
+from podspec import annotations as ann
+from podspec.pods import pod_intent
+from scoring.scorer import build_scorer
+from tests.conftest import gpu_node, pod_json
+from tests.extender.helpers import FakeResponse
+
+
+class CasApi:
+    """ConfigMaps with compare-and-swap, pods for ``read_namespaced_pod``, Bindings recorded."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, dict[str, Any]] = {}
+        self.rv = 0
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.bindings: list[tuple[str, str]] = []
+
+    def _bump(self, body: dict[str, Any]) -> FakeResponse:
+        self.rv += 1
+        obj = json.loads(json.dumps(body))
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.maps[obj["metadata"]["name"]] = obj
+        return FakeResponse(obj)
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
+        if name not in self.maps:
+            raise ApiException(status=404, reason="Not Found")
+        return FakeResponse(self.maps[name])
+
+    def create_namespaced_config_map(self, namespace: str, body: dict[str, Any], **kw: Any) -> FakeResponse:
+        if body["metadata"]["name"] in self.maps:
+            raise ApiException(status=409, reason="AlreadyExists")
+        return self._bump(body)
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any],
+                                      **kw: Any) -> FakeResponse:
+        if name not in self.maps:
+            raise ApiException(status=404, reason="Not Found")
+        if body["metadata"].get("resourceVersion") != self.maps[name]["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        return self._bump(body)
+
+    def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
+        if name not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+        return FakeResponse(self.pods[name])
+
+    def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
+        self.bindings.append((name, body.target.name))
+        return FakeResponse()
+
+
+def claim(uid: str = "u1", at_s: float = 1000.0, owner: str = "a", node: str = "n1") -> Claim:
+    return Claim(uid, "default", uid, node, ("GPU-n1-0",), 600, (9830,), owner, at_s)
+
+
+# -- the ledger ----------------------------------------------------------------------------
+
+def test_ledger_name_is_the_node_name_when_valid_else_a_digest() -> None:
+    assert ledger_name("gpu-node-1") == "gpufrac-claims-gpu-node-1"
+    assert ledger_name("a" * 300).startswith("gpufrac-claims-") and len(ledger_name("a" * 300)) == 15 + 32
+    assert ledger_name("Bad_Name") != "gpufrac-claims-Bad_Name"
+
+
+def test_a_malformed_claim_is_skipped_and_the_others_kept() -> None:
+    good = claim().to_json()
+    obj = {"metadata": {"resourceVersion": "7", "annotations": {"gpufrac.io/node": "n1"}},
+           "data": {"claims.json": json.dumps([good, {"uid": "x"}, {**good, "uid": "u2", "milli": 5000},
+                                               {**good, "uid": "u3", "memoryMiB": []}])}}
+    ledger = parse_ledger(obj)
+    assert ledger is not None and ledger.resource_version == "7"
+    assert [c.uid for c in ledger.claims] == ["u1"]
+    assert parse_ledger({"metadata": {}}) is None  # names no node: not a ledger
+    garbage = {"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": {"claims.json": "{not json"}}
+    assert parse_ledger(garbage) == Ledger("n1", None, ())
+
+
+def test_commit_creates_then_swaps_and_refuses_a_stale_version() -> None:
+    api = CasApi()
+    fence = ClaimFence(api, "gpufrac", "a", ttl_s=60, clock=lambda: 1000.0)
+    first = fence.commit(fence.view("n1"), claim("u1"))
+    assert first.resource_version == "1" and [c.uid for c in first.claims] == ["u1"]
+    stored = api.maps["gpufrac-claims-n1"]
+    assert stored["metadata"]["labels"] == {CLAIMS_LABEL: "true"}
+    second = fence.commit(first, claim("u2"))
+    assert second.resource_version == "2" and [c.uid for c in second.claims] == ["u1", "u2"]
+    # Another writer saw version 1 too: its swap is refused, nothing written...
+    other = ClaimFence(api, "gpufrac", "b", ttl_s=60, clock=lambda: 1000.0)
+    with pytest.raises(FenceConflict, match="moved past version 1"):
+        other.commit(first, claim("u3", owner="b"))
+    assert api.rv == 2
+    # ... and it has read the ledger again, so its next try swaps from version 2.
+    assert other.view("n1").resource_version == "2"
+    # Two creators of a new ledger: the second gets 409 AlreadyExists, also a conflict.
+    with pytest.raises(FenceConflict, match=r"version \(none\)"):
+        other.commit(Ledger("n1", None), claim("u4", owner="b"))
+
+
+def test_commit_drops_expired_claims_and_a_previous_claim_of_the_same_pod() -> None:
+    api = CasApi()
+    now = [1000.0]
+    fence = ClaimFence(api, "gpufrac", "a", ttl_s=60, clock=lambda: now[0])
+    ledger = fence.commit(fence.view("n1"), claim("old", at_s=1000.0))
+    ledger = fence.commit(ledger, claim("u1", at_s=1000.0))
+    now[0] = 1070.0  # 70 s later: both past the 60 s TTL
+    ledger = fence.commit(ledger, claim("u1", at_s=1070.0))
+    assert [(c.uid, c.at_s) for c in ledger.claims] == [("u1", 1070.0)]
+
+
+# -- fenced binds --------------------------------------------------------------------------
+
+def replica(api: CasApi, identity: str) -> tuple[GpuCache, KubeBinder]:
+    """One gpufrac instance: its own cache (one 1-GPU node, pods a and b pending) and binder."""
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes([gpu_node("n1", 1)])
+    for name in ("a", "b"):
+        obj = pod_json(name, annotations={ann.FRACTION: "0.6"})
+        api.pods[name] = obj
+        cache.apply_pod_event("ADDED", pod_intent(obj))
+    fence = ClaimFence(api, "gpufrac", identity, ttl_s=60, clock=lambda: 1000.0)
+    return cache, KubeBinder(api, cache, 60, fence=fence)
+
+
+def test_split_brain_the_stale_instance_is_refused_by_the_fence() -> None:
+    # Two instances both believe they lead. B read n1's (empty) ledger before A's bind and
+    # its pod watch has not shown A's bind: B's cache says the GPU is free.
+    api = CasApi()
+    cache_a, a = replica(api, "a")
+    cache_b, b = replica(api, "b")
+    assert b.fence is not None
+    b.fence.view("n1")
+    a.bind("uid-a", "default", "a", "n1")
+    assert api.bindings == [("a", "n1")]
+    # 600 + 600 milli would over-commit the GPU: B's compare-and-swap fails, nothing bound.
+    with pytest.raises(BindError, match="another gpufrac instance bound there first"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert api.bindings == [("a", "n1")]
+    assert cache_b.summary()["gpu_allocated_milli"] == 0  # B's hold was given back
+    # kube-scheduler retries: B now folds A's claim and refuses by the fit itself.
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert api.bindings == [("a", "n1")]
+    assert cache_b.summary()["gpu_allocated_milli"] == 600  # a's share, held from the claim
+    assert cache_a.summary()["gpu_allocated_milli"] == 600
+
+
+def test_a_claim_of_a_pod_the_cache_has_not_seen_is_read_from_the_api() -> None:
+    api = CasApi()
+    _, a = replica(api, "a")
+    cache_b = GpuCache(build_scorer(scoring_config("default")))
+    cache_b.set_nodes([gpu_node("n1", 1)])
+    cache_b.apply_pod_event("ADDED", pod_intent(api.pods["b"]))  # B's watch has not shown pod a
+    b = KubeBinder(api, cache_b, 60, fence=ClaimFence(api, "gpufrac", "b", 60,
+                                                      clock=lambda: 1000.0))
+    a.bind("uid-a", "default", "a", "n1")
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert api.bindings == [("a", "n1")]
+
+
+def test_a_claim_whose_pod_is_gone_holds_nothing() -> None:
+    api = CasApi()
+    _, a = replica(api, "a")
+    cache_b, b = replica(api, "b")
+    a.bind("uid-a", "default", "a", "n1")
+    del api.pods["a"]  # deleted before B's pod watch saw it bound
+    cache_b.remove_pod("uid-a")
+    b.bind("uid-b", "default", "b", "n1")
+    assert api.bindings == [("a", "n1"), ("b", "n1")]
+
+
+def test_an_unconfirmed_foreign_claim_does_not_pin_the_pod_to_its_node() -> None:
+    # A claimed pod a on n1 but its Binding never landed; kube-scheduler (now with B) binds
+    # a to n2: B gives up the claim's hold and binds (the API refuses a second Binding of
+    # one pod, so this cannot double-place it).
+    api = CasApi()
+    _, a = replica(api, "a")
+    cache_b, b = replica(api, "b")
+    cache_b.set_nodes([gpu_node("n1", 1), gpu_node("n2", 1)])
+    assert a.fence is not None
+    a.fence.commit(a.fence.view("n1"), a.fence.claim_of("uid-a", "default", "a", "n1", ("GPU-n1-0",), 600,
+                                                      (9830,)))
+    assert b.fence is not None
+    b.fold(b.fence.view("n1"))
+    assert cache_b.summary()["gpu_allocated_milli"] == 600
+    b.bind("uid-a", "default", "a", "n2")
+    assert api.bindings == [("a", "n2")]
+    assert [x["node"] for x in cache_b.allocations()] == ["n2"]
+
+
+def test_another_instances_claim_of_the_same_pod_is_kept() -> None:
+    # Two schedulers bound one pod at once: the API keeps one Binding, and until the pod
+    # watch shows which, both claims must count. Only an instance's own earlier claim of
+    # the pod is replaced.
+    api = CasApi()
+    x = ClaimFence(api, "gpufrac", "x", ttl_s=60, clock=lambda: 1000.0)
+    y = ClaimFence(api, "gpufrac", "y", ttl_s=60, clock=lambda: 1000.0)
+    ledger = x.commit(x.view("n1"), claim("a", owner="x"))
+    ledger = y.commit(ledger, claim("a", owner="y"))
+    assert [(c.uid, c.owner) for c in ledger.claims] == [("a", "x"), ("a", "y")]
+    ledger = x.commit(ledger, claim("a", owner="x", at_s=1001.0))
+    assert [(c.uid, c.owner, c.at_s) for c in ledger.claims] == [("a", "y", 1000.0), ("a", "x", 1001.0)]
+
+
+def test_a_claim_of_a_pod_this_instance_binds_elsewhere_refuses_binds_to_its_node() -> None:
+    # B has a bind of pod a to n2 in flight when it learns that A claimed a on n1: until one
+    # of the two settles, what n1 holds is unknown, so B binds nothing there.
+    api = CasApi()
+    _, a = replica(api, "a")
+    cache_b, b = replica(api, "b")
+    cache_b.set_nodes([gpu_node("n1", 1), gpu_node("n2", 1)])
+    cache_b.assume("uid-a", "default", "a", "n2", hold_s=60)
+    a.bind("uid-a", "default", "a", "n1")
+    with pytest.raises(BindError, match="pod default/a is claimed on n1 by a while a bind of it by this instance"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert api.bindings == [("a", "n1")]
+    # B's bind of a fails (the API bound it to n1) and is given back: now the claim counts.
+    cache_b.forget("uid-a")
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        b.bind("uid-b", "default", "b", "n1")
