@@ -35,9 +35,13 @@ def test_kustomize_keeps_every_object_in_its_own_namespace(cluster: Cluster) -> 
     rendered = list(yaml.safe_load_all(cluster.cp.kubectl("kustomize", str(ROOT / "deploy" / "base")).stdout))
     where = {(d["kind"], d["metadata"]["name"]): d["metadata"].get("namespace") for d in rendered if d}
     assert where[("RoleBinding", "gpufrac-scheduler-authentication-reader")] == "kube-system"
+    # The claim ledgers' namespace holds only the extender's Role there (extender/fence.py).
+    assert where[("Role", "gpufrac-extender-claims")] == where[("RoleBinding", "gpufrac-extender-claims")] \
+        == "gpufrac-claims"
     namespaced = {k: ns for k, ns in where.items() if k[0] not in (
         "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding") and k[1] != "gpufrac-scheduler-authentication-reader"}
+        "ValidatingAdmissionPolicyBinding") and k[1] not in (
+        "gpufrac-scheduler-authentication-reader", "gpufrac-extender-claims")}
     assert set(namespaced.values()) == {"gpufrac-system"}, namespaced
     # and applied, kube-scheduler's account can really read that ConfigMap
     cluster.cp.kubectl("apply", "-f", str(ROOT / "deploy" / "base" / "namespace.yaml"))
@@ -63,6 +67,15 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
 
     for verb, resource in [("watch", "nodes"), ("list", "pods"), ("patch", "pods"), ("create", "pods/binding")]:
         assert can(verb, resource), (verb, resource)
+
+    def can_in(verb: str, resource: str, namespace: str) -> bool:
+        r = cluster.cp.kubectl("auth", "can-i", verb, resource, f"--as={sa}", "-n", namespace, check=False)
+        return r.stdout.strip() == "yes"
+
+    # The claim ledgers: written in gpufrac-claims only, never beside its own configuration.
+    assert all(can_in(v, "configmaps", "gpufrac-claims") for v in ("get", "list", "watch", "create", "update"))
+    assert not any(can_in(v, "configmaps", "gpufrac-system") for v in ("create", "update", "delete"))
+    assert not can_in("delete", "configmaps", "gpufrac-claims")
     # None of kube-scheduler's rights: gpufrac does not delete preemption victims.
     for verb, resource in [("delete", "nodes"), ("patch", "nodes"), ("get", "secrets"), ("create", "pods"),
                            ("delete", "pods"), ("update", "pods/status"), ("create", "events")]:
@@ -71,7 +84,8 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
     # And gpufrac really works as that identity: it syncs, and its bind goes through.
     kubeconfig = cluster.cp.user_kubeconfig(sa, ["system:serviceaccounts", "system:serviceaccounts:gpufrac-system"])
     port = free_port()
-    proc = cluster.cp.start_gpufrac(port, kubeconfig, extra=["--inventory-stale-after-s", "3600"],
+    proc = cluster.cp.start_gpufrac(port, kubeconfig, extra=["--inventory-stale-after-s", "3600",
+                                                              "--fence-namespace", "gpufrac-claims"],
                                     name="gpufrac-least-privilege")
     try:
         group = unique("rbac")
@@ -81,6 +95,9 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
         bind_directly(cluster, port, ns, "p", pod.metadata.uid, node)
         bound = cluster.api.read_namespaced_pod("p", ns)
         assert bound.spec.node_name == node and bound.metadata.annotations["gpufrac.io/assigned-gpus"]
+        # fenced, as deployed: the claim went into the node's ledger first
+        ledger = cluster.api.read_namespaced_config_map(f"gpufrac-claims-{node}", "gpufrac-claims")
+        assert pod.metadata.uid in ledger.data["claims.json"]
     finally:
         proc.stop()
 

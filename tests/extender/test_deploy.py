@@ -65,8 +65,9 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     # bound to gpufrac's own service account only; kube-scheduler's roles to kube-scheduler's
     subjects = {(b["roleRef"]["name"], s["name"]) for b in rbac if b["kind"].endswith("Binding")
                 for s in b["subjects"]}
-    assert {s for r, s in subjects if r == "gpufrac-extender"} == {"gpufrac-extender"}
-    assert {s for r, s in subjects if r != "gpufrac-extender"} == {"gpufrac-scheduler"}
+    extender_roles = {"gpufrac-extender", "gpufrac-extender-claims"}
+    assert {s for r, s in subjects if r in extender_roles} == {"gpufrac-extender"}
+    assert {s for r, s in subjects if r not in extender_roles} == {"gpufrac-scheduler"}
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     # extender/cluster.py: list/watch nodes and pods, read a pod at bind, create the Binding
     # (which carries the allocation annotations), patch pending pods' requeue annotation,
@@ -98,3 +99,28 @@ def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None
     gpufrac_commands = {c for c in commands if c.startswith("gpufrac")}
     assert gpufrac_commands == {"gpufrac", "gpufrac-agent"}
     assert gpufrac_commands <= scripts, scripts
+
+
+def test_replicas_are_fenced_and_their_grants_confined_to_the_claims_namespace() -> None:
+    # More than one replica of each: kube-scheduler elects a leader on its own Lease, and
+    # every gpufrac replica fences its binds in gpufrac-claims (extender/fence.py).
+    objs = {(d["kind"], d["metadata"]["name"]): d for d in docs("deployment.yaml")}
+    for name in ("gpufrac-scheduler", "gpufrac-extender"):
+        assert objs[("Deployment", name)]["spec"]["replicas"] >= 2
+        assert objs[("Deployment", name)]["spec"]["strategy"]["type"] == "RollingUpdate"
+    (gpufrac,) = objs[("Deployment", "gpufrac-extender")]["spec"]["template"]["spec"]["containers"]
+    assert "--fence-namespace=gpufrac-claims" in gpufrac["command"]
+    cfg = yaml.safe_load((ROOT / "scheduler-config.yaml").read_text())["leaderElection"]
+    assert cfg == {"leaderElect": True, "resourceNamespace": "gpufrac-system", "resourceName": "gpufrac-scheduler"}
+    rbac = docs("rbac.yaml")
+    roles = {d["metadata"]["name"]: d for d in rbac if d["kind"] == "Role"}
+    claims = roles["gpufrac-extender-claims"]
+    # extender/fence.py: read, list and watch the ledgers, create one, replace it by CAS.
+    assert claims["metadata"]["namespace"] == "gpufrac-claims"
+    assert {(r, v) for rule in claims["rules"] for r in rule["resources"] for v in rule["verbs"]} == {
+        ("configmaps", v) for v in ("get", "list", "watch", "create", "update")}
+    assert {d["metadata"]["name"] for d in docs("namespace.yaml")} == {"gpufrac-system", "gpufrac-claims"}
+    # kube-scheduler may update only its own Lease (system:kube-scheduler covers "kube-scheduler").
+    lease = roles["gpufrac-scheduler-leader-election"]
+    assert lease["metadata"]["namespace"] == cfg["resourceNamespace"]
+    assert [r.get("resourceNames") for r in lease["rules"] if "update" in r["verbs"]] == [[cfg["resourceName"]]]

@@ -400,7 +400,8 @@ class ControlPlane:
     def start_scheduler(self, extender_url: str | None, name: str = "kube-scheduler",
                         config: Path = ROOT / "scheduler-config.yaml",
                         kubeconfig_path: Path | None = None, qps: int = 0,
-                        drop_verbs: Iterable[str] = ()) -> Proc:
+                        drop_verbs: Iterable[str] = (), profile: str | None = None,
+                        leader_lease_s: float | None = None) -> Proc:
         """Start kube-scheduler with the project's config, only the extender URL rewritten.
 
         Parameters
@@ -412,8 +413,25 @@ class ControlPlane:
             When > 0, raises ``clientConnection.qps``/``burst`` (throughput runs).
         drop_verbs : iterable of str
             Extender config keys to remove (``bindVerb`` for an extender that does not bind).
+        profile : str, optional
+            Another ``schedulerName`` for the profile (a second scheduler beside the
+            session's, for its own pods).
+        leader_lease_s : float, optional
+            Run with leader election on (Lease ``kube-system/<profile>``) with this lease
+            duration; renew deadline 3/4 of it, retry period 1/4. Off otherwise (the
+            project's config has it on, for deploy's replicas).
         """
         cfg = yaml.safe_load(config.read_text())
+        # One scheduler per profile in tests unless asked: no Lease to wait for between runs.
+        cfg["leaderElection"] = {"leaderElect": False}
+        if profile is not None:
+            cfg["profiles"][0]["schedulerName"] = profile
+        if leader_lease_s is not None:
+            cfg["leaderElection"] = {
+                "leaderElect": True, "resourceNamespace": "kube-system",
+                "resourceName": profile or cfg["profiles"][0]["schedulerName"],
+                "leaseDuration": f"{leader_lease_s}s", "renewDeadline": f"{0.75 * leader_lease_s}s",
+                "retryPeriod": f"{0.25 * leader_lease_s}s"}
         if extender_url is None:
             cfg.pop("extenders", None)
         else:
