@@ -1,7 +1,7 @@
 """Pods/s through the real kube-scheduler: no extender, a no-op extender, and gpufrac.
 
 One control plane (``tests.harness.controlplane``: etcd, kube-apiserver, kube-scheduler built
-from Go modules), one run, four setups side by side for each cluster size:
+from Go modules), one run, five setups side by side for each cluster size:
 
 - ``no extender``: kube-scheduler with the project's profile and the ``extenders`` section
   removed;
@@ -10,13 +10,15 @@ from Go modules), one run, four setups side by side for each cluster size:
 - ``no-op binder``: the same with ``--bind``: it also answers ``bind`` with one Binding per
   pod through the ``kubernetes`` client, the least any extender that binds can do (gpufrac
   must bind: the Binding carries the allocation);
-- ``gpufrac``: cluster mode, filter + prioritize + bind (annotation patch and Binding).
+- ``gpufrac``: cluster mode, filter + prioritize + bind (one Binding carrying the allocation);
+- ``gpufrac fenced``: the same with ``--fence-namespace`` (as deploy runs its replicas): each
+  bind first writes its claim to the node's ledger by compare-and-swap, a second write.
 
 For each, ``--pods`` fractional pods (0.25 GPU, 100m CPU) are created while no scheduler
 runs, then kube-scheduler starts and a pod watch records when each pod is first seen bound.
 Throughput = (bound - 1) / (last bound - first bound), so kube-scheduler's start-up is not
 counted. Pods are force-deleted between setups. With ``--rounds N`` the setups run N
-times in turn (no extender, no-op, no-op binder, gpufrac, no extender, ...), so a slow spell of the
+times in turn (no extender, no-op, no-op binder, gpufrac, gpufrac fenced, no extender, ...), so a slow spell of the
 machine falls on all of them; the JSON is written after every setup.
 
 Run: ``python -m benchmarks.bench_scheduler [--nodes 50,500] [--pods 1000] [--rounds 1]``
@@ -55,7 +57,7 @@ from tests.harness.controlplane import (
 )
 
 SCHEDULER = "gpufrac-scheduler"
-SETUPS = ("no extender", "no-op extender", "no-op binder", "gpufrac")
+SETUPS = ("no extender", "no-op extender", "no-op binder", "gpufrac", "gpufrac fenced")
 
 
 def make_pod(name: str, group: str) -> client.V1Pod:
@@ -99,8 +101,10 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     extender = None
     port = free_port()
-    if setup == "gpufrac":
-        extender = cp.start_gpufrac(port, extra=["--inventory-stale-after-s", "3600", "--log-level", "warning"])
+    if setup in ("gpufrac", "gpufrac fenced"):
+        fence = ["--fence-namespace", ns] if setup == "gpufrac fenced" else []
+        extender = cp.start_gpufrac(port, extra=["--inventory-stale-after-s", "3600", "--log-level", "warning",
+                                                 *fence])
     elif setup in ("no-op extender", "no-op binder"):
         bind = ["--bind", str(cp.admin_kubeconfig)] if setup == "no-op binder" else []
         extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks.noop_extender",
