@@ -31,7 +31,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from extender.cache import BindError, ClaimHold, EventType, GpuCache
+from extender.cache import BindError, ClaimedAllocation, EventType, GpuCache
 from extender.fence import CLAIMS_LABEL, ClaimFence, FenceConflict, Ledger
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
@@ -467,8 +467,8 @@ class KubeBinder:
         with self._node_lock(node):
             # Choose and hold: serialized per node here and by the cache lock inside, so
             # of two binds racing for the last share exactly one gets it.
-            seen = self._fold_claims(node) if self.fence is not None else None
-            rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
+            seen, claims = self._live_claims(node) if self.fence is not None else (None, [])
+            rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl, claims=claims)
             alloc = rec.allocation
             assert alloc is not None
             if self.fence is not None and seen is not None:
@@ -480,20 +480,21 @@ class KubeBinder:
         try:
             self._create_binding(uid, namespace, name, node, record)
         except ApiException as exc:
-            if exc.status == HTTP_CONFLICT and self._bound_to(namespace, name) == node:
-                return  # a retried bind whose first attempt went through
+            if exc.status == HTTP_CONFLICT and self._bound_there(uid, namespace, name, node):
+                return  # a retried bind whose first attempt went through, or another instance's
             self._cache.forget(uid)
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
 
-    def _fold_claims(self, node: str) -> Ledger:
-        """Count every live claim of ``node``'s ledger in the cache; the ledger as folded.
+    def _live_claims(self, node: str) -> tuple[Ledger, list[ClaimedAllocation]]:
+        """``node``'s ledger as last seen, and its live claims by other instances, for
+        ``GpuCache.assume`` to count under its lock. A claimed pod the cache has not seen
+        is read from the API first (a deleted or recreated one holds nothing).
 
         Raises
         ------
         BindError
-            The ledger cannot be read, or a claimed pod is being bound by this instance
-            elsewhere (``ClaimHold.BUSY``).
+            The ledger cannot be read.
         """
         fence = self.fence
         assert fence is not None
@@ -501,44 +502,30 @@ class KubeBinder:
             ledger = fence.view(node)
         except ApiException as exc:
             raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
-        self.fold(ledger, read_unknown=True)
-        return ledger
+        claims = self._claimed(ledger)
+        for c in claims:
+            if not self._cache.knows_pod(c.uid):
+                try:
+                    self._ensure_known(c.uid, c.namespace, c.name)
+                except BindError:
+                    pass  # deleted or recreated: counted as nothing (ClaimHold.UNKNOWN)
+        return ledger, claims
 
-    def fold(self, ledger: Ledger, read_unknown: bool = False) -> None:
-        """Hold in the cache every live claim of ``ledger`` made by another instance.
-
-        Parameters
-        ----------
-        ledger : Ledger
-        read_unknown : bool
-            Read a claimed pod the cache does not know from the API (the bind path, which
-            must count every claim); the claims watch leaves it to the pod watch.
-        """
+    def _claimed(self, ledger: Ledger) -> list[ClaimedAllocation]:
+        """The live claims of ``ledger`` made by other instances (ours are held by our own
+        assume, or were given back when their Binding failed)."""
         fence = self.fence
         assert fence is not None
         now = fence.now_s()
-        for claim in ledger.live(now, fence.ttl_s):
-            if claim.owner == fence.identity:
-                continue  # our own: held by our assume, or given back when its Binding failed
-            args = (claim.uid, claim.node, claim.gpu_uuids, claim.gpu_milli, claim.gpu_memory_mib,
-                    fence.ttl_s - (now - claim.at_s))
-            held = self._cache.hold_claim(*args)
-            if not read_unknown:
-                continue
-            if held is ClaimHold.UNKNOWN:
-                # Not yet seen by the pod watch (or deleted): read it once.
-                try:
-                    self._ensure_known(claim.uid, claim.namespace, claim.name)
-                except BindError:
-                    continue  # deleted or recreated: the claim holds nothing
-                held = self._cache.hold_claim(*args)
-            if held is ClaimHold.BUSY:
-                # The same pod, bound by us elsewhere (or to other GPUs) while the other
-                # instance claimed it here: until one of the two binds settles we cannot
-                # tell what this node holds.
-                raise BindError(f"gpufrac: pod {claim.namespace}/{claim.name} is claimed on {claim.node} by "
-                                f"{claim.owner} while a bind of it by this instance is in flight; "
-                                "kube-scheduler retries")
+        return [ClaimedAllocation(c.uid, c.namespace, c.name, c.node, c.gpu_uuids, c.gpu_milli, c.gpu_memory_mib,
+                                  c.owner, fence.ttl_s - (now - c.at_s))
+                for c in ledger.live(now, fence.ttl_s) if c.owner != fence.identity]
+
+    def fold(self, ledger: Ledger) -> None:
+        """Count other instances' live claims of ``ledger`` in the cache now (the claims
+        watch), so that filter and prioritize see them before any bind re-counts them."""
+        for c in self._claimed(ledger):
+            self._cache.hold_claim(c)
 
     def _commit_claim(self, seen: Ledger, intent: PodIntent, node: str, uuids: tuple[str, ...],
                       alloc: Allocation) -> None:
@@ -572,9 +559,16 @@ class KubeBinder:
         # V1Binding and reject.
         drain(self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
 
-    def _bound_to(self, namespace: str, name: str) -> str:
+    def _bound_there(self, uid: str, namespace: str, name: str, node: str) -> bool:
+        """After a 409: True when the pod is bound to ``node`` already. The cache then counts
+        the allocation record the pod carries (another instance's Binding of the same pod
+        may have landed first, on other GPUs)."""
         try:
-            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
-        except ApiException:
-            return ""
-        return str((obj.get("spec") or {}).get("nodeName") or "")
+            intent = pod_intent(response_json(self._api.read_namespaced_pod(name, namespace,
+                                                                            _preload_content=False)))
+        except (ApiException, ValueError):
+            return False
+        if intent.uid != uid or intent.node_name != node:
+            return False
+        self._cache.apply_pod_event("MODIFIED", intent)
+        return True

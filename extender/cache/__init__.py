@@ -11,8 +11,15 @@ One module per responsibility:
 - ``records``: ``PodRecord`` and the facts about a record they all need.
 """
 
-from extender.cache.records import BindError, CandidateEvaluation, ClaimHold, EventType, PodRecord
+from extender.cache.records import (
+    BindError,
+    CandidateEvaluation,
+    ClaimedAllocation,
+    ClaimHold,
+    EventType,
+    PodRecord,
+)
 from extender.cache.store import GpuCache
 from extender.cache.victims import PreemptBudget
 
-__all__ = ["BindError", "CandidateEvaluation", "ClaimHold", "EventType", "GpuCache", "PodRecord", "PreemptBudget"]
+__all__ = ["BindError", "CandidateEvaluation", "ClaimHold", "ClaimedAllocation", "EventType", "GpuCache", "PodRecord", "PreemptBudget"]

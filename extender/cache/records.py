@@ -20,6 +20,37 @@ class BindError(Exception):
     """Bind refused; the message goes to kube-scheduler in ``ExtenderBindingResult.Error``."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedAllocation:
+    """Another gpufrac instance's claim (``extender.fence.Claim``), as the cache counts it.
+
+    Attributes
+    ----------
+    uid, namespace, name : str
+        The pod.
+    node : str
+    gpu_uuids : tuple of str
+    gpu_milli : int
+        Share per GPU, milli-GPU.
+    gpu_memory_mib : tuple of int
+        Memory per GPU, MiB.
+    owner : str
+        The instance that claimed it (for messages).
+    hold_s : float
+        Seconds the claim has left to live.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu_uuids: tuple[str, ...]
+    gpu_milli: int
+    gpu_memory_mib: tuple[int, ...]
+    owner: str
+    hold_s: float
+
+
 class ClaimHold(enum.Enum):
     """What ``GpuCache.hold_claim`` made of another instance's claim."""
 

@@ -23,6 +23,7 @@ from extender.cache import accounting
 from extender.cache.records import (
     BindError,
     CandidateEvaluation,
+    ClaimedAllocation,
     ClaimHold,
     EventType,
     PodRecord,
@@ -286,7 +287,7 @@ class GpuCache:
             if event == "DELETED" or intent.finished:
                 return self.remove_pod(intent.uid)
             if old is not None and old.allocation is not None:
-                if old.allocation.node == intent.node_name:
+                if old.allocation.node == intent.node_name and intent.assigned_gpus == old.gpu_uuids:
                     # Bound where we hold its allocation: confirmed (an assumed one stops expiring).
                     self._store(intent.uid, replace(old, intent=intent, assumed_until=None))
                     return False
@@ -295,7 +296,9 @@ class GpuCache:
                     self._store(intent.uid, replace(old, intent=replace(
                         intent, assigned_gpus=old.gpu_uuids)))
                     return False
-                self._release(old)  # bound elsewhere than we assumed: the API is the truth
+                # Bound elsewhere than we hold it, or there on other GPUs (another instance's
+                # Binding of the same pod landed first): the API is the truth.
+                self._release(old)
             rec = PodRecord(intent)
             if intent.node_name and intent.node_name in self._state.node_index:
                 rec = self._account(intent)
@@ -359,7 +362,8 @@ class GpuCache:
             other = self._pods[uid]
             if other.allocation is not None and other.allocation.node == node:
                 self._hold_record(other, sign=-1)
-                self._put(uid, self._account(other.intent))
+                # A claim held as assumed stays assumed: it still expires unless confirmed.
+                self._put(uid, replace(self._account(other.intent), assumed_until=other.assumed_until))
 
     def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
         """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
@@ -443,7 +447,7 @@ class GpuCache:
         return self.assume(uid, namespace, name, node, hold_s=None)
 
     def assume(self, uid: str, namespace: str, name: str, node: str,
-               hold_s: float | None) -> PodRecord:
+               hold_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
         """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically.
 
         Everything happens under the cache lock, so of two binds racing for the last share
@@ -458,6 +462,10 @@ class GpuCache:
             Cluster mode: seconds the allocation stays assumed before ``expire_assumed``
             frees it, unless the pod watch confirms the pod bound to ``node`` first. None:
             recorded as confirmed (standalone mode).
+        claims : iterable of ClaimedAllocation
+            Fenced binds: other instances' live claims on ``node`` (its ledger as last
+            seen), counted first under the same lock (``hold_claim``), so that nothing frees
+            one of them between counting it and choosing the GPUs.
 
         Returns
         -------
@@ -467,9 +475,17 @@ class GpuCache:
         Raises
         ------
         BindError
-            If the pod or node is unknown, the pod is bound elsewhere, or it no longer fits.
+            If the pod or node is unknown, the pod is bound elsewhere, it no longer fits, or
+            a claim cannot be counted (``ClaimHold.BUSY``).
         """
         with self._lock:
+            for c in claims:
+                if self._hold_claim(c) is ClaimHold.BUSY:
+                    # The same pod, bound by us elsewhere (or to other GPUs) while the other
+                    # instance claimed it here: until one of the two binds settles we
+                    # cannot tell what this node holds.
+                    raise BindError(f"gpufrac: pod {c.namespace}/{c.name} is claimed on {c.node} by {c.owner} "
+                                    "while a bind of it by this instance is in flight; kube-scheduler retries")
             rec = self._pods.get(uid)
             if rec is None:
                 raise BindError(f"gpufrac: pod {namespace}/{name} (uid {uid}) unknown: no pod event seen")
@@ -511,27 +527,13 @@ class GpuCache:
             self._store(uid, bound)
             return bound
 
-    def hold_claim(self, uid: str, node: str, gpu_uuids: tuple[str, ...], gpu_milli: int,
-                   gpu_memory_mib: tuple[int, ...], hold_s: float) -> ClaimHold:
+    def hold_claim(self, claim: ClaimedAllocation) -> ClaimHold:
         """Count an allocation another gpufrac instance claimed (``extender.fence``).
 
         The pod's record is held as if the pod were bound with that allocation record
         (``accounting.account``: counted as recorded where gpufrac could have made it, else
-        as an over-commit), as assumed for ``hold_s`` seconds: the pod watch confirms it, or
-        it expires (the other instance's Binding never landed).
-
-        Parameters
-        ----------
-        uid : str
-            The pod.
-        node : str
-        gpu_uuids : tuple of str
-        gpu_milli : int
-            Share per GPU, milli-GPU.
-        gpu_memory_mib : tuple of int
-            Memory per GPU, MiB.
-        hold_s : float
-            Seconds the claim has left to live.
+        as an over-commit), as assumed for ``claim.hold_s`` seconds: the pod watch confirms
+        it, or it expires (the other instance's Binding never landed).
 
         Returns
         -------
@@ -543,21 +545,42 @@ class GpuCache:
             counted until that bind is settled.
         """
         with self._lock:
-            rec = self._pods.get(uid)
-            if rec is None:
-                return ClaimHold.UNKNOWN
-            if rec.allocation is not None:
-                if rec.allocation.node == node and rec.gpu_uuids == gpu_uuids:
-                    return ClaimHold.HELD
+            return self._hold_claim(claim)
+
+    def _hold_claim(self, claim: ClaimedAllocation) -> ClaimHold:
+        rec = self._pods.get(claim.uid)
+        if rec is None:
+            return ClaimHold.UNKNOWN
+        if rec.allocation is not None:
+            if rec.allocation.node != claim.node or rec.gpu_uuids != claim.gpu_uuids:
                 return ClaimHold.VOID if rec.assumed_until is None else ClaimHold.BUSY
-            if node not in self._state.node_index:
-                return ClaimHold.VOID
-            intent = replace(rec.intent, node_name=node, assigned_gpus=gpu_uuids,
-                             assigned_gpu_milli=gpu_milli, assigned_memory_mib=gpu_memory_mib)
-            held = self._account(intent)
-            self._generation += 1
-            self._store(uid, replace(held, assumed_until=time.monotonic() + max(hold_s, 0.0)))
-            return ClaimHold.HELD
+            if not rec.overcommit:
+                return ClaimHold.HELD
+        if claim.node not in self._state.node_index:
+            return ClaimHold.VOID
+        cols = accounting.cols_for_uuids(self._state, claim.node, claim.gpu_uuids)
+        if cols is None or len(cols) != len(claim.gpu_memory_mib) or len(set(cols)) != len(cols):
+            return ClaimHold.VOID
+        if rec.allocation is not None:
+            # Read back as an over-commit (counted only up to what looked free) while the
+            # claim says it was committed in full: count it in full, confirmed or not as
+            # it was.
+            self._release(rec)
+            deadline = rec.assumed_until
+        else:
+            deadline = time.monotonic() + max(claim.hold_s, 0.0)
+        intent = replace(rec.intent, node_name=claim.node, assigned_gpus=claim.gpu_uuids,
+                         assigned_gpu_milli=claim.gpu_milli, assigned_memory_mib=claim.gpu_memory_mib)
+        # In full, as the claimant holds it (its assume built the same Allocation): a claim
+        # is gpufrac's own record, written by compare-and-swap in gpufrac's namespace, not a
+        # pod annotation anyone could forge, and counting it short is what over-commits.
+        request = inbound.pod_request(intent, self._state)
+        alloc = Allocation(claim.node, cols, claim.gpu_milli if cols else 0, claim.gpu_memory_mib, request.qos,
+                           request.cpu_milli, request.memory_mib, model_mask(request.allowed_models))
+        self._hold(intent, alloc)
+        self._generation += 1
+        self._store(claim.uid, PodRecord(intent, alloc, claim.gpu_uuids, deadline))
+        return ClaimHold.HELD
 
     def preempt(self, intent: PodIntent, nodes: Iterable[str],
                 budget: PreemptBudget | None = None) -> dict[str, list[str]]:

@@ -192,7 +192,29 @@ def test_two_schedulers_both_leading_for_good_never_overcommit(cluster: Cluster)
         for gpufrac, sched in pairs:
             sched.stop()
             gpufrac.stop()
-    assert check_invariants(cl.api) == []
+    violations = check_invariants(cl.api)
+    assert violations == [], "\n".join([*violations, *ledger_report(cl, ns, fence_ns, violations)])
     logs = "".join(sched.log.read_text(errors="replace") for _, sched in pairs)
     print(f"\nboth leading: {logs.count('another gpufrac instance bound there first')} binds refused by the "
           f"fence, {logs.count('is claimed on')} while the same pod's other bind was in flight")
+
+
+def ledger_report(cl: Cluster, ns: str, fence_ns: str, violations: list[str]) -> list[str]:
+    """For a failure message: the pods on each over-committed GPU and its node's claims."""
+    lines = []
+    pods = cl.api.list_namespaced_pod(ns).items
+    for v in violations:
+        words = v.split()
+        if len(words) < 4 or words[0] != "GPU":
+            continue
+        uuid, node = words[1], words[3].rstrip(":")
+        for p in pods:
+            a = p.metadata.annotations or {}
+            if uuid in a.get("gpufrac.io/assigned-gpus", ""):
+                lines.append(f"  pod {p.metadata.name} uid {p.metadata.uid} at {a.get('gpufrac.io/assigned-at')}")
+        try:
+            ledger = cl.api.read_namespaced_config_map(f"gpufrac-claims-{node}", fence_ns)
+            lines.append(f"  ledger {node} rv {ledger.metadata.resource_version}: {ledger.data}")
+        except Exception as exc:  # noqa: BLE001 - a report, best effort
+            lines.append(f"  ledger {node}: {exc}")
+    return lines

@@ -225,9 +225,11 @@ def test_allocation_annotations_round_trip() -> None:
 class FakeApi:
     """Records Binding calls; ``fail`` is the ApiException status the Binding raises."""
 
-    def __init__(self, fail: int | None = None, bound_to: str = "") -> None:
+    def __init__(self, fail: int | None = None, bound_to: str = "",
+                 annotations: dict[str, str] | None = None) -> None:
         self.fail = fail
         self.bound_to = bound_to
+        self.annotations = annotations
         self.bindings: list[tuple[str, dict[str, str]]] = []
 
     def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
@@ -237,7 +239,9 @@ class FakeApi:
         return FakeResponse()
 
     def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
-        return FakeResponse({"metadata": {"name": name}, "spec": {"nodeName": self.bound_to}})
+        """The pod as the API has it: bound to ``bound_to`` with ``annotations``."""
+        return FakeResponse(pod_json(name, uid=f"uid-{name}", node=self.bound_to or None,
+                                     annotations={ann.FRACTION: "0.5", **(self.annotations or {})}))
 
 
 def test_bind_writes_the_allocation_record_with_the_binding() -> None:
@@ -266,12 +270,36 @@ def test_binding_failure_gives_the_share_back() -> None:
 def test_retried_bind_that_already_went_through_is_a_success() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")
+    first = FakeApi()
+    KubeBinder(first, c, 60).bind("uid-a", "default", "a", "n1")
     # kube-scheduler timed out and retries: the API says the pod is already bound (409).
-    KubeBinder(FakeApi(fail=409, bound_to="n1"), c, 60).bind("uid-a", "default", "a", "n1")
+    KubeBinder(FakeApi(fail=409, bound_to="n1", annotations=first.bindings[0][1]), c, 60).bind(
+        "uid-a", "default", "a", "n1")
     assert c.summary()["gpu_allocated_milli"] == 500
     with pytest.raises(BindError, match="409"):
         KubeBinder(FakeApi(fail=409, bound_to="n2"), c, 60).bind("uid-a", "default", "a", "n1")
+
+
+def test_a_409_because_another_instance_bound_the_pod_there_counts_its_gpus() -> None:
+    # Two schedulers bound one pod to the same node; the other instance's Binding (GPU 1)
+    # landed first. Ours (GPU 0) gets 409: a success for kube-scheduler, and the cache
+    # counts what the pod really holds, not what we chose.
+    c = cache_with(gpu_node("n1", 2))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    theirs = allocation_annotations(["GPU-n1-1"], 500, [8192], NOW)
+    KubeBinder(FakeApi(fail=409, bound_to="n1", annotations=theirs), c, 60).bind("uid-a", "default", "a", "n1")
+    (alloc,) = c.allocations()
+    assert alloc["gpu_uuids"] == ["GPU-n1-1"]
+
+
+def test_the_watch_corrects_an_assumed_allocation_when_the_pod_is_bound_on_other_gpus() -> None:
+    c = cache_with(gpu_node("n1", 2))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    assert c.assume("uid-a", "default", "a", "n1", hold_s=60).gpu_uuids == ("GPU-n1-0",)
+    theirs = allocation_annotations(["GPU-n1-1"], 500, [8192], NOW)
+    c.apply_pod_event("MODIFIED", pod_intent(pod_json("a", node="n1", annotations={ann.FRACTION: "0.5", **theirs})))
+    (alloc,) = c.allocations()
+    assert alloc["gpu_uuids"] == ["GPU-n1-1"] and c.summary()["gpu_allocated_milli"] == 500
 
 
 def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:

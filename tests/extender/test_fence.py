@@ -7,6 +7,7 @@ existing name); ``tests/e2e/test_ha_e2e.py`` runs the same code against the real
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -18,10 +19,12 @@ from extender.cluster import KubeBinder
 from extender.fence import CLAIMS_LABEL, Claim, ClaimFence, FenceConflict, Ledger, ledger_name, parse_ledger
 from extender.settings import scoring_config
 from podspec import annotations as ann
-from podspec.pods import pod_intent
+from podspec.pods import allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import FakeResponse
+
+NOW = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
 
 
 class CasApi:
@@ -236,3 +239,31 @@ def test_a_claim_of_a_pod_this_instance_binds_elsewhere_refuses_binds_to_its_nod
     cache_b.forget("uid-a")
     with pytest.raises(BindError, match="insufficient GPU share"):
         b.bind("uid-b", "default", "b", "n1")
+
+
+def test_a_claim_counts_in_full_even_where_the_gpu_looks_full() -> None:
+    # A committed claim passed the compare-and-swap against every earlier claim: if this
+    # cache sees the GPU full, that is its own bind in flight that will fail. Counting the
+    # claim only up to what looks free (as for an untrusted pod annotation) would leave
+    # room on the GPU once that bind is given back.
+    from extender.cache import ClaimedAllocation
+
+    c = GpuCache(build_scorer(scoring_config("default")))
+    c.set_nodes([gpu_node("n1", 1)])
+    for name in ("a", "b"):
+        c.apply_pod_event("ADDED", pod_intent(pod_json(name, annotations={ann.FRACTION: "0.6"})))
+    c.assume("uid-a", "default", "a", "n1", hold_s=60)  # ours, in flight: 600 milli
+    claim_b = ClaimedAllocation("uid-b", "default", "b", "n1", ("GPU-n1-0",), 600, (9830,), "other", 60)
+    c.hold_claim(claim_b)
+    assert c.summary()["gpu_allocated_milli"] == 1200  # 600 + 600: b in full, not the 400 left
+    c.forget("uid-a")  # our bind lost: b's 600 is all that is there
+    assert c.summary()["gpu_allocated_milli"] == 600
+    # The pod watch read b's annotations while a looked present: an over-commit, counted
+    # short (400); the claim, still live, restores it to what was committed.
+    c.remove_pod("uid-b")
+    c.assume("uid-a", "default", "a", "n1", hold_s=60)
+    record = allocation_annotations(["GPU-n1-0"], 600, [9830], NOW)
+    c.apply_pod_event("MODIFIED", pod_intent(pod_json("b", node="n1", annotations={ann.FRACTION: "0.6", **record})))
+    assert c.summary()["gpu_allocated_milli"] == 1000  # 600 + the 400 that looked free
+    c.hold_claim(claim_b)
+    assert c.summary()["gpu_allocated_milli"] == 1200
