@@ -517,9 +517,7 @@ class KubeBinder:
         fence = self.fence
         assert fence is not None
         now = fence.now_s()
-        return [ClaimedAllocation(c.uid, c.namespace, c.name, c.node, c.gpu_uuids, c.gpu_milli, c.gpu_memory_mib,
-                                  c.owner, fence.ttl_s - (now - c.at_s))
-                for c in ledger.live(now, fence.ttl_s) if c.owner != fence.identity]
+        return [c.counted(now, fence.ttl_s) for c in ledger.live(now, fence.ttl_s) if c.owner != fence.identity]
 
     def fold(self, ledger: Ledger) -> None:
         """Count other instances' live claims of ``ledger`` in the cache now (the claims

@@ -48,6 +48,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from extender.cache import ClaimedAllocation
 from podspec.kubeio import response_json
 
 log = logging.getLogger(__name__)
@@ -72,20 +73,9 @@ class FenceConflict(Exception):
 class Claim:
     """One committed allocation, as written in a node's ledger.
 
-    Attributes
-    ----------
-    uid, namespace, name : str
-        The pod.
-    node : str
-    gpu_uuids : tuple of str
-    gpu_milli : int
-        Share per GPU, 1/1000 GPU.
-    gpu_memory_mib : tuple of int
-        Memory held on each GPU, MiB.
-    owner : str
-        Identity of the instance that claimed it.
-    at_s : float
-        Wall-clock time of the claim, seconds since the epoch.
+    The attributes are ``extender.cache.ClaimedAllocation``'s (the cache's view of a claim,
+    ``counted``), with ``at_s`` for its ``hold_s``: the wall-clock time of the claim,
+    seconds since the epoch.
     """
 
     uid: str
@@ -97,6 +87,11 @@ class Claim:
     gpu_memory_mib: tuple[int, ...]
     owner: str
     at_s: float
+
+    def counted(self, now_s: float, ttl_s: float) -> ClaimedAllocation:
+        """The claim as the cache counts it, with the seconds it has left at ``now_s``."""
+        return ClaimedAllocation(self.uid, self.namespace, self.name, self.node, self.gpu_uuids, self.gpu_milli,
+                                 self.gpu_memory_mib, self.owner, ttl_s - (now_s - self.at_s))
 
     def to_json(self) -> dict[str, Any]:
         """The claim as stored in the ledger."""
