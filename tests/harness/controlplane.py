@@ -83,27 +83,55 @@ def build_kube_binaries(cache_root: Path | None = None) -> dict[str, Path]:
     ControlPlaneError
         If ``go`` is missing or the build fails (its output included).
     """
+    return build_go_commands(GO_MODULE_DIR, {c: f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS},
+                             kube_version(), cache_root)
+
+
+def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
+                      cache_root: Path | None = None) -> dict[str, Path]:
+    """Build (or reuse) Go commands from the module in ``module_dir``.
+
+    Parameters
+    ----------
+    module_dir : Path
+        A directory with go.mod and go.sum pinning the commands' module.
+    packages : dict of str to str
+        Command name to its import path.
+    tag : str
+        Readable part of the cache directory's name (the version).
+    cache_root : Path, optional
+        As ``build_kube_binaries``'s; each go.mod/go.sum pair gets its own subdirectory.
+
+    Returns
+    -------
+    dict of str to Path
+        Command name to binary.
+
+    Raises
+    ------
+    ControlPlaneError
+        If ``go`` is missing or the build fails (its output included).
+    """
     root = cache_root or Path(os.environ.get("GPUFRAC_KUBE_CACHE", Path.home() / ".cache/gpufrac/kube"))
     digest = hashlib.sha256(
-        (GO_MODULE_DIR / "go.mod").read_bytes() + (GO_MODULE_DIR / "go.sum").read_bytes()).hexdigest()[:12]
-    out = root / f"{kube_version()}-{digest}"
-    bins = {c: out / c for c in COMMANDS}
+        (module_dir / "go.mod").read_bytes() + (module_dir / "go.sum").read_bytes()).hexdigest()[:12]
+    out = root / f"{tag}-{digest}"
+    bins = {c: out / c for c in packages}
     if all(p.exists() for p in bins.values()):
         return bins
     go = shutil.which("go")
     if go is None:
-        raise ControlPlaneError("go is not installed: it is needed to build kube-apiserver/kube-scheduler")
+        raise ControlPlaneError(f"go is not installed: it is needed to build {', '.join(packages)}")
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out))
-    cmd = [go, "build", "-trimpath", "-o", str(tmp) + "/", *(f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS)]
-    print(f"building {', '.join(COMMANDS)} {kube_version()} (first run only; several minutes)",
-          file=sys.stderr)
-    proc = subprocess.run(cmd, cwd=GO_MODULE_DIR, capture_output=True, text=True)
+    cmd = [go, "build", "-trimpath", "-o", str(tmp) + "/", *packages.values()]
+    print(f"building {', '.join(packages)} {tag} (first run only; minutes)", file=sys.stderr)
+    proc = subprocess.run(cmd, cwd=module_dir, capture_output=True, text=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ControlPlaneError(f"go build failed:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
-    for c in COMMANDS:
-        os.replace(tmp / c, bins[c])
+    for c, path in packages.items():
+        os.replace(tmp / path.rsplit("/", 1)[-1], bins[c])
     shutil.rmtree(tmp, ignore_errors=True)
     return bins
 
@@ -354,6 +382,9 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--authorization-mode=RBAC",
                 "--disable-admission-plugins=ServiceAccount",
+                # The real node (tests/harness/node.py) is "localhost": kubelet listens on
+                # 127.0.0.1 only and refuses a loopback node IP, so logs go by its Hostname.
+                "--kubelet-preferred-address-types=Hostname,InternalIP,ExternalIP",
                 "--enable-priority-and-fairness=false",
                 "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
                 "--profiling=false", "--v=1"], workdir))

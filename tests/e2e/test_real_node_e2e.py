@@ -1,0 +1,173 @@
+"""The node side against a real kubelet: the agent's device plugin, Allocate, kubelet restarts.
+
+A real kubelet with containerd 2.x and runc (``tests/harness/node.py``) joins the session's
+control plane as node ``localhost``; the agent runs as it ships (``gpufrac agent``, fake
+NVML backend of two 24 GiB GPUs, real gRPC, kubelet's real device-plugin socket). Pods are
+scheduled by the session's gpufrac-scheduler, bound by gpufrac with their allocation, and
+started by kubelet; what each container got is read back with ``kubectl logs``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Cluster, unique
+from tests.e2e.helpers import SCHEDULER, new_namespace
+from tests.harness.controlplane import Proc, start, wait_until
+from tests.harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
+
+pytestmark = pytest.mark.e2e
+
+GPUS, REPLICAS, GPU_MIB = 2, 4, 24576
+
+
+@pytest.fixture(scope="module")
+def node(cluster: Cluster) -> Iterator[RealNode]:
+    """kubelet + containerd as node ``localhost``, for this module."""
+    real = RealNode.up(cluster.cp)
+    yield real
+    real.down()
+    cluster.cp.kubectl("delete", "node", NODE_NAME, "--wait=false", check=False)
+
+
+def start_agent(cl: Cluster, real: RealNode) -> Proc:
+    """``gpufrac agent`` for node ``localhost``: fake NVML, the real device-plugin socket."""
+    fake = real.workdir / "fake-gpus.yaml"
+    fake.write_text(f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
+    return cl.cp.track(start("gpufrac-agent", [
+        sys.executable, "-m", "agent", "--node-name", NODE_NAME, "--kubeconfig", str(cl.cp.admin_kubeconfig),
+        "--nvml", "fake", "--fake-config", str(fake), "--replicas", str(REPLICAS), "--heartbeat-s", "5",
+        "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--log-level", "info"], real.workdir))
+
+
+@pytest.fixture(scope="module")
+def agent(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
+    proc = start_agent(cluster, node)
+    yield proc
+    proc.stop()
+
+
+def capacity(cl: Cluster) -> str:
+    return str((cl.api.read_node(NODE_NAME).status.capacity or {}).get("gpufrac.io/gpu", ""))
+
+
+def workload(name: str, *, gpus: int = 1, fraction: str | None = "0.25", containers: int = 1) -> dict[str, Any]:
+    """A pod for the real node: hostNetwork, the local busybox image, prints its environment."""
+    annotations = {"gpufrac.io/fraction": fraction} if fraction else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+            "spec": {"schedulerName": SCHEDULER, "hostNetwork": True, "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                     "tolerations": [NOT_READY_TOLERATION], "terminationGracePeriodSeconds": 0,
+                     "restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "containers": [{"name": f"c{i}", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["/bin/sh", "-c", "env | sort; echo END-OF-ENV; sleep 3600"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                   "limits": {"gpufrac.io/gpu": str(gpus)}}}
+                                    for i in range(containers)]}}
+
+
+def run(cl: Cluster, ns: str, pod: dict[str, Any], timeout_s: float = 90) -> dict[str, Any]:
+    """Create ``pod``, wait until kubelet runs it and every container printed its env; the pod."""
+    cl.api.create_namespaced_pod(ns, pod)
+    name = pod["metadata"]["name"]
+
+    def running() -> dict[str, Any] | None:
+        obj = json.loads(cl.cp.kubectl("get", "pod", name, "-n", ns, "-o", "json").stdout)
+        if obj["status"].get("phase") == "Running" and all(
+                "END-OF-ENV" in logs(cl, ns, name, c["name"]) for c in obj["spec"]["containers"]):
+            return dict(obj)
+        return None
+    try:
+        return dict(wait_until(running, timeout_s, f"pod {ns}/{name} running", interval_s=0.5))
+    except Exception:
+        events = cl.cp.kubectl("get", "events", "-n", ns, check=False).stdout
+        raise AssertionError(f"pod {ns}/{name} did not run:\n{events}") from None
+
+
+def node_free(cl: Cluster) -> None:
+    """Wait until gpufrac holds nothing on the real node (earlier tests' pods are gone)."""
+    cl.wait(lambda: not any(a["node"] == NODE_NAME for a in cl.allocations()), 60, "real node free in gpufrac")
+
+
+def logs(cl: Cluster, ns: str, name: str, container: str) -> str:
+    return str(cl.cp.kubectl("logs", name, "-n", ns, "-c", container, check=False).stdout)
+
+
+def env_of(cl: Cluster, ns: str, name: str, container: str) -> dict[str, str]:
+    out = logs(cl, ns, name, container).split("END-OF-ENV")[0]
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_device_plugin_registers_and_the_node_shows_gpus_times_replicas(cluster: Cluster, node: RealNode,
+                                                                        agent: Proc) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+    inventory = json.loads(cluster.api.read_node(NODE_NAME).metadata.annotations["gpufrac.io/inventory"])
+    assert [g["replicas"] for g in inventory["gpus"]] == [REPLICAS] * GPUS
+    assert "registered gpufrac.io/gpu with kubelet" in agent.tail()
+
+
+def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node: RealNode, agent: Proc) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+    ns = new_namespace(cluster.api, unique("node"))
+    pod = run(cluster, ns, workload("quarter"))
+    chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+    env = env_of(cluster, ns, "quarter", "c0")
+    # The GPU gpufrac chose, and MPS limits of its share: 250 milli -> 25 % of the SMs,
+    # and a quarter of 24576 MiB pinned.
+    assert env["NVIDIA_VISIBLE_DEVICES"] == chosen and env["GPUFRAC_ASSIGNED_GPUS"] == chosen
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={GPU_MIB // 4}M"
+    cluster.api.delete_namespaced_pod("quarter", ns, grace_period_seconds=0)
+
+
+def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Proc) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+    ns = new_namespace(cluster.api, unique("node"))
+    node_free(cluster)
+    pod = run(cluster, ns, workload("pair", gpus=2, fraction=None))
+    chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"].split(",")
+    env = env_of(cluster, ns, "pair", "c0")
+    assert len(chosen) == 2 and sorted(env["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(chosen)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env  # whole GPUs: no MPS limit
+    cluster.api.delete_namespaced_pod("pair", ns, grace_period_seconds=0)
+
+
+def test_kubelet_restart_plugin_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
+                                                                      agent: Proc) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+    ns = new_namespace(cluster.api, unique("node"))
+    before = run(cluster, ns, workload("before"))
+    registrations = agent.tail(100_000).count("registered gpufrac.io/gpu with kubelet")
+    t0 = time.monotonic()
+    node.restart_kubelet()  # kubelet wipes the device-plugin directory on start
+    wait_until(lambda: agent.tail(100_000).count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
+               "the device plugin registered again", agent)
+    reregistered_s = time.monotonic() - t0
+    print(f"\nkubelet restart: device plugin registered again {reregistered_s:.1f} s after the restart began")
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "capacity after the restart", agent)
+    # The running pod kept its container and devices (kubelet's checkpoint).
+    again = json.loads(cluster.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)
+    assert again["status"]["phase"] == "Running"
+    assert again["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert again["status"]["containerStatuses"][0]["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
+    # A new pod still gets its GPU.
+    after = run(cluster, ns, workload("after"))
+    assert env_of(cluster, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == \
+        after["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+    for name in ("before", "after"):
+        cluster.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+def test_deleting_a_pod_frees_its_share_in_gpufrac(cluster: Cluster, node: RealNode, agent: Proc) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+    ns = new_namespace(cluster.api, unique("node"))
+    pod = run(cluster, ns, workload("gone"))
+    uid = pod["metadata"]["uid"]
+    assert any(a["uid"] == uid for a in cluster.allocations())
+    cluster.api.delete_namespaced_pod("gone", ns, grace_period_seconds=0)
+    cluster.wait(lambda: not any(a["uid"] == uid for a in cluster.allocations()), 60, "share freed in gpufrac")
