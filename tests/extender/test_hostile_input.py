@@ -307,8 +307,10 @@ def test_health_answers_while_a_big_preempt_runs() -> None:
     # waiting for a large part of it (relative to the preempt itself: no wall-clock bound of
     # its own). The median, not the worst: one probe may meet a garbage-collector pause, and
     # since the preempt got faster (0.3 s here) one such pause is a third of it; a blocked
-    # event loop would hold every probe.
-    assert probes >= 5, (probes, done["elapsed"])
+    # event loop would hold every probe. A blocked loop would also allow at most one probe
+    # pair during the preempt (it would wait for the whole of it); at 0.25 s on a loaded
+    # 2-core machine four pairs were seen, so three is the floor asked.
+    assert probes >= 3, (probes, done["elapsed"])
     assert statistics.median(waits) < done["elapsed"] / 3, (sorted(waits), done["elapsed"])
     print(f"preempt of 800 victims: {done['elapsed']:.2f} s; {probes} healthz+metrics pairs while it "
           f"ran, the slowest {max(waits) * 1000:.1f} ms")
