@@ -46,15 +46,32 @@ def start_agent(cl: Cluster, real: RealNode) -> Proc:
         "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--log-level", "info"], real.workdir))
 
 
+class Agent:
+    """The running agent; ``restart`` kills it (SIGKILL, as a crash) and starts another."""
+
+    def __init__(self, cl: Cluster, real: RealNode) -> None:
+        self.cl, self.real = cl, real
+        self.proc = start_agent(cl, real)
+
+    def tail(self, n: int = 100_000) -> str:
+        return self.proc.tail(n)
+
+    def restart(self) -> None:
+        self.proc.kill()
+        self.proc = start_agent(self.cl, self.real)
+
+
 @pytest.fixture(scope="module")
-def agent(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
-    proc = start_agent(cluster, node)
-    yield proc
-    proc.stop()
+def agent(cluster: Cluster, node: RealNode) -> Iterator[Agent]:
+    handle = Agent(cluster, node)
+    yield handle
+    handle.proc.stop()
 
 
 def capacity(cl: Cluster) -> str:
-    return str((cl.api.read_node(NODE_NAME).status.capacity or {}).get("gpufrac.io/gpu", ""))
+    """The node's allocatable ``gpufrac.io/gpu``: kubelet counts only healthy devices of a
+    registered plugin there (capacity keeps the last count while none is registered)."""
+    return str((cl.api.read_node(NODE_NAME).status.allocatable or {}).get("gpufrac.io/gpu", ""))
 
 
 def workload(name: str, *, gpus: int = 1, fraction: str | None = "0.25", containers: int = 1) -> dict[str, Any]:
@@ -104,15 +121,15 @@ def env_of(cl: Cluster, ns: str, name: str, container: str) -> dict[str, str]:
 
 
 def test_device_plugin_registers_and_the_node_shows_gpus_times_replicas(cluster: Cluster, node: RealNode,
-                                                                        agent: Proc) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+                                                                        agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
     inventory = json.loads(cluster.api.read_node(NODE_NAME).metadata.annotations["gpufrac.io/inventory"])
     assert [g["replicas"] for g in inventory["gpus"]] == [REPLICAS] * GPUS
     assert "registered gpufrac.io/gpu with kubelet" in agent.tail()
 
 
-def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node: RealNode, agent: Proc) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node: RealNode, agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
     ns = new_namespace(cluster.api, unique("node"))
     pod = run(cluster, ns, workload("quarter"))
     chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
@@ -125,8 +142,8 @@ def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node:
     cluster.api.delete_namespaced_pod("quarter", ns, grace_period_seconds=0)
 
 
-def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Proc) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
     ns = new_namespace(cluster.api, unique("node"))
     node_free(cluster)
     pod = run(cluster, ns, workload("pair", gpus=2, fraction=None))
@@ -137,19 +154,56 @@ def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Proc) ->
     cluster.api.delete_namespaced_pod("pair", ns, grace_period_seconds=0)
 
 
-def test_kubelet_restart_plugin_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
-                                                                      agent: Proc) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+def test_two_container_pod_gets_one_gpu_in_each_container(cluster: Cluster, node: RealNode, agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
     ns = new_namespace(cluster.api, unique("node"))
+    node_free(cluster)
+    # Two containers of one whole GPU each (a share below 1 takes exactly one GPU per pod):
+    # the pod holds two GPUs, container i gets the i-th.
+    pod = run(cluster, ns, workload("duo", containers=2, fraction=None))
+    chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"].split(",")
+    assert len(chosen) == 2
+    assert [env_of(cluster, ns, "duo", f"c{i}")["NVIDIA_VISIBLE_DEVICES"] for i in (0, 1)] == chosen
+    cluster.api.delete_namespaced_pod("duo", ns, grace_period_seconds=0)
+
+
+def test_agent_restart_plugin_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
+                                                                     agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
+    ns = new_namespace(cluster.api, unique("node"))
+    node_free(cluster)
     before = run(cluster, ns, workload("before"))
-    registrations = agent.tail(100_000).count("registered gpufrac.io/gpu with kubelet")
+    registrations = agent.tail().count("registered gpufrac.io/gpu with kubelet")
+    t0 = time.monotonic()
+    agent.restart()  # SIGKILL: its socket is left behind, as after a crash
+    wait_until(lambda: agent.tail().count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
+               "the restarted agent's device plugin registered", agent.proc)
+    print(f"\nagent restart: device plugin registered {time.monotonic() - t0:.1f} s after the kill")
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "capacity after the restart", agent.proc)
+    again = json.loads(cluster.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)
+    assert again["status"]["phase"] == "Running"
+    assert again["status"]["containerStatuses"][0]["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
+    after = run(cluster, ns, workload("after"))
+    assert env_of(cluster, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == \
+        after["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+    for name in ("before", "after"):
+        cluster.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+def test_kubelet_restart_plugin_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
+                                                                      agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
+    ns = new_namespace(cluster.api, unique("node"))
+    node_free(cluster)
+    before = run(cluster, ns, workload("before"))
+    registrations = agent.tail().count("registered gpufrac.io/gpu with kubelet")
     t0 = time.monotonic()
     node.restart_kubelet()  # kubelet wipes the device-plugin directory on start
-    wait_until(lambda: agent.tail(100_000).count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
-               "the device plugin registered again", agent)
+    wait_until(lambda: agent.tail().count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
+               "the device plugin registered again", agent.proc)
     reregistered_s = time.monotonic() - t0
     print(f"\nkubelet restart: device plugin registered again {reregistered_s:.1f} s after the restart began")
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "capacity after the restart", agent)
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "capacity after the restart", agent.proc)
     # The running pod kept its container and devices (kubelet's checkpoint).
     again = json.loads(cluster.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)
     assert again["status"]["phase"] == "Running"
@@ -163,8 +217,8 @@ def test_kubelet_restart_plugin_reregisters_running_pods_keep_devices(cluster: C
         cluster.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
 
-def test_deleting_a_pod_frees_its_share_in_gpufrac(cluster: Cluster, node: RealNode, agent: Proc) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent)
+def test_deleting_a_pod_frees_its_share_in_gpufrac(cluster: Cluster, node: RealNode, agent: Agent) -> None:
+    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
     ns = new_namespace(cluster.api, unique("node"))
     pod = run(cluster, ns, workload("gone"))
     uid = pod["metadata"]["uid"]
