@@ -34,7 +34,8 @@ def _run(args: argparse.Namespace) -> int:
         return 3
     opts = PublishOptions(replicas=args.replicas, heartbeat_s=args.heartbeat_s,
                           min_interval_s=args.min_interval_s, proc_root=args.proc_root)
-    publisher = Publisher(kube_api(args.kubeconfig), args.node_name, backend, opts)
+    # --once writes nothing, so it needs no API credentials either.
+    publisher = Publisher(None if args.once else kube_api(args.kubeconfig), args.node_name, backend, opts)
     if args.once:
         print(publisher.inventory().model_dump_json(by_alias=True, indent=2))
         backend.close()

@@ -90,6 +90,8 @@ class Publisher:
         self.writes = 0
 
     def _node_labels(self) -> dict[str, str]:
+        if self.api is None:  # no API (``--once``): the configured replicas
+            return {}
         node = response_json(self.api.read_node(self.node, _preload_content=False))
         return dict((node.get("metadata") or {}).get("labels") or {})
 

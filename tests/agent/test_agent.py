@@ -212,3 +212,18 @@ def test_real_backend_calls_exist_in_pynvml() -> None:
     used = set(re.findall(r"nv\.([A-Za-z_0-9]+)", Path(nvml.__file__).read_text()))
     assert len(used) > 15
     assert sorted(n for n in used if not hasattr(pynvml, n)) == []
+
+
+def test_once_prints_the_inventory_without_any_api_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # "print the inventory JSON and exit, write nothing": no kubeconfig, no in-cluster
+    # service account, and it still works (it asked for credentials before).
+    from agent.cli import main
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n- {name: NVIDIA A10, memory_mib: 24576, count: 2}\n")
+    assert main(["--node-name", "n1", "--nvml", "fake", "--fake-config", str(fake), "--once"]) == 0
+    inventory = json.loads(capsys.readouterr().out)
+    assert inventory["node"] == "n1" and [g["memory_mib"] for g in inventory["gpus"]] == [24576, 24576]

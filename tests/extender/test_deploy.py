@@ -124,3 +124,15 @@ def test_replicas_are_fenced_and_their_grants_confined_to_the_claims_namespace()
     lease = roles["gpufrac-scheduler-leader-election"]
     assert lease["metadata"]["namespace"] == cfg["resourceNamespace"]
     assert [r.get("resourceNames") for r in lease["rules"] if "update" in r["verbs"]] == [[cfg["resourceName"]]]
+
+
+def test_agent_runs_as_root_without_capabilities_for_kubelets_socket_directory() -> None:
+    # kubelet's device-plugin directory and kubelet.sock are root's, mode 0755: the plugin
+    # creates its socket there and dials kubelet's as their owner; nothing more.
+    (ds,) = yaml.safe_load_all((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
+    (agent,) = ds["spec"]["template"]["spec"]["containers"]
+    ctx = agent["securityContext"]
+    assert ctx["runAsUser"] == 0 and ctx["runAsNonRoot"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]} and ctx["allowPrivilegeEscalation"] is False
+    assert {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"} in agent["volumeMounts"]
+

@@ -252,6 +252,10 @@ state = "{d / 'state'}"
                 subprocess.run([str(self.runc), "--root", str(runc_root), "delete", "--force", cid],
                                capture_output=True)
         self.containerd.stop()
+        # Sandbox /dev/shm and rootfs mounts containerd leaves when stopped with pods on it.
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for target in sorted((m for m in mounts if m.startswith(str(self.workdir) + "/")), key=len, reverse=True):
+            subprocess.run(["umount", "-l", target], capture_output=True)
         for p in Path("/proc").iterdir():  # shims of this node (their cmdline names our socket)
             try:
                 if p.name.isdigit() and str(self.socket) in (p / "cmdline").read_bytes().decode(errors="replace"):
