@@ -62,7 +62,8 @@ def _run(args: argparse.Namespace) -> int:
                 field_selector=f"spec.nodeName={node}", _preload_content=False))["items"]
             return items
 
-        plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir)
+        plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir,
+                              mps_pipe_dir=args.mps_pipe_dir)
         publisher.on_publish = plugin.changed.set
         threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
     for t in threads:
@@ -93,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
                        help="serve the gpufrac.io/gpu device plugin to kubelet")
     agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"))
+    agent.add_argument("--mps-pipe-dir", type=Path,
+                       help="the node's MPS control daemon pipe directory (host path): mounted into "
+                            "containers below a whole GPU, with CUDA_MPS_PIPE_DIRECTORY set (default: no MPS)")
     agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
     agent.add_argument("--log-level", default="info")
 

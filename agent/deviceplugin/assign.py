@@ -121,3 +121,34 @@ def container_env(uuids: Sequence[str], gpu_milli: int, memory_mib: Sequence[int
         if any(memory_mib):
             env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={m}M" for i, m in enumerate(memory_mib))
     return env
+
+
+MPS_CONTAINER_DIR = "/run/gpufrac/mps"
+"""Where a container below a whole GPU finds the MPS control daemon's pipe directory."""
+
+
+def container_mps(gpu_milli: int, pipe_dir: str | None) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """What connects a container below a whole GPU to the node's MPS control daemon.
+
+    The daemon and its clients meet in the daemon's pipe directory
+    (``CUDA_MPS_PIPE_DIRECTORY``, NVIDIA MPS documentation, "Environment variables"); the
+    plugin mounts the host's directory into the container and points the variable at it, as
+    NVIDIA's k8s-device-plugin does for its MPS sharing.
+
+    Parameters
+    ----------
+    gpu_milli : int
+        The container's share per GPU, milli-GPU.
+    pipe_dir : str or None
+        The daemon's pipe directory on the host; None when the node runs no daemon.
+
+    Returns
+    -------
+    env : dict of str to str
+    mounts : list of (container path, host path)
+        Both empty for a whole GPU or without a daemon.
+    """
+    if pipe_dir is None or gpu_milli >= 1000:
+        return {}, []
+    return {"CUDA_MPS_PIPE_DIRECTORY": MPS_CONTAINER_DIR}, [(MPS_CONTAINER_DIR, pipe_dir)]
+

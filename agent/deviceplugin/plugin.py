@@ -63,7 +63,8 @@ def gpu_of(device_id: str) -> str:
 
 
 def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Sequence[Mapping[str, Any]]],
-                  node: str, changed: threading.Event, stop: threading.Event) -> Any:
+                  node: str, changed: threading.Event, stop: threading.Event,
+                  mps_pipe_dir: str | None = None) -> Any:
     """The DevicePlugin servicer (a class built on the generated base, which is loaded lazily).
 
     Parameters
@@ -77,6 +78,9 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
         Set when health or slots may have changed: ListAndWatch sends a new list.
     stop : threading.Event
         Ends ListAndWatch streams.
+    mps_pipe_dir : str, optional
+        The node's MPS control daemon pipe directory (host path): mounted into containers
+        below a whole GPU (``assign.container_mps``).
     """
     pb, pb_grpc = load()
     matcher = assign.Matcher()
@@ -137,8 +141,10 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
                     pod, index = found
                     uuids, memory = pod.slice_for(index)
                     log.info("allocate %s container #%d: %s", pod.key, index, ",".join(uuids))
+                    mps_env, mps_mounts = assign.container_mps(pod.gpu_milli, mps_pipe_dir)
                     responses.append(pb.ContainerAllocateResponse(
-                        envs=assign.container_env(uuids, pod.gpu_milli, memory),
+                        envs={**assign.container_env(uuids, pod.gpu_milli, memory), **mps_env},
+                        mounts=[pb.Mount(container_path=c, host_path=h, read_only=False) for c, h in mps_mounts],
                         annotations={ann.ASSIGNED_GPUS: ",".join(uuids)}))
             return pb.AllocateResponse(container_responses=responses)
 
@@ -157,11 +163,14 @@ class PluginServer:
         As for ``make_servicer``.
     plugin_dir : Path
         kubelet's device-plugin directory (``kubelet.sock`` lives there).
+    mps_pipe_dir : Path, optional
+        As for ``make_servicer``.
     """
 
     def __init__(self, gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Sequence[Mapping[str, Any]]],
-                 node: str, plugin_dir: Path = DEFAULT_PLUGIN_DIR) -> None:
+                 node: str, plugin_dir: Path = DEFAULT_PLUGIN_DIR, mps_pipe_dir: Path | None = None) -> None:
         self._gpus, self._pods, self._node = gpus, pods, node
+        self._mps = None if mps_pipe_dir is None else str(mps_pipe_dir)
         self.plugin_dir = plugin_dir
         self.socket = plugin_dir / SOCKET_NAME
         self.changed = threading.Event()
@@ -180,7 +189,7 @@ class PluginServer:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         _, pb_grpc = load()
         pb_grpc.add_DevicePluginServicer_to_server(
-            make_servicer(self._gpus, self._pods, self._node, self.changed, self._stream_stop), server)
+            make_servicer(self._gpus, self._pods, self._node, self.changed, self._stream_stop, self._mps), server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server

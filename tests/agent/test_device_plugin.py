@@ -153,3 +153,14 @@ def test_reregisters_when_kubelet_restarts(world: Any) -> None:
     finally:
         stop.set()
         runner.join(10)
+
+
+def test_mps_pipe_directory_goes_to_fractional_containers_only() -> None:
+    from agent.deviceplugin.assign import MPS_CONTAINER_DIR, container_mps
+
+    # Below a whole GPU, with a daemon on the node: the pipe directory mounted, the variable
+    # pointing at it. A whole GPU needs no MPS; a node without a daemon gets nothing.
+    assert container_mps(250, "/run/nvidia/mps") == ({"CUDA_MPS_PIPE_DIRECTORY": MPS_CONTAINER_DIR},
+                                                     [(MPS_CONTAINER_DIR, "/run/nvidia/mps")])
+    assert container_mps(1000, "/run/nvidia/mps") == ({}, [])
+    assert container_mps(250, None) == ({}, [])

@@ -40,10 +40,14 @@ def start_agent(cl: Cluster, real: RealNode) -> Proc:
     """``gpufrac agent`` for node ``localhost``: fake NVML, the real device-plugin socket."""
     fake = real.workdir / "fake-gpus.yaml"
     fake.write_text(f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
+    mps = real.workdir / "mps-pipe"  # stands for the MPS control daemon's pipe directory
+    mps.mkdir(exist_ok=True)
+    (mps / "control").write_text("")
     return cl.cp.track(start("gpufrac-agent", [
         sys.executable, "-m", "agent", "--node-name", NODE_NAME, "--kubeconfig", str(cl.cp.admin_kubeconfig),
         "--nvml", "fake", "--fake-config", str(fake), "--replicas", str(REPLICAS), "--heartbeat-s", "5",
-        "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--log-level", "info"], real.workdir))
+        "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--mps-pipe-dir", str(mps),
+        "--log-level", "info"], real.workdir))
 
 
 class Agent:
@@ -82,7 +86,9 @@ def workload(name: str, *, gpus: int = 1, fraction: str | None = "0.25", contain
                      "tolerations": [NOT_READY_TOLERATION], "terminationGracePeriodSeconds": 0,
                      "restartPolicy": "Never", "automountServiceAccountToken": False,
                      "containers": [{"name": f"c{i}", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["/bin/sh", "-c", "env | sort; echo END-OF-ENV; sleep 3600"],
+                                     "command": ["/bin/sh", "-c", "env | sort; echo END-OF-ENV; "
+                                                 "cat ${CUDA_MPS_PIPE_DIRECTORY:-/none}/control && echo MPS-PIPE-SEEN; "
+                                                 "sleep 3600"],
                                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                                                    "limits": {"gpufrac.io/gpu": str(gpus)}}}
                                     for i in range(containers)]}}
@@ -139,6 +145,9 @@ def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node:
     assert env["NVIDIA_VISIBLE_DEVICES"] == chosen and env["GPUFRAC_ASSIGNED_GPUS"] == chosen
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={GPU_MIB // 4}M"
+    # and the node's MPS pipe directory, mounted by Allocate where the variable points
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpufrac/mps"
+    cluster.wait(lambda: "MPS-PIPE-SEEN" in logs(cluster, ns, "quarter", "c0"), 30, "the pipe directory seen")
     cluster.api.delete_namespaced_pod("quarter", ns, grace_period_seconds=0)
 
 
@@ -151,6 +160,7 @@ def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Agent) -
     env = env_of(cluster, ns, "pair", "c0")
     assert len(chosen) == 2 and sorted(env["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(chosen)
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env  # whole GPUs: no MPS limit
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env and "MPS-PIPE-SEEN" not in logs(cluster, ns, "pair", "c0")
     cluster.api.delete_namespaced_pod("pair", ns, grace_period_seconds=0)
 
 
