@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -112,9 +112,12 @@ def run(cl: Cluster, ns: str, pod: dict[str, Any], timeout_s: float = 90) -> dic
         raise AssertionError(f"pod {ns}/{name} did not run:\n{events}") from None
 
 
-def node_free(cl: Cluster) -> None:
-    """Wait until gpufrac holds nothing on the real node (earlier tests' pods are gone)."""
+def ready(cl: Cluster, agent: Agent) -> str:
+    """Wait until the node's allocatable shows every slot and gpufrac holds nothing there
+    (earlier tests' pods are gone); a new namespace for the test."""
+    wait_until(lambda: capacity(cl) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu allocatable", agent.proc)
     cl.wait(lambda: not any(a["node"] == NODE_NAME for a in cl.allocations()), 60, "real node free in gpufrac")
+    return new_namespace(cl.api, unique("node"))
 
 
 def logs(cl: Cluster, ns: str, name: str, container: str) -> str:
@@ -135,8 +138,7 @@ def test_device_plugin_registers_and_the_node_shows_gpus_times_replicas(cluster:
 
 
 def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node: RealNode, agent: Agent) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
-    ns = new_namespace(cluster.api, unique("node"))
+    ns = ready(cluster, agent)
     pod = run(cluster, ns, workload("quarter"))
     chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
     env = env_of(cluster, ns, "quarter", "c0")
@@ -152,9 +154,7 @@ def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node:
 
 
 def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Agent) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
-    ns = new_namespace(cluster.api, unique("node"))
-    node_free(cluster)
+    ns = ready(cluster, agent)
     pod = run(cluster, ns, workload("pair", gpus=2, fraction=None))
     chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"].split(",")
     env = env_of(cluster, ns, "pair", "c0")
@@ -165,9 +165,7 @@ def test_two_gpu_pod_gets_both(cluster: Cluster, node: RealNode, agent: Agent) -
 
 
 def test_two_container_pod_gets_one_gpu_in_each_container(cluster: Cluster, node: RealNode, agent: Agent) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
-    ns = new_namespace(cluster.api, unique("node"))
-    node_free(cluster)
+    ns = ready(cluster, agent)
     # Two containers of one whole GPU each (a share below 1 takes exactly one GPU per pod):
     # the pod holds two GPUs, container i gets the i-th.
     pod = run(cluster, ns, workload("duo", containers=2, fraction=None))
@@ -177,59 +175,43 @@ def test_two_container_pod_gets_one_gpu_in_each_container(cluster: Cluster, node
     cluster.api.delete_namespaced_pod("duo", ns, grace_period_seconds=0)
 
 
-def test_agent_restart_plugin_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
-                                                                     agent: Agent) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
-    ns = new_namespace(cluster.api, unique("node"))
-    node_free(cluster)
-    before = run(cluster, ns, workload("before"))
+def survives_restart(cl: Cluster, agent: Agent, restart: Callable[[], object], what: str) -> None:
+    """Around ``restart``: a running pod keeps its container (kubelet's checkpoint), the
+    plugin registers again (printed: how long after the restart began), the node's
+    allocatable comes back, and a new pod gets its GPU."""
+    ns = ready(cl, agent)
+    before = run(cl, ns, workload("before"))
     registrations = agent.tail().count("registered gpufrac.io/gpu with kubelet")
     t0 = time.monotonic()
-    agent.restart()  # SIGKILL: its socket is left behind, as after a crash
+    restart()
     wait_until(lambda: agent.tail().count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
-               "the restarted agent's device plugin registered", agent.proc)
-    print(f"\nagent restart: device plugin registered {time.monotonic() - t0:.1f} s after the kill")
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "capacity after the restart", agent.proc)
-    again = json.loads(cluster.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)
-    assert again["status"]["phase"] == "Running"
-    assert again["status"]["containerStatuses"][0]["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
-    after = run(cluster, ns, workload("after"))
-    assert env_of(cluster, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == \
-        after["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+               f"the device plugin registered again after the {what}", agent.proc)
+    print(f"\n{what}: device plugin registered again {time.monotonic() - t0:.1f} s after it began")
+    wait_until(lambda: capacity(cl) == str(GPUS * REPLICAS), 60, f"allocatable after the {what}", agent.proc)
+    (status,) = json.loads(cl.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)["status"][
+        "containerStatuses"]
+    assert status["state"].get("running") and status["restartCount"] == 0
+    assert status["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
+    after = run(cl, ns, workload("after"))
+    assert env_of(cl, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == after["metadata"]["annotations"][
+        "gpufrac.io/assigned-gpus"]
     for name in ("before", "after"):
-        cluster.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        cl.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+def test_agent_killed_and_restarted_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
+                                                                           agent: Agent) -> None:
+    survives_restart(cluster, agent, agent.restart, "agent restart")  # SIGKILL: its socket left behind
 
 
 def test_kubelet_restart_plugin_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
                                                                       agent: Agent) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
-    ns = new_namespace(cluster.api, unique("node"))
-    node_free(cluster)
-    before = run(cluster, ns, workload("before"))
-    registrations = agent.tail().count("registered gpufrac.io/gpu with kubelet")
-    t0 = time.monotonic()
-    node.restart_kubelet()  # kubelet wipes the device-plugin directory on start
-    wait_until(lambda: agent.tail().count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
-               "the device plugin registered again", agent.proc)
-    reregistered_s = time.monotonic() - t0
-    print(f"\nkubelet restart: device plugin registered again {reregistered_s:.1f} s after the restart began")
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "capacity after the restart", agent.proc)
-    # The running pod kept its container and devices (kubelet's checkpoint).
-    again = json.loads(cluster.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)
-    assert again["status"]["phase"] == "Running"
-    assert again["status"]["containerStatuses"][0]["restartCount"] == 0
-    assert again["status"]["containerStatuses"][0]["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
-    # A new pod still gets its GPU.
-    after = run(cluster, ns, workload("after"))
-    assert env_of(cluster, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == \
-        after["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
-    for name in ("before", "after"):
-        cluster.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    # kubelet wipes the device-plugin directory when it starts
+    survives_restart(cluster, agent, node.restart_kubelet, "kubelet restart")
 
 
 def test_deleting_a_pod_frees_its_share_in_gpufrac(cluster: Cluster, node: RealNode, agent: Agent) -> None:
-    wait_until(lambda: capacity(cluster) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu capacity", agent.proc)
-    ns = new_namespace(cluster.api, unique("node"))
+    ns = ready(cluster, agent)
     pod = run(cluster, ns, workload("gone"))
     uid = pod["metadata"]["uid"]
     assert any(a["uid"] == uid for a in cluster.allocations())
