@@ -210,10 +210,22 @@ def test_kubelet_restart_plugin_reregisters_running_pods_keep_devices(cluster: C
     survives_restart(cluster, agent, node.restart_kubelet, "kubelet restart")
 
 
-def test_deleting_a_pod_frees_its_share_in_gpufrac(cluster: Cluster, node: RealNode, agent: Agent) -> None:
+def test_deleting_a_pod_frees_its_share_in_gpufrac_and_its_devices_on_the_node(cluster: Cluster, node: RealNode,
+                                                                              agent: Agent) -> None:
     ns = ready(cluster, agent)
     pod = run(cluster, ns, workload("gone"))
     uid = pod["metadata"]["uid"]
     assert any(a["uid"] == uid for a in cluster.allocations())
+    assert uid in checkpointed_pods()
     cluster.api.delete_namespaced_pod("gone", ns, grace_period_seconds=0)
     cluster.wait(lambda: not any(a["uid"] == uid for a in cluster.allocations()), 60, "share freed in gpufrac")
+    # kubelet drops a removed pod's devices from its checkpoint at its next allocation.
+    run(cluster, ns, workload("next"))
+    assert uid not in checkpointed_pods()
+    cluster.api.delete_namespaced_pod("next", ns, grace_period_seconds=0)
+
+
+def checkpointed_pods() -> set[str]:
+    """Pod UIDs holding devices in kubelet's device-manager checkpoint."""
+    data = json.loads((DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint").read_text())
+    return {e["PodUID"] for e in data["Data"]["PodDeviceEntries"] or []}
