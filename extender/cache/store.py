@@ -530,10 +530,11 @@ class GpuCache:
     def hold_claim(self, claim: ClaimedAllocation) -> ClaimHold:
         """Count an allocation another gpufrac instance claimed (``extender.fence``).
 
-        The pod's record is held as if the pod were bound with that allocation record
-        (``accounting.account``: counted as recorded where gpufrac could have made it, else
-        as an over-commit), as assumed for ``claim.hold_s`` seconds: the pod watch confirms
-        it, or it expires (the other instance's Binding never landed).
+        The pod's record is held as if the pod were bound with that allocation, in full
+        (a claim is gpufrac's own record, not an annotation to read back with
+        ``accounting.account``'s clamp), as assumed for ``claim.hold_s`` seconds: the pod
+        watch confirms it, or it expires (the other instance's Binding never landed). A
+        record the pod watch read back as an over-commit is counted in full too.
 
         Returns
         -------
