@@ -9,10 +9,10 @@ leads), so every bind is fenced by the API server's optimistic concurrency inste
 1. Each node has a ledger, a ConfigMap ``gpufrac-claims-<node>`` in gpufrac's namespace
    (label ``gpufrac.io/claims``), holding the claims of the last ``ttl_s`` seconds: pod UID,
    node, GPU UUIDs, share and memory, who claimed and when.
-2. Before a bind, the instance folds every live claim of the node's ledger, as it last saw
-   the ledger (``resourceVersion`` r), into its cache (``GpuCache.hold_claim``), then
-   chooses the GPUs and holds them (``GpuCache.assume``), so the choice counts every
-   allocation claimed up to r.
+2. Before a bind, the instance counts every live claim of the node's ledger, as it last
+   saw the ledger (``resourceVersion`` r), in its cache, in full, and chooses the GPUs and
+   holds them, all under the cache's lock (``GpuCache.assume(..., claims=...)``), so the
+   choice counts every allocation claimed up to r.
 3. It writes the ledger with its claim added, on the precondition that the ledger is still
    at r (``replace`` with ``metadata.resourceVersion``; ``create`` when there is none yet).
    The API server answers 409 Conflict if any other write came in between: the bind is
