@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from podspec.kubeio import kube_api
+from podspec.version import installed_version
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The agent's argument parser."""
     agent = argparse.ArgumentParser(prog="gpufrac-agent",
                                     description="node agent: publish this node's GPU inventory (NVML)")
+    agent.add_argument("--version", action="version", version=f"gpufrac-agent {installed_version()}")
     agent.add_argument("--node-name", required=True, help="this node (the DaemonSet passes spec.nodeName)")
     agent.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
     agent.add_argument("--nvml", choices=("real", "fake"), default="real")
@@ -105,7 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpufrac-agent`` console script."""
-    return _run(build_parser().parse_args(argv))
+    from kubernetes.config.config_exception import ConfigException
+
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ConfigException as exc:
+        print(f"gpufrac-agent: no Kubernetes credentials: pass --kubeconfig, set $KUBECONFIG, or run in a "
+              f"pod with a service account ({exc})", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

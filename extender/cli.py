@@ -1,4 +1,8 @@
-"""``gpufrac`` command line: the composition root (settings are built here, then injected)."""
+"""``gpufrac`` command line.
+
+Settings are built here from the flags (and ``GPUFRAC_*`` environment variables), then
+injected into the app: nothing reads configuration at import.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from podspec.kubeio import kube_api
+from podspec.version import installed_version
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -100,32 +105,55 @@ def _config_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = ("gpufrac: a Kubernetes scheduler extender for fractional GPU placement. kube-scheduler "
+               "calls 'gpufrac serve' over the extender protocol (filter, prioritize, bind, preempt).")
+NO_CREDENTIALS = ("gpufrac: no Kubernetes credentials: pass --kubeconfig, set $KUBECONFIG (or have "
+                  "~/.kube/config), or run in a pod with a service account")
+
+
+def _default(field: str) -> str:
+    """``(default X)`` of a ``Settings`` field, for the help texts."""
+    from extender.settings import Settings
+
+    return f"(default {Settings.model_fields[field].default})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(prog="gpufrac", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gpufrac", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"gpufrac {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the extender (standalone: nodes from a file; cluster: the API)")
-    serve.add_argument("--mode", choices=("standalone", "cluster"))
-    serve.add_argument("--kubeconfig", type=Path, help="cluster mode; in-cluster config when absent")
-    serve.add_argument("--inventory-stale-after-s", type=float)
-    serve.add_argument("--assume-ttl-s", type=float)
+    serve.add_argument("--mode", choices=("standalone", "cluster"),
+                       help=f"standalone: nodes from --cluster-file, pods from pod-event posts; cluster: "
+                            f"nodes and pods from the API {_default('mode')}")
+    serve.add_argument("--kubeconfig", type=Path, help="cluster mode: kubeconfig file (default $KUBECONFIG "
+                       "or ~/.kube/config; in a pod, its service account)")
+    serve.add_argument("--inventory-stale-after-s", type=float,
+                       help=f"a node whose inventory heartbeat is older gets no GPU pods "
+                            f"{_default('inventory_stale_after_s')}")
+    serve.add_argument("--assume-ttl-s", type=float,
+                       help=f"seconds a bind's allocation is held until the pod watch shows it "
+                            f"{_default('assume_ttl_s')}")
     serve.add_argument("--fence-namespace", help="cluster mode: fence binds with per-node claim ledgers "
                        "in this namespace (needed for more than one replica)")
     serve.add_argument("--claim-ttl-s", type=float, help="cluster mode, fenced: seconds a claim counts (60)")
-    serve.add_argument("--log-level")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--log-level", help=f"debug, info, warning, error {_default('log_level')}")
+    serve.add_argument("--host", help=f"address of the verb listener {_default('host')}")
+    serve.add_argument("--port", type=int, help=f"port of the verb listener {_default('port')}")
     serve.add_argument("--health-port", type=int,
                        help="also serve /healthz, /readyz and /metrics (only) over plain HTTP on this port")
     serve.add_argument("--health-host", help="address of the --health-port listener (default 0.0.0.0)")
     serve.add_argument("--cluster-file", type=Path, help="node list, YAML or openb CSV")
     serve.add_argument("--config", type=Path, help="admin config file (scoring weights)")
-    serve.add_argument("--preset", help="weight preset when no config file is given")
-    serve.add_argument("--replicas-per-gpu", type=int)
-    serve.add_argument("--config-poll-s", type=float, help="seconds between two reads of --config")
+    serve.add_argument("--preset", help=f"weight preset when no config file is given {_default('preset')}")
+    serve.add_argument("--replicas-per-gpu", type=int,
+                       help=f"standalone mode: time-slicing replicas per GPU {_default('replicas_per_gpu')}")
+    serve.add_argument("--config-poll-s", type=float,
+                       help=f"seconds between two reads of --config {_default('config_poll_s')}")
     serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate (PEM)")
-    serve.add_argument("--tls-key-file", type=Path)
+    serve.add_argument("--tls-key-file", type=Path, help="the certificate's private key (PEM)")
     serve.add_argument("--tls-client-ca-file", type=Path,
                        help="require client certificates signed by this CA (only kube-scheduler)")
     serve.add_argument("--events-token", help="standalone mode: the pod-events bearer token (visible in "
@@ -137,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     ins = sub.add_parser("inspect", help="table of nodes, GPUs and the pods on them, read from the API")
-    ins.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
+    ins.add_argument("--kubeconfig", type=Path,
+                     help="kubeconfig file (default $KUBECONFIG or ~/.kube/config; in a pod, its service account)")
     ins.add_argument("--json", action="store_true", help="JSON instead of the table")
-    ins.add_argument("--inventory-stale-after-s", type=float, default=180.0)
+    ins.add_argument("--inventory-stale-after-s", type=float, default=180.0,
+                     help="mark nodes whose inventory heartbeat is older (default 180.0)")
     ins.set_defaults(func=_inspect)
 
     cfg = sub.add_parser("config", help="admin config file tools")
@@ -155,8 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpufrac`` console script."""
+    from kubernetes.config.config_exception import ConfigException
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ConfigException as exc:
+        print(f"{NO_CREDENTIALS} ({exc})", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ and pay a handshake. Every raw call goes through one of these two functions.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,11 @@ def drain(resp: Any) -> None:
 
 
 def kube_api(kubeconfig: Path | None) -> Any:
-    """CoreV1Api from a kubeconfig file, else the in-cluster service account.
+    """CoreV1Api from a kubeconfig file; without one, the in-cluster service account in a pod
+    (``$KUBERNETES_SERVICE_HOST`` set), else ``$KUBECONFIG`` or ``~/.kube/config``.
+
+    Raises ``kubernetes.config.config_exception.ConfigException`` when none of them gives
+    credentials.
 
     The connection pool is sized for concurrent binds (each makes two API calls from its own
     worker thread): with the client's default of 5 x CPUs, a burst of binds opens and
@@ -43,7 +48,9 @@ def kube_api(kubeconfig: Path | None) -> Any:
     cfg = client.Configuration()
     if kubeconfig is not None:
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    else:
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=cfg)
+    else:  # $KUBECONFIG read now, not when the client module was imported
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=cfg)
     cfg.connection_pool_maxsize = 64
     return client.CoreV1Api(client.ApiClient(cfg))

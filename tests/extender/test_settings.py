@@ -73,3 +73,51 @@ def test_config_validate_for_admins_and_ci(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "scoring.weights.spread: must be a finite number >= 0, got -1.0" in err
     assert "nope" in err
+
+
+# -- the command line ----------------------------------------------------------------------
+
+def test_version_and_help_name_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from extender.cli import build_parser, main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("gpufrac ")
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    # Every tuning flag says its default, taken from Settings (so help and behaviour agree).
+    # argparse lists each flag twice (usage, then options): its help follows the second.
+    serve_help = capsys.readouterr().out
+    for flag, default in (("--port", "8888"), ("--host", "127.0.0.1"), ("--preset", "default"),
+                          ("--inventory-stale-after-s", "180.0"), ("--assume-ttl-s", "60.0")):
+        described = " ".join(serve_help.split(f"  {flag} ")[-1].split()[:40])
+        assert f"(default {default})" in described, (flag, described)
+    assert "composition root" not in build_parser().format_help()
+
+
+def test_inspect_without_credentials_says_so_instead_of_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from extender.cli import main
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["inspect"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpufrac: no Kubernetes credentials: pass --kubeconfig, set $KUBECONFIG")
+    assert "Traceback" not in err
+
+
+def test_inspect_reads_kubeconfig_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # $KUBECONFIG is honoured when --kubeconfig is absent (it asked for in-cluster credentials).
+    from podspec.kubeio import kube_api
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert kube_api(None).api_client.configuration.host == "https://127.0.0.1:6443"
