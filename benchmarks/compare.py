@@ -17,7 +17,6 @@ Writes to ``--out``:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -106,7 +105,7 @@ def run(args: argparse.Namespace, profile: Profile) -> int:
             results = replay.replay_seeds(cell, cell_profile)
             record = replay.result_record(cell, cell_profile, results, time.perf_counter() - started)
             cells.setdefault(variant, {})[policy_label(policy)] = record
-            (args.out / "compare.json").write_text(json.dumps(cells, indent=1))
+            replay.write_json(args.out / "compare.json", cells)
             print(f"{variant} / {policy_label(policy)}: median unallocated @100% "
                   f"{record['median']['unallocated_pct_100']:.2f}%", flush=True)
     table = markdown_table(cells, args.seeds, in_process=bool(args.in_process))

@@ -32,8 +32,16 @@ def replay_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _strict(constant: str) -> None:
+    raise ValueError(f"not JSON: {constant}")
+
+
 def test_replay_writes_the_contracted_files(replay_out: Path) -> None:
-    result = json.loads((replay_out / "result.json").read_text())
+    # Strict JSON: a trace cut short measures no fragmentation at 100 % arrived, and that
+    # is null, not a bare NaN that strict parsers refuse.
+    result = json.loads((replay_out / "result.json").read_text(), parse_constant=_strict)
+    assert result["seeds"]["42"]["fragmentation_rate_100"] is None
+    assert 0 < result["seeds"]["42"]["arrived_pct"] < 100
     assert set(result["median"]) >= {"allocation_pct", "unallocated_pct_100", "unallocated_pct_130",
                                      "gpu_pods_failed", "pods_per_s"}
     seed = result["seeds"]["42"]
@@ -187,3 +195,12 @@ def test_the_profile_decides_which_pods_reach_the_extender(tmp_path: Path, confi
     assert cpu_pods and res.gpu_pods_failed == 0
     assert gpu_pods <= filtered
     assert (cpu_pods <= filtered) if cpu_pods_filtered else not (cpu_pods & filtered)
+
+
+def test_a_cut_short_replay_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--seeds", "42", "--limit", "100", "--in-process", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "--limit 100: each seed replayed only its first 100 pods, and the trace stopped at" in out
+    assert "A smoke run, not a result." in out
+
