@@ -136,6 +136,39 @@ def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
     return bins
 
 
+def installed(command: str) -> Path | None:
+    """Path of ``command`` on $PATH or in /usr/sbin or /usr/bin; None when absent."""
+    found = shutil.which(command) or next(
+        (p for p in (f"/usr/sbin/{command}", f"/usr/bin/{command}") if Path(p).exists()), None)
+    return Path(found) if found else None
+
+
+def ensure_debian(command: str, package: str) -> Path:
+    """Path of ``command``; installs Debian's ``package`` with apt-get if it is missing.
+
+    Raises
+    ------
+    ControlPlaneError
+        If it is missing and cannot be installed.
+    """
+    found = installed(command)
+    if found:
+        return found
+    apt = shutil.which("apt-get")
+    if apt is None:
+        raise ControlPlaneError(f"{command} is not installed and apt-get is not available")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    for cmd in ([*sudo, apt, "update", "-qq"], [*sudo, apt, "install", "-y", "-qq", package]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise ControlPlaneError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    found = installed(command)
+    if found is None:
+        raise ControlPlaneError(f"{package} installed but {command} not found")
+    return found
+
+
 def ensure_etcd() -> Path:
     """Path of ``etcd``; installs Debian's ``etcd-server`` with apt-get if it is missing.
 
@@ -144,21 +177,14 @@ def ensure_etcd() -> Path:
     ControlPlaneError
         If it is missing and cannot be installed.
     """
-    found = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    found = installed("etcd")
     if found:
-        return Path(found)
-    apt = shutil.which("apt-get")
-    if apt is None:
-        raise ControlPlaneError("etcd is not installed and apt-get is not available")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    for cmd in ([*sudo, apt, "update", "-qq"], [*sudo, apt, "install", "-y", "-qq", "etcd-server"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise ControlPlaneError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        return found
+    path = ensure_debian("etcd", "etcd-server")
     # Debian starts the service on install; ours runs its own etcd on other ports.
-    subprocess.run([*sudo, "systemctl", "stop", "etcd"], capture_output=True)
-    return Path("/usr/bin/etcd")
+    subprocess.run([*([] if os.geteuid() == 0 else ["sudo", "-n"]), "systemctl", "stop", "etcd"],
+                   capture_output=True)
+    return path
 
 
 # -- certificates --------------------------------------------------------------------------

@@ -27,7 +27,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import time
@@ -43,6 +42,7 @@ from tests.harness.controlplane import (
     ControlPlaneError,
     Proc,
     build_go_commands,
+    ensure_debian,
     free_port,
     kube_version,
     start,
@@ -65,31 +65,6 @@ def build_node_binaries() -> dict[str, Path]:
         c: f"github.com/containerd/containerd/v2/cmd/{c}" for c in ("containerd", "containerd-shim-runc-v2", "ctr")},
         "containerd-v2")
     return {**kubelet, **containerd}
-
-
-def ensure_debian(command: str, package: str) -> Path:
-    """Path of ``command``; installs Debian's ``package`` with apt-get if it is missing.
-
-    Raises
-    ------
-    ControlPlaneError
-        If it is missing and cannot be installed.
-    """
-    found = shutil.which(command) or next((p for p in (f"/usr/sbin/{command}", f"/usr/bin/{command}")
-                                           if Path(p).exists()), None)
-    if found:
-        return Path(found)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    for cmd in ([*sudo, "apt-get", "update", "-qq"], [*sudo, "apt-get", "install", "-y", "-qq", package]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise ControlPlaneError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    found = shutil.which(command) or next((p for p in (f"/usr/sbin/{command}", f"/usr/bin/{command}")
-                                           if Path(p).exists()), None)
-    if not found:
-        raise ControlPlaneError(f"{package} installed but {command} not found")
-    return Path(found)
 
 
 def busybox_image(path: Path, ref: str, entrypoint: list[str], busybox: Path) -> Path:
