@@ -471,7 +471,7 @@ class KubeBinder:
             rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl, claims=claims)
             alloc = rec.allocation
             assert alloc is not None
-            if self.fence is not None and seen is not None:
+            if seen is not None:  # fenced
                 self._commit_claim(seen, rec.intent, node, rec.gpu_uuids, alloc)
         # The Binding runs outside the node lock: the share is already held (and claimed),
         # and binds of other pods to the same node proceed in parallel.

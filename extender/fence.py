@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import secrets
 import socket
@@ -111,14 +112,19 @@ class Claim:
         if not isinstance(obj, Mapping):
             raise ValueError("claim is not an object")
         try:
+            if not isinstance(obj["gpus"], list) or not isinstance(obj["memoryMiB"], list):
+                raise TypeError("gpus and memoryMiB must be lists")
             gpus = tuple(obj["gpus"])
             mem = tuple(int(m) for m in obj["memoryMiB"])
             claim = Claim(str(obj["uid"]), str(obj["namespace"]), str(obj["name"]), str(obj["node"]),
                           gpus, int(obj["milli"]), mem, str(obj["owner"]), float(obj["at"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"bad claim: {exc}") from None
-        if not all(isinstance(g, str) for g in gpus) or len(mem) != len(gpus) or not 0 <= claim.gpu_milli <= 1000:
+        if (not all(isinstance(g, str) for g in gpus) or len(mem) != len(gpus) or min(mem, default=0) < 0
+                or not 0 <= claim.gpu_milli <= 1000):
             raise ValueError("bad claim: gpus, memoryMiB and milli disagree")
+        if not math.isfinite(claim.at_s):  # an infinite time would never expire
+            raise ValueError("bad claim: 'at' is not a finite time")
         return claim
 
 
@@ -155,10 +161,11 @@ def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         return None
-    node = (meta.get("annotations") or {}).get(NODE_ANNOTATION)
+    annotations, data = meta.get("annotations"), obj.get("data")
+    node = annotations.get(NODE_ANNOTATION) if isinstance(annotations, Mapping) else None
     if not isinstance(node, str) or not node:
         return None
-    raw = (obj.get("data") or {}).get(DATA_KEY, "[]")
+    raw = data.get(DATA_KEY, "[]") if isinstance(data, Mapping) else "[]"
     try:
         items = json.loads(raw) if isinstance(raw, str) else []
     except ValueError:

@@ -87,11 +87,20 @@ def test_a_malformed_claim_is_skipped_and_the_others_kept() -> None:
     good = claim().to_json()
     obj = {"metadata": {"resourceVersion": "7", "annotations": {"gpufrac.io/node": "n1"}},
            "data": {"claims.json": json.dumps([good, {"uid": "x"}, {**good, "uid": "u2", "milli": 5000},
-                                               {**good, "uid": "u3", "memoryMiB": []}])}}
+                                               {**good, "uid": "u3", "memoryMiB": []},
+                                               {**good, "uid": "u4", "gpus": "GPU-n1-0", "memoryMiB": [1] * 8},
+                                               {**good, "uid": "u5", "memoryMiB": [-1]}])
+                    .rstrip("]") + ', {"uid": "u6", "namespace": "d", "name": "u6", "node": "n1", '
+                    '"gpus": ["GPU-n1-0"], "milli": 100, "memoryMiB": [1], "owner": "a", "at": Infinity}]'}}
     ledger = parse_ledger(obj)
     assert ledger is not None and ledger.resource_version == "7"
+    # u4: a string is not a GPU list; u5: negative memory; u6: a claim that would never expire
     assert [c.uid for c in ledger.claims] == ["u1"]
     assert parse_ledger({"metadata": {}}) is None  # names no node: not a ledger
+    # Wrong shapes anywhere are no ledger, or an empty one, never an exception in the watch.
+    assert parse_ledger({"metadata": {"annotations": ["gpufrac.io/node"]}}) is None
+    assert parse_ledger({"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": ["x"]}) == \
+        Ledger("n1", None, ())
     garbage = {"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": {"claims.json": "{not json"}}
     assert parse_ledger(garbage) == Ledger("n1", None, ())
 
