@@ -96,6 +96,8 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
             while not stop.is_set() and context.is_active():
                 current = slot_ids(gpus())
                 if current != last:
+                    log.info("ListAndWatch: %d devices sent to kubelet, %d healthy",
+                             len(current), sum(ok for _, ok in current))
                     yield pb.ListAndWatchResponse(devices=[
                         pb.Device(ID=i, health="Healthy" if ok else "Unhealthy") for i, ok in current])
                     last = current

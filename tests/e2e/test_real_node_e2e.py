@@ -25,6 +25,7 @@ from tests.harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_
 pytestmark = pytest.mark.e2e
 
 GPUS, REPLICAS, GPU_MIB = 2, 4, 24576
+DEVICES_SENT = f"devices sent to kubelet, {GPUS * REPLICAS} healthy"  # agent log line: one ListAndWatch answer
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,13 @@ def node(cluster: Cluster) -> Iterator[RealNode]:
     """kubelet + containerd as node ``localhost``, for this module."""
     real = RealNode.up(cluster.cp)
     yield real
+    # Whatever a failed test left on the node goes with it: no later module may meet a pod
+    # bound to a node that no longer exists.
+    clear_node(cluster)
     real.down()
     cluster.cp.kubectl("delete", "node", NODE_NAME, "--wait=false", check=False)
+    cluster.wait(lambda: not any(a["node"] == NODE_NAME for a in cluster.allocations()), 60,
+                 "the real node's pods gone from gpufrac")
 
 
 def start_agent(cl: Cluster, real: RealNode) -> Proc:
@@ -112,9 +118,16 @@ def run(cl: Cluster, ns: str, pod: dict[str, Any], timeout_s: float = 90) -> dic
         raise AssertionError(f"pod {ns}/{name} did not run:\n{events}") from None
 
 
+def clear_node(cl: Cluster) -> None:
+    """Force-delete every pod bound to the real node (what a failed test left behind)."""
+    cl.cp.kubectl("delete", "pods", "--all-namespaces", "--field-selector", f"spec.nodeName={NODE_NAME}",
+                  "--grace-period=0", "--force", "--wait=false", check=False)
+
+
 def ready(cl: Cluster, agent: Agent) -> str:
     """Wait until the node's allocatable shows every slot and gpufrac holds nothing there
-    (earlier tests' pods are gone); a new namespace for the test."""
+    (earlier tests' pods are gone, by force if a failed test left them); a new namespace."""
+    clear_node(cl)
     wait_until(lambda: capacity(cl) == str(GPUS * REPLICAS), 60, "gpufrac.io/gpu allocatable", agent.proc)
     cl.wait(lambda: not any(a["node"] == NODE_NAME for a in cl.allocations()), 60, "real node free in gpufrac")
     return new_namespace(cl.api, unique("node"))
@@ -180,23 +193,27 @@ def survives_restart(cl: Cluster, agent: Agent, restart: Callable[[], object], w
     plugin registers again (printed: how long after the restart began), the node's
     allocatable comes back, and a new pod gets its GPU."""
     ns = ready(cl, agent)
-    before = run(cl, ns, workload("before"))
-    registrations = agent.tail().count("registered gpufrac.io/gpu with kubelet")
-    t0 = time.monotonic()
-    restart()
-    wait_until(lambda: agent.tail().count("registered gpufrac.io/gpu with kubelet") > registrations, 60,
-               f"the device plugin registered again after the {what}", agent.proc)
-    print(f"\n{what}: device plugin registered again {time.monotonic() - t0:.1f} s after it began")
-    wait_until(lambda: capacity(cl) == str(GPUS * REPLICAS), 60, f"allocatable after the {what}", agent.proc)
-    (status,) = json.loads(cl.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)["status"][
-        "containerStatuses"]
-    assert status["state"].get("running") and status["restartCount"] == 0
-    assert status["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
-    after = run(cl, ns, workload("after"))
-    assert env_of(cl, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == after["metadata"]["annotations"][
-        "gpufrac.io/assigned-gpus"]
-    for name in ("before", "after"):
-        cl.api.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    try:
+        before = run(cl, ns, workload("before"))
+        sent = agent.tail().count(DEVICES_SENT)
+        t0 = time.monotonic()
+        restart()
+        # Registration alone is not enough: until kubelet has read the device list from the
+        # new ListAndWatch stream it holds the devices unhealthy and rejects an admission
+        # (UnexpectedAdmissionError, seen once on CI when the next pod came 1 s after).
+        wait_until(lambda: agent.tail().count(DEVICES_SENT) > sent, 60,
+                   f"the device plugin registered and listed its devices again after the {what}", agent.proc)
+        print(f"\n{what}: device plugin listed its devices again {time.monotonic() - t0:.1f} s after it began")
+        wait_until(lambda: capacity(cl) == str(GPUS * REPLICAS), 60, f"allocatable after the {what}", agent.proc)
+        (status,) = json.loads(cl.cp.kubectl("get", "pod", "before", "-n", ns, "-o", "json").stdout)["status"][
+            "containerStatuses"]
+        assert status["state"].get("running") and status["restartCount"] == 0
+        assert status["containerID"] == before["status"]["containerStatuses"][0]["containerID"]
+        after = run(cl, ns, workload("after"))
+        assert env_of(cl, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == after["metadata"]["annotations"][
+            "gpufrac.io/assigned-gpus"]
+    finally:
+        cl.cp.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false", check=False)
 
 
 def test_agent_killed_and_restarted_reregisters_running_pods_keep_devices(cluster: Cluster, node: RealNode,
