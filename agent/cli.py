@@ -19,6 +19,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from agent.metrics import AgentMetrics
     from agent.nvml import FakeNvml, NvmlBackend, NvmlUnavailable, PynvmlBackend
     from agent.publisher import Publisher, PublishOptions
 
@@ -41,6 +42,16 @@ def _run(args: argparse.Namespace) -> int:
         print(publisher.inventory().model_dump_json(by_alias=True, indent=2))
         backend.close()
         return 0
+    metrics = AgentMetrics(args.node_name, lambda: publisher.readings, publisher.health.unhealthy)
+    publisher.metrics = metrics
+    if args.metrics_port:
+        try:
+            metrics.serve(args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            print(f"gpufrac-agent: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
+                  file=sys.stderr)
+            return 2
+        logging.getLogger("agent").info("metrics on http://%s:%d/metrics", args.metrics_host, args.metrics_port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -64,7 +75,9 @@ def _run(args: argparse.Namespace) -> int:
             return items
 
         plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir,
-                              mps_pipe_dir=args.mps_pipe_dir)
+                              mps_pipe_dir=args.mps_pipe_dir,
+                              on_allocate=lambda result: metrics.allocations.labels(result).inc(),
+                              on_register=metrics.registrations.inc)
         publisher.on_publish = plugin.changed.set
         threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
     for t in threads:
@@ -82,25 +95,34 @@ def _run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The agent's argument parser."""
     agent = argparse.ArgumentParser(prog="gpufrac-agent",
-                                    description="node agent: publish this node's GPU inventory (NVML)")
+                                    description="node agent: publish this node's GPU inventory (NVML)",
+                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     agent.add_argument("--version", action="version", version=f"gpufrac-agent {installed_version()}")
     agent.add_argument("--node-name", required=True, help="this node (the DaemonSet passes spec.nodeName)")
     agent.add_argument("--kubeconfig", type=Path, help="in-cluster config when absent")
-    agent.add_argument("--nvml", choices=("real", "fake"), default="real")
+    agent.add_argument("--nvml", choices=("real", "fake"), default="real",
+                       help="read GPUs through NVML (real) or from --fake-config (tests, no GPU)")
     agent.add_argument("--fake-config", type=Path, help="YAML {gpus: [{name, memory_mib, count}]} for --nvml fake")
     agent.add_argument("--replicas", type=int, default=4, help="time-slicing replicas per GPU (GFD label wins)")
-    agent.add_argument("--heartbeat-s", type=float, default=60.0)
-    agent.add_argument("--min-interval-s", type=float, default=10.0)
+    agent.add_argument("--heartbeat-s", type=float, default=60.0,
+                       help="rewrite the inventory at least this often (the extender's staleness clock)")
+    agent.add_argument("--min-interval-s", type=float, default=10.0,
+                       help="write a changed inventory at most this often (XID health changes: at once)")
     agent.add_argument("--proc-root", type=Path, default=Path("/proc"),
                        help="the host's /proc (PIDs from NVML are host PIDs)")
     agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
                        help="serve the gpufrac.io/gpu device plugin to kubelet")
-    agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"))
+    agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"),
+                       help="kubelet's device-plugin directory (kubelet.sock)")
     agent.add_argument("--mps-pipe-dir", type=Path,
                        help="the node's MPS control daemon pipe directory (host path): mounted into "
-                            "containers below a whole GPU, with CUDA_MPS_PIPE_DIRECTORY set (default: no MPS)")
+                            "containers below a whole GPU, with CUDA_MPS_PIPE_DIRECTORY set; none: no MPS")
+    agent.add_argument("--metrics-port", type=int, default=9402,
+                       help="serve Prometheus /metrics on this port; 0 turns it off")
+    agent.add_argument("--metrics-host", default="0.0.0.0",
+                       help="address the metrics port binds")
     agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
-    agent.add_argument("--log-level", default="info")
+    agent.add_argument("--log-level", default="info", help="debug, info, warning or error")
 
     return agent
 

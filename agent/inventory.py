@@ -62,6 +62,10 @@ class HealthTracker:
         """Why the GPU is unhealthy; ``""`` when healthy."""
         return self._reasons.get(uuid, "")
 
+    def unhealthy(self) -> frozenset[str]:
+        """UUIDs of the GPUs marked unhealthy."""
+        return frozenset(self._reasons)
+
 
 def _pod_usage(reading_processes: Iterable[tuple[int, int]],
                pod_of: Callable[[int], str | None]) -> list[PodGpuUsage]:

@@ -26,7 +26,8 @@ from agent.inventory import (
     replicas_for,
     same_content,
 )
-from agent.nvml import NvmlBackend
+from agent.metrics import AgentMetrics
+from agent.nvml import GpuReading, NvmlBackend
 from podspec.annotations import INVENTORY, NodeInventory, dump_inventory
 from podspec.kubeio import drain, response_json
 
@@ -88,6 +89,9 @@ class Publisher:
         """Called after each write (the device plugin re-sends its device list)."""
         self._last_at = float("-inf")
         self.writes = 0
+        self.readings: list[GpuReading] = []
+        """The last NVML reading (for the agent's metrics)."""
+        self.metrics: AgentMetrics | None = None
 
     def _node_labels(self) -> dict[str, str]:
         if self.api is None:  # no API (``--once``): the configured replicas
@@ -98,7 +102,8 @@ class Publisher:
     def inventory(self) -> NodeInventory:
         """The inventory as it would be written now."""
         replicas = replicas_for(self._node_labels(), self._opts.replicas)
-        return build_inventory(self.node, self._backend.read(), self.health, replicas, self._now(),
+        self.readings = list(self._backend.read())
+        return build_inventory(self.node, self.readings, self.health, replicas, self._now(),
                                pod_of=lambda pid: pod_uid_of_pid(pid, self._opts.proc_root))
 
     def publish_once(self, force: bool = False) -> bool:
@@ -115,9 +120,17 @@ class Publisher:
         if not (force or since >= self._opts.heartbeat_s or (changed and since >= self._opts.min_interval_s)):
             return False
         body = {"metadata": {"annotations": {INVENTORY: dump_inventory(inv)}}}
-        drain(self.api.patch_node(self.node, body, _preload_content=False))
+        try:
+            drain(self.api.patch_node(self.node, body, _preload_content=False))
+        except Exception:
+            if self.metrics is not None:
+                self.metrics.publishes.labels("error").inc()
+            raise
         self._last, self._last_at = inv, self._mono()
         self.writes += 1
+        if self.metrics is not None:
+            self.metrics.publishes.labels("ok").inc()
+            self.metrics.last_publish.set(self._now().timestamp())
         self.on_publish()
         return True
 
@@ -132,6 +145,8 @@ class Publisher:
         force = True
         while not stop.is_set():
             event = self._backend.wait_xid(xid_poll_s)
+            if event is not None and self.metrics is not None:
+                self.metrics.xid(event)
             if event is not None and self.health.observe(event):
                 log.warning("GPU %s unhealthy: XID %d", event.uuid, event.xid)
                 force = True

@@ -64,7 +64,7 @@ def gpu_of(device_id: str) -> str:
 
 def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Sequence[Mapping[str, Any]]],
                   node: str, changed: threading.Event, stop: threading.Event,
-                  mps_pipe_dir: str | None = None) -> Any:
+                  mps_pipe_dir: str | None = None, on_allocate: Callable[[str], object] = lambda result: None) -> Any:
     """The DevicePlugin servicer (a class built on the generated base, which is loaded lazily).
 
     Parameters
@@ -81,6 +81,8 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
     mps_pipe_dir : str, optional
         The node's MPS control daemon pipe directory (host path): mounted into containers
         below a whole GPU (``assign.container_mps``).
+    on_allocate : callable, optional
+        Called once per container Allocate with its result (``"ok"`` or ``"no_pod"``).
     """
     pb, pb_grpc = load()
     matcher = assign.Matcher()
@@ -136,6 +138,7 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
                     n = len(creq.devices_ids)
                     found = matcher.take(n, cands)
                     if found is None:
+                        on_allocate("no_pod")
                         context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                       f"gpufrac: no pod on {node} bound by gpufrac waits for {n} "
                                       f"{ann.RESOURCE_GPU} (is the pod using schedulerName gpufrac-scheduler?)")
@@ -143,6 +146,7 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
                     pod, index = found
                     uuids, memory = pod.slice_for(index)
                     log.info("allocate %s container #%d: %s", pod.key, index, ",".join(uuids))
+                    on_allocate("ok")
                     mps_env, mps_mounts = assign.container_mps(pod.gpu_milli, mps_pipe_dir)
                     responses.append(pb.ContainerAllocateResponse(
                         envs={**assign.container_env(uuids, pod.gpu_milli, memory), **mps_env},
@@ -167,11 +171,17 @@ class PluginServer:
         kubelet's device-plugin directory (``kubelet.sock`` lives there).
     mps_pipe_dir : Path, optional
         As for ``make_servicer``.
+    on_allocate, on_register : callable, optional
+        Called per container Allocate (with its result) and after each registration with
+        kubelet (the agent's metrics).
     """
 
     def __init__(self, gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Sequence[Mapping[str, Any]]],
-                 node: str, plugin_dir: Path = DEFAULT_PLUGIN_DIR, mps_pipe_dir: Path | None = None) -> None:
+                 node: str, plugin_dir: Path = DEFAULT_PLUGIN_DIR, mps_pipe_dir: Path | None = None,
+                 on_allocate: Callable[[str], object] = lambda result: None,
+                 on_register: Callable[[], object] = lambda: None) -> None:
         self._gpus, self._pods, self._node = gpus, pods, node
+        self._on_allocate, self._on_register = on_allocate, on_register
         self._mps = None if mps_pipe_dir is None else str(mps_pipe_dir)
         self.plugin_dir = plugin_dir
         self.socket = plugin_dir / SOCKET_NAME
@@ -191,7 +201,8 @@ class PluginServer:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         _, pb_grpc = load()
         pb_grpc.add_DevicePluginServicer_to_server(
-            make_servicer(self._gpus, self._pods, self._node, self.changed, self._stream_stop, self._mps), server)
+            make_servicer(self._gpus, self._pods, self._node, self.changed, self._stream_stop, self._mps,
+                          self._on_allocate), server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server
@@ -204,6 +215,7 @@ class PluginServer:
                 options=pb.DevicePluginOptions(get_preferred_allocation_available=True)), timeout=10)
         self.registrations += 1
         log.info("registered %s with kubelet (%s)", ann.RESOURCE_GPU, self.plugin_dir)
+        self._on_register()
 
     def start_once(self) -> None:
         """Serve and register once.

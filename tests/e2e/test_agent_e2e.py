@@ -39,7 +39,7 @@ def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluste
     agent = cluster.cp.track(start(f"agent-{node}", [
         sys.executable, "-m", "agent", "--node-name", node, "--nvml", "fake",
         "--fake-config", str(config), "--kubeconfig", str(cluster.cp.admin_kubeconfig),
-        "--heartbeat-s", "5", "--plugin-dir", str(plugin_dir)], tmp_path))
+        "--heartbeat-s", "5", "--plugin-dir", str(plugin_dir), "--metrics-port", "0"], tmp_path))
     try:
         def published() -> dict[str, Any] | None:
             raw = (cluster.api.read_node(node).metadata.annotations or {}).get("gpufrac.io/inventory")

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import SCHEDULER, new_namespace
-from tests.harness.controlplane import Proc, start, wait_until
+from tests.harness.controlplane import Proc, free_port, start, wait_until
 from tests.harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
 
 pytestmark = pytest.mark.e2e
@@ -42,7 +44,7 @@ def node(cluster: Cluster) -> Iterator[RealNode]:
                  "the real node's pods gone from gpufrac")
 
 
-def start_agent(cl: Cluster, real: RealNode) -> Proc:
+def start_agent(cl: Cluster, real: RealNode, metrics_port: int) -> Proc:
     """``gpufrac agent`` for node ``localhost``: fake NVML, the real device-plugin socket."""
     fake = real.workdir / "fake-gpus.yaml"
     fake.write_text(f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
@@ -53,7 +55,7 @@ def start_agent(cl: Cluster, real: RealNode) -> Proc:
         sys.executable, "-m", "agent", "--node-name", NODE_NAME, "--kubeconfig", str(cl.cp.admin_kubeconfig),
         "--nvml", "fake", "--fake-config", str(fake), "--replicas", str(REPLICAS), "--heartbeat-s", "5",
         "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--mps-pipe-dir", str(mps),
-        "--log-level", "info"], real.workdir))
+        "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1", "--log-level", "info"], real.workdir))
 
 
 class Agent:
@@ -61,14 +63,24 @@ class Agent:
 
     def __init__(self, cl: Cluster, real: RealNode) -> None:
         self.cl, self.real = cl, real
-        self.proc = start_agent(cl, real)
+        self.metrics_port = free_port()
+        self.proc = start_agent(cl, real, self.metrics_port)
 
     def tail(self, n: int = 100_000) -> str:
         return self.proc.tail(n)
 
     def restart(self) -> None:
         self.proc.kill()
-        self.proc = start_agent(self.cl, self.real)
+        self.metrics_port = free_port()
+        self.proc = start_agent(self.cl, self.real, self.metrics_port)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of the one sample ``name`` with ``labels`` on the agent's /metrics."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        values = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+                  if s.name == name and s.labels == labels]
+        assert len(values) == 1, f"{name}{labels} not exposed once:\n{text}"
+        return float(values[0])
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +175,11 @@ def test_fractional_pod_runs_with_its_gpu_and_mps_limits(cluster: Cluster, node:
     # and the node's MPS pipe directory, mounted by Allocate where the variable points
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpufrac/mps"
     cluster.wait(lambda: "MPS-PIPE-SEEN" in logs(cluster, ns, "quarter", "c0"), 30, "the pipe directory seen")
+    # The agent's metrics saw it: kubelet's Allocate for the container, and the GPU's NVML
+    # reading (the fake backend's 24 GiB) labelled with node, UUID and model.
+    assert agent.metric("gpufrac_agent_device_plugin_allocate_total", result="ok") >= 1
+    assert agent.metric("gpufrac_agent_gpu_memory_total_bytes", node=NODE_NAME, gpu_uuid=chosen,
+                        model="NVIDIA A10") == GPU_MIB * 2**20
     cluster.api.delete_namespaced_pod("quarter", ns, grace_period_seconds=0)
 
 
