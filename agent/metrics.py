@@ -73,6 +73,8 @@ class AgentMetrics:
             "Device-plugin Allocate calls from kubelet, per container, by result (ok, or "
             "no_pod: no pod bound by gpufrac waited for that many devices).",
             ["result"], registry=self.registry)
+        for result in ("ok", "no_pod"):
+            self.allocations.labels(result)
         self.registrations = Counter(
             "gpufrac_agent_device_plugin_registrations_total",
             "Registrations of the gpufrac.io/gpu device plugin with kubelet.", registry=self.registry)
@@ -80,6 +82,8 @@ class AgentMetrics:
             "gpufrac_agent_inventory_publishes_total",
             "Writes of the node's gpufrac.io/inventory annotation, by result (ok, error).",
             ["result"], registry=self.registry)
+        for result in ("ok", "error"):
+            self.publishes.labels(result)
         self.last_publish = Gauge(
             "gpufrac_agent_inventory_last_publish_timestamp_seconds",
             "Unix time of the last successful inventory write.", registry=self.registry)

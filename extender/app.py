@@ -65,7 +65,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     def apply_policy(new: AdminPolicy) -> None:
         cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance)
 
-    metrics = Metrics(cache.summary)
+    metrics = Metrics(cache.summary, cache.metrics_view)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())
     sync: ClusterSync | None = None
     if settings.mode == "cluster":
@@ -80,6 +80,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
             scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods),
             quarantine=quarantine, binder=kube_binder)
+        metrics.cluster.inventory_ages = sync.inventory_ages
         binder: Binder = kube_binder.bind
     else:
         binder = cache.bind

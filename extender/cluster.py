@@ -237,6 +237,13 @@ class ClusterSync:
             except Exception:  # noqa: BLE001 - never let the loop die
                 log.exception("housekeeping failed")
 
+    def inventory_ages(self) -> dict[str, float | None]:
+        """Seconds since each node's inventory heartbeat (None: no valid inventory), for metrics."""
+        now = self._now()
+        with self._obs_lock:
+            return {name: None if obs.heartbeat is None or obs.problem else (now - obs.heartbeat).total_seconds()
+                    for name, obs in self._observations.items()}
+
     def housekeeping(self) -> None:
         """Re-judge inventory staleness and expire assumed allocations (one pass)."""
         now = self._now()
@@ -537,7 +544,7 @@ class KubeBinder:
         except FenceConflict as exc:
             self._cache.forget(intent.uid)
             raise BindError(f"gpufrac: {exc}: another gpufrac instance bound there first; "
-                            "kube-scheduler retries the pod") from None
+                            "kube-scheduler retries the pod", "conflict") from None
         except ApiException as exc:
             self._cache.forget(intent.uid)
             raise BindError(f"gpufrac: writing the claim ledger of {node}: {exc.status} {exc.reason}") from None

@@ -7,15 +7,85 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from extender.cache import MetricsView
 
 _BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-class Metrics:
-    """Request latency per verb, filter outcomes per reason, binds, cache totals."""
+_GPU_LABELS = ["node", "gpu_uuid", "model"]
 
-    def __init__(self, summary: Callable[[], dict[str, int]]) -> None:
+
+class _Cluster(Collector):
+    """Per-GPU, per-node and per-tenant gauges, built at scrape time from one
+    ``GpuCache.metrics_view`` and the nodes' inventory ages."""
+
+    def __init__(self, view: Callable[[], MetricsView],
+                 inventory_ages: Callable[[], dict[str, float | None]]) -> None:
+        self._view, self.inventory_ages = view, inventory_ages
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        view = self._view()
+        fam = {name: GaugeMetricFamily(f"gpufrac_gpu_{name}", text, labels=_GPU_LABELS) for name, text in (
+            ("allocated_milli", "GPU share gpufrac has allocated on the GPU, milli-GPU (1000 = whole)."),
+            ("capacity_milli", "GPU share the GPU offers, milli-GPU (1000 when usable, 0 when unhealthy "
+                               "or its node's inventory is stale or missing)."),
+            ("memory_allocated_bytes", "GPU memory gpufrac has allocated on the GPU."),
+            ("memory_total_bytes", "GPU memory of the GPU (the agent's inventory)."),
+            ("pods", "Pods gpufrac has placed on the GPU."),
+            ("replicas", "Time-slicing replicas the GPU offers (pods it may hold at once)."),
+        )}
+        for node, uuid, model, milli, mem, total, replicas, pods, healthy, ready in view.gpus:
+            labels = [node, uuid, model]
+            fam["allocated_milli"].add_metric(labels, milli)
+            fam["capacity_milli"].add_metric(labels, 1000 if healthy and ready else 0)
+            fam["memory_allocated_bytes"].add_metric(labels, mem * 2**20)
+            fam["memory_total_bytes"].add_metric(labels, total * 2**20)
+            fam["pods"].add_metric(labels, pods)
+            fam["replicas"].add_metric(labels, replicas)
+        yield from fam.values()
+        tenant = {name: GaugeMetricFamily(f"gpufrac_tenant_{name}", text, labels=["tenant"]) for name, text in (
+            ("gpu_milli", "GPU share the tenant's bound pods hold, milli-GPU."),
+            ("gpu_memory_bytes", "GPU memory the tenant's bound pods hold."),
+            ("quota_gpu_milli", "The tenant's GPU share quota, milli-GPU (absent: no quota)."),
+            ("quota_gpu_memory_bytes", "The tenant's GPU memory quota (absent: no quota)."),
+        )}
+        for name, milli, mib, quota_milli, quota_mib in view.tenants:
+            tenant["gpu_milli"].add_metric([name], milli)
+            tenant["gpu_memory_bytes"].add_metric([name], mib * 2**20)
+            if quota_milli is not None:
+                tenant["quota_gpu_milli"].add_metric([name], quota_milli)
+            if quota_mib is not None:
+                tenant["quota_gpu_memory_bytes"].add_metric([name], quota_mib * 2**20)
+        yield from tenant.values()
+        age = GaugeMetricFamily("gpufrac_node_inventory_age_seconds",
+                                "Age of the node's gpufrac.io/inventory heartbeat (cluster mode); a node "
+                                "past --inventory-stale-after-s gets no GPU pods. NaN: no valid inventory.",
+                                labels=["node"])
+        for node, seconds in sorted(self.inventory_ages().items()):
+            age.add_metric([node], float("nan") if seconds is None else seconds)
+        yield age
+
+
+class Metrics:
+    """Request latency per verb, filter outcomes per reason, binds, preemptions, config
+    reloads, and the cache: per GPU, per tenant, per node's inventory age, totals.
+
+    Parameters
+    ----------
+    summary : callable
+        ``GpuCache.summary`` (totals, lock-free).
+    view : callable, optional
+        ``GpuCache.metrics_view`` (per GPU and tenant, never waiting on a verb).
+    """
+
+    def __init__(self, summary: Callable[[], dict[str, int]],
+                 view: Callable[[], MetricsView] = lambda: MetricsView([], [])) -> None:
         self.registry = CollectorRegistry()
+        self.cluster = _Cluster(view, dict)
+        self.registry.register(self.cluster)
         self.latency = Histogram(
             "gpufrac_extender_request_duration_seconds",
             "Time to answer one kube-scheduler extender call, by verb.",
@@ -28,8 +98,29 @@ class Metrics:
             "gpufrac_filter_errors_total",
             "Filter calls answered with Error (invalid pod or request).",
             registry=self.registry)
+        self.filter_pods = Counter(
+            "gpufrac_filter_pods_total",
+            "Filter calls (one per scheduling attempt of a pod), by result: feasible (some node "
+            "passed), or the check most candidates failed (the pod stays pending), or error.",
+            ["result"], registry=self.registry)
         self.binds = Counter(
-            "gpufrac_bind_total", "Bind calls, by result.", ["result"], registry=self.registry)
+            "gpufrac_bind_total",
+            "Bind calls, by result: ok, conflict (another gpufrac instance bound there first), "
+            "no_fit (the node no longer fits at bind), quota, error.", ["result"], registry=self.registry)
+        self.preemptions = Counter(
+            "gpufrac_preempt_total",
+            "Preempt calls, by result: possible (some proposed node frees enough with victims) "
+            "or impossible.", ["result"], registry=self.registry)
+        self.preemption_victims = Counter(
+            "gpufrac_preempt_victims_total",
+            "Victims gpufrac named on the answered node with the fewest, summed over preempt calls.",
+            registry=self.registry)
+        # Known label values start at 0, so a rate() over them exists before the first event.
+        for result in ("ok", "conflict", "no_fit", "quota", "error"):
+            self.binds.labels(result)
+        for result in ("possible", "impossible"):
+            self.preemptions.labels(result)
+        self.filter_pods.labels("feasible")
         self.config_reloads = Counter(
             "gpufrac_config_reloads_total",
             "Admin config file changes seen, by result (applied, or rejected: the previous "

@@ -17,9 +17,10 @@ from extender.cache.records import (
     ClaimedAllocation,
     ClaimHold,
     EventType,
+    MetricsView,
     PodRecord,
 )
 from extender.cache.store import GpuCache
 from extender.cache.victims import PreemptBudget
 
-__all__ = ["BindError", "CandidateEvaluation", "ClaimHold", "ClaimedAllocation", "EventType", "GpuCache", "PodRecord", "PreemptBudget"]
+__all__ = ["BindError", "CandidateEvaluation", "ClaimHold", "ClaimedAllocation", "EventType", "GpuCache", "MetricsView", "PodRecord", "PreemptBudget"]

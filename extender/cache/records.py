@@ -17,7 +17,20 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
 class BindError(Exception):
-    """Bind refused; the message goes to kube-scheduler in ``ExtenderBindingResult.Error``."""
+    """Bind refused; the message goes to kube-scheduler in ``ExtenderBindingResult.Error``.
+
+    Parameters
+    ----------
+    message : str
+    reason : str
+        For ``gpufrac_bind_total``'s ``result`` label: ``conflict`` (another instance bound
+        there first), ``no_fit`` (the node no longer fits the pod at bind), ``quota`` (the tenant's
+        quota refuses it at bind), ``error``.
+    """
+
+    def __init__(self, message: str, reason: str = "error") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +134,24 @@ def task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int
 def model_mask_of(intent: PodIntent, state: ClusterState) -> int:
     """The bitmask of the state's model ids the pod accepts (``scoring.request.model_mask``)."""
     return model_mask(None if intent.gpu_models is None else state.model_ids(intent.gpu_models))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsView:
+    """The cache as ``/metrics`` exposes it, copied at one instant (``GpuCache.metrics_view``).
+
+    Attributes
+    ----------
+    gpus : list of tuple
+        One per GPU: ``(node, uuid, model, allocated_milli, allocated_memory_mib,
+        memory_total_mib, replicas, pods, healthy, node_ready)``; milli-GPU and MiB.
+    tenants : list of tuple
+        One per tenant: ``(name, gpu_milli, gpu_memory_mib, quota_gpu_milli,
+        quota_gpu_memory_mib)``; a quota is None when the tenant has none.
+    """
+
+    gpus: list[tuple[str, str, str, int, int, int, int, int, bool, bool]]
+    tenants: list[tuple[str, int, int, int | None, int | None]]
+
+
+EMPTY_VIEW = MetricsView([], [])

@@ -21,11 +21,13 @@ import numpy as np
 
 from extender.cache import accounting
 from extender.cache.records import (
+    EMPTY_VIEW,
     BindError,
     CandidateEvaluation,
     ClaimedAllocation,
     ClaimHold,
     EventType,
+    MetricsView,
     PodRecord,
     is_pending,
     model_mask_of,
@@ -117,6 +119,7 @@ class GpuCache:
         self._memo: _Memo | None = None
         # kube-scheduler sends the same node list call after call: remember its rows.
         self._candidates: _Candidates | None = None
+        self._last_view = EMPTY_VIEW
 
     # -- configuration -------------------------------------------------------------------
 
@@ -485,7 +488,7 @@ class GpuCache:
                     # instance claimed it here: until one of the two binds settles we
                     # cannot tell what this node holds.
                     raise BindError(f"gpufrac: pod {c.namespace}/{c.name} is claimed on {c.node} by {c.owner} "
-                                    "while a bind of it by this instance is in flight; kube-scheduler retries")
+                                    "while a bind of it by this instance is in flight; kube-scheduler retries", "conflict")
             rec = self._pods.get(uid)
             if rec is None:
                 raise BindError(f"gpufrac: pod {namespace}/{name} (uid {uid}) unknown: no pod event seen")
@@ -511,12 +514,12 @@ class GpuCache:
             ev = self._incremental.evaluate(state, request, np.array([row], dtype=np.int64))
             if not ev.node_fits[0]:
                 msg = outbound.reason_message(Reason(int(ev.reason[0])), request, rec.intent)
-                raise BindError(f"{msg} (at bind, on {node})")
+                raise BindError(f"{msg} (at bind, on {node})", "no_fit")
             cols = tuple(int(c) for c in ev.chosen_cols[0])
             mem = tuple(int(m) for m in ev.chosen_mem_mib[0])
             rejected = self._tenancy.admission(rec.intent, sum(mem))
             if rejected is not None:
-                raise BindError(f"{rejected} (at bind)")
+                raise BindError(f"{rejected} (at bind)", "quota")
             alloc = Allocation(node, cols, request.gpu_milli if cols else 0, mem, request.qos,
                                request.cpu_milli, request.memory_mib, model_mask(request.allowed_models))
             uuids = tuple(state.gpu_uuid[row][c] for c in cols)
@@ -727,6 +730,35 @@ class GpuCache:
             "pods_bound": sum(1 for r in records if r.allocation is not None),
             "pods_overcommitted": sum(1 for r in records if r.overcommit),
         }
+
+    def metrics_view(self) -> MetricsView:
+        """Per-GPU allocation and per-tenant usage for ``/metrics``, never waiting on a verb.
+
+        Copied under the cache lock when it is free at once; while a verb holds it, the view
+        copied last (one scrape old at most, never torn).
+        """
+        if not self._lock.acquire(blocking=False):
+            return self._last_view
+        try:
+            s = self._state
+            rows, cols = np.nonzero(s.gpu_exists)
+            used = s.gpu_used_milli[rows, cols].tolist()
+            mem = s.gpu_mem_used_mib[rows, cols].tolist()
+            total = s.gpu_mem_total_mib[rows, cols].tolist()
+            replicas = s.gpu_replicas[rows, cols].tolist()
+            pods = s.gpu_pods[rows, cols].tolist()
+            healthy = s.gpu_healthy[rows, cols].tolist()
+            model = s.gpu_model[rows, cols].tolist()
+            ready = s.node_ready[rows].tolist()
+            gpus = [(s.node_names[r], s.gpu_uuid[r][c], s.models[model[i]] if 0 <= model[i] < len(s.models) else "",
+                     used[i], mem[i], total[i], replicas[i], pods[i], bool(healthy[i]), bool(ready[i]))
+                    for i, (r, c) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True))]
+            tenants = [(name, u.gpu_milli, u.gpu_memory_mib, t.quota_gpu_milli, t.quota_gpu_memory_mib)
+                       for name, (t, u) in sorted(self._tenancy.by_tenant().items())]
+            self._last_view = MetricsView(gpus, tenants)
+            return self._last_view
+        finally:
+            self._lock.release()
 
     def state_copy(self) -> ClusterState:
         """A deep copy of the arrays (for tests and inspection)."""

@@ -46,6 +46,20 @@ class TenantLedger:
             return Usage()
         return self.usage([ns for ns in self._usage if self.tenant(ns) is tenant])
 
+    def by_tenant(self) -> dict[str, tuple[Tenant, Usage]]:
+        """Every tenant of the policy (listed, named or default) with what its namespaces hold."""
+        tenants = {t.name: t for t in (*self.policy.by_namespace.values(), *self.policy.by_name.values(),
+                                       *(() if self.policy.default is None else (self.policy.default,)))}
+        held: dict[str, list[int]] = {name: [0, 0] for name in tenants}
+        for ns, (milli, mib) in self._usage.items():
+            tenant = self.tenant(ns)
+            if tenant is not None:
+                row = held.setdefault(tenant.name, [0, 0])
+                tenants.setdefault(tenant.name, tenant)
+                row[0] += milli
+                row[1] += mib
+        return {name: (tenants[name], Usage(*row)) for name, row in held.items()}
+
     def admission(self, intent: PodIntent, gpu_memory_mib: int, gpu_milli_total: int | None = None) -> str | None:
         """``TenantPolicy.admit`` for the pod against its tenant's current usage: None when
         admitted, else the user-facing reason. ``gpu_milli_total``: the pod's total share

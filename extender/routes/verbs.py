@@ -57,17 +57,33 @@ def filter_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: CacheDep,
     with metrics.timer("filter"):
         if not _ready(request):
             metrics.filter_errors.inc()
+            metrics.filter_pods.labels("error").inc()
             return json_response(error_reply(NOT_READY))
         reply = filter(cache, args)
         if reply.reasons is None:
             metrics.filter_errors.inc()
+            metrics.filter_pods.labels("error").inc()
         else:
-            for code, count in enumerate(np.bincount(reply.reasons, minlength=len(Reason)).tolist()):
+            counts = np.bincount(reply.reasons, minlength=len(Reason))
+            for code, count in enumerate(counts.tolist()):
                 if count:
                     metrics.filter_nodes.labels(_REASON_LABELS[code]).inc(count)
             if reply.unknown:
                 metrics.filter_nodes.labels("node_unknown").inc(reply.unknown)
+            metrics.filter_pods.labels(_pod_result(counts, reply.unknown)).inc()
         return json_response(reply.body, reply.status)
+
+
+def _pod_result(counts: np.ndarray, unknown: int) -> str:
+    """``feasible`` when a node passed; else the reason most candidates failed with (ties:
+    the lowest reason code, so the label is deterministic)."""
+    if counts[int(Reason.FITS)]:
+        return "feasible"
+    failed = counts.copy()
+    failed[int(Reason.FITS)] = -1
+    if failed.max() < max(unknown, 1):
+        return "node_unknown" if unknown else "no_nodes"
+    return _REASON_LABELS[int(np.argmax(failed))]
 
 
 @router.post("/prioritize", openapi_extra=_args_openapi)
@@ -84,13 +100,13 @@ def prioritize_route(args: Annotated[ExtenderArgs, Depends(_args)], cache: Cache
 @router.post("/bind", openapi_extra=_binding_openapi)
 def bind_route(args: Annotated[ExtenderBindingArgs, Depends(_binding)], binder: BinderDep,
                metrics: MetricsDep, request: Request) -> Response:
-    """``ExtenderBindingResult``; binds counted by result (``gpufrac_binds_total``)."""
+    """``ExtenderBindingResult``; binds counted by result (``gpufrac_bind_total``)."""
     with metrics.timer("bind"):
         if not _ready(request):
             metrics.binds.labels("error").inc()
             return json_response({"Error": NOT_READY})
         reply = bind(binder, args)
-        metrics.binds.labels("error" if reply.error else "ok").inc()
+        metrics.binds.labels(reply.result).inc()
         return json_response(reply.body, reply.status)
 
 
@@ -102,6 +118,9 @@ def preempt_route(args: Annotated[ExtenderPreemptionArgs, Depends(_preemption)],
         if not _ready(request):
             return json_response({"Error": NOT_READY}, 503)
         reply = preempt(cache, args)
+        if reply.result:
+            metrics.preemptions.labels(reply.result).inc()
+            metrics.preemption_victims.inc(reply.victims)
         return json_response(reply.body, reply.status)
 
 

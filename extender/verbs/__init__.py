@@ -37,12 +37,19 @@ class Reply:
         ``filter`` only: each known candidate's ``scoring.fit.Reason`` code (for metrics).
     unknown : int
         ``filter`` only: candidates not in gpufrac's cache.
+    result : str
+        ``bind`` only: ``ok`` or ``BindError.reason``; ``preempt`` only: ``possible`` or
+        ``impossible`` (for metrics).
+    victims : int
+        ``preempt`` only: victims on the answered node with the fewest.
     """
 
     body: Any
     status: int = 200
     reasons: NDArray[np.int8] | None = None
     unknown: int = 0
+    result: str = ""
+    victims: int = 0
 
     @property
     def error(self) -> str:

@@ -37,9 +37,10 @@ class ExtenderBindingResult(TypedDict):
 
 def bind(binder: Binder, args: ExtenderBindingArgs) -> Reply:
     """Answer ``bind``: ``Error`` is the ``BindError`` message when the bind is refused."""
-    body: ExtenderBindingResult = {"Error": ""}
     try:
         binder(args.PodUID, args.PodNamespace, args.PodName, args.Node)
     except BindError as exc:
-        body = {"Error": str(exc)}
-    return Reply(body)
+        refused: ExtenderBindingResult = {"Error": str(exc)}
+        return Reply(refused, result=exc.reason)
+    body: ExtenderBindingResult = {"Error": ""}
+    return Reply(body, result="ok")

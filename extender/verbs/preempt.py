@@ -67,4 +67,5 @@ def preempt(cache: GpuCache, args: ExtenderPreemptionArgs) -> Reply:
                # node is passed on (it ranks candidates by it).
                "NumPDBViolations": proposed[node].NumPDBViolations}
         for node, uids in victims.items()}}
-    return Reply(body)
+    return Reply(body, result="possible" if victims else "impossible",
+                 victims=min((len(uids) for uids in victims.values()), default=0))
