@@ -48,23 +48,75 @@ def _serve(args: argparse.Namespace) -> int:
         " (client certificates required)" if settings.tls_client_ca_file is not None else "",
         f"; health and metrics on http://{settings.health_host}:{settings.health_port}"
         if settings.health_port is not None else "")
+    logging.getLogger("extender").warning(
+        "gpufrac config: %s", f"{settings.config_file} (reloaded on change)" if settings.config_file is not None
+        else f"preset {settings.preset!r}, no admin config file (no tenants)")
     serve(app, settings)
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    import time
+
     from extender import inspection
     from podspec.kubeio import response_json
 
+    namespaces: list[str] | None = list(args.namespace) if args.namespace else None
+    if args.tenant:
+        namespaces = [*(namespaces or []), *_tenant_namespaces(args)]
     api = kube_api(args.kubeconfig)
-    nodes = response_json(api.list_node(_preload_content=False))["items"]
-    pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
-    reports = inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s)
-    if args.json:
-        print(json.dumps([r.as_dict() for r in reports], indent=2))
-    else:
-        print(inspection.render_table(reports, inspection.rejected_pods(pods)))
+
+    def once() -> str:
+        nodes = response_json(api.list_node(_preload_content=False))["items"]
+        pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
+        reports = inspection.select(inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s),
+                                    args.node or (), namespaces)
+        if args.json:
+            return json.dumps([r.as_dict() for r in reports], indent=2)
+        rejected = [(k, why) for k, why in inspection.rejected_pods(pods)
+                    if namespaces is None or k.split("/", 1)[0] in namespaces]
+        return inspection.render_table(reports, rejected)
+
+    if not args.watch:
+        print(once())
+        return 0
+    shown = 0
+    try:
+        while args.max_refreshes is None or shown < args.max_refreshes:
+            text = once()
+            # kubectl's watch style: clear the terminal, print the table and when it was read
+            print(("\033[H\033[2J" if sys.stdout.isatty() else "") + text
+                  + f"\n\n(every {args.interval_s:g} s; Ctrl-C stops)", flush=True)
+            shown += 1
+            if args.max_refreshes is None or shown < args.max_refreshes:
+                time.sleep(args.interval_s)
+    except KeyboardInterrupt:
+        pass
     return 0
+
+
+def _tenant_namespaces(args: argparse.Namespace) -> list[str]:
+    """The namespaces the admin config (``--config``) gives tenant ``args.tenant``, plus those
+    labelled with its ``tenant_label``."""
+    from extender.settings import ConfigError, load_policy
+
+    if args.config is None:
+        raise SystemExit("gpufrac inspect: --tenant needs --config (the admin config that defines tenants)")
+    try:
+        tenants = load_policy(args.config).tenants
+    except ConfigError as exc:
+        raise SystemExit(f"gpufrac inspect: invalid admin config: {exc}") from None
+    if args.tenant not in tenants.by_name:
+        raise SystemExit(f"gpufrac inspect: no tenant {args.tenant!r} in {args.config} "
+                         f"(tenants: {', '.join(sorted(tenants.by_name)) or 'none'})")
+    found = [ns for ns, t in tenants.by_namespace.items() if t.name == args.tenant]
+    if tenants.label_key:
+        from podspec.kubeio import response_json
+
+        listed = response_json(kube_api(args.kubeconfig).list_namespace(
+            label_selector=f"{tenants.label_key}={args.tenant}", _preload_content=False))["items"]
+        found += [n["metadata"]["name"] for n in listed]
+    return found
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -118,9 +170,9 @@ def _default(field: str) -> str:
     return f"(default {Settings.model_fields[field].default})"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(prog="gpufrac", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gpufrac {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -164,10 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
                             "off when neither is set")
     serve.set_defaults(func=_serve)
 
-    ins = sub.add_parser("inspect", help="table of nodes, GPUs and the pods on them, read from the API")
+    ins = sub.add_parser("inspect", help="table of nodes, GPUs and the pods on them, read from the API "
+                                          "(also: kubectl gpufrac inspect)")
     ins.add_argument("--kubeconfig", type=Path,
                      help="kubeconfig file (default $KUBECONFIG or ~/.kube/config; in a pod, its service account)")
     ins.add_argument("--json", action="store_true", help="JSON instead of the table")
+    ins.add_argument("--node", action="append", metavar="NAME", help="only this node (repeatable)")
+    ins.add_argument("-n", "--namespace", action="append", metavar="NS",
+                     help="only GPUs holding pods of this namespace, and only those pods (repeatable)")
+    ins.add_argument("--tenant", help="only GPUs holding pods of this tenant's namespaces (needs --config)")
+    ins.add_argument("--config", type=Path, help="the admin config that defines --tenant's namespaces")
+    ins.add_argument("-w", "--watch", action="store_true", help="read and print again every --interval-s")
+    ins.add_argument("--interval-s", type=float, default=2.0, help="--watch period (default 2.0)")
+    ins.add_argument("--max-refreshes", type=int, help=argparse.SUPPRESS)  # bounds --watch in tests
     ins.add_argument("--inventory-stale-after-s", type=float, default=180.0,
                      help="mark nodes whose inventory heartbeat is older (default 180.0)")
     ins.set_defaults(func=_inspect)
@@ -183,16 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "gpufrac") -> int:
     """Entry point of the ``gpufrac`` console script."""
     from kubernetes.config.config_exception import ConfigException
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     try:
         return int(args.func(args))
     except ConfigException as exc:
         print(f"{NO_CREDENTIALS} ({exc})", file=sys.stderr)
         return 2
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``kubectl-gpufrac``: kubectl runs it for ``kubectl gpufrac ...``."""
+    return main(argv, prog="kubectl gpufrac")
 
 
 if __name__ == "__main__":

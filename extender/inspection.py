@@ -113,6 +113,29 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
     return [reports[n] for n in sorted(reports)]
 
 
+def select(reports: list[NodeReport], nodes: Sequence[str] = (),
+           namespaces: Sequence[str] | None = None) -> list[NodeReport]:
+    """The reports of ``nodes`` (all when empty), and with ``namespaces`` given only the GPUs
+    holding a pod of one of them (and only those pods listed). A GPU's used and free amounts
+    stay its own: every pod on it counts, listed or not.
+    """
+    out = []
+    for r in reports:
+        if nodes and r.name not in nodes:
+            continue
+        if namespaces is None:
+            out.append(r)
+            continue
+        gpus = []
+        for g in r.gpus:
+            mine = [p for p in g.pods if p["pod"].split("/", 1)[0] in namespaces]
+            if mine:
+                gpus.append(GpuReport(**{**asdict(g), "pods": mine}))
+        if gpus:
+            out.append(NodeReport(r.name, r.inventory_fresh, r.problem, gpus))
+    return out
+
+
 def rejected_pods(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """Pods that concern gpufrac (a ``gpufrac.io/gpu`` request or a ``gpufrac.io/`` annotation)
     but cannot be read: gpufrac skips them (its ``/quarantine``). ``(namespace/name, why)``."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -128,3 +130,42 @@ def test_agent_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     out = cluster.cp.kubectl("apply", "-k", str(ROOT / "deploy" / "agent"), "--dry-run=server", "-o", "name")
     assert {"serviceaccount/gpufrac-agent", "clusterrole.rbac.authorization.k8s.io/gpufrac-agent",
             "daemonset.apps/gpufrac-agent"} <= set(out.stdout.split()), out.stdout
+
+
+def test_inspect_filters_watches_and_runs_as_a_kubectl_plugin(cluster: Cluster, tmp_path: Path) -> None:
+    group = unique("filters")
+    first, second = make_nodes(cluster.api, group, count=2, gpus=1, replicas=4)
+    ours, theirs = new_namespace(cluster.api, f"{group}-a"), new_namespace(cluster.api, f"{group}-b")
+    cluster.api.create_namespaced_pod(ours, gpu_pod("mine", group, fraction="0.5"))
+    cluster.api.create_namespaced_pod(theirs, gpu_pod("other", group, fraction="0.75"))
+    pods = wait_for_pods(cluster, ours, ["mine"]) | wait_for_pods(cluster, theirs, ["other"])
+    where = {name: pod.spec.node_name for name, pod in pods.items()}
+    cmd = [sys.executable, "-m", "extender", "inspect", "--kubeconfig", str(cluster.cp.admin_kubeconfig), "--json"]
+
+    def inspect(*args: str) -> list[dict[str, Any]]:
+        return list(json.loads(subprocess.run([*cmd, *args], capture_output=True, text=True, check=True).stdout))
+
+    assert [r["name"] for r in inspect("--node", first, "--node", second)] == sorted([first, second])
+    # -n: only the GPU holding a pod of that namespace, with only that pod listed
+    (node,) = inspect("-n", ours)
+    assert node["name"] == where["mine"] and [p["pod"] for p in node["gpus"][0]["pods"]] == [f"{ours}/mine"]
+    # --tenant: the namespaces the admin config gives the tenant
+    config = tmp_path / "gpufrac.yaml"
+    config.write_text(f"tenants:\n  team-b:\n    namespaces: [{theirs}]\n")
+    (node,) = inspect("--tenant", "team-b", "--config", str(config))
+    assert node["name"] == where["other"] and [p["pod"] for p in node["gpus"][0]["pods"]] == [f"{theirs}/other"]
+    bad = subprocess.run([*cmd, "--tenant", "nobody", "--config", str(config)], capture_output=True, text=True)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
+        f"gpufrac inspect: no tenant 'nobody' in {config} (tenants: team-b)"]
+    # --watch: reads again each period (bounded here by the hidden --max-refreshes)
+    watch = subprocess.run([*cmd[:-1], "--watch", "--interval-s", "0.2", "--max-refreshes", "2", "-n", ours],
+                           capture_output=True, text=True, check=True).stdout
+    assert watch.count(f"{ours}/mine(burstable)") == 2 and watch.count("Ctrl-C stops") == 2
+    # as a kubectl plugin: kubectl finds kubectl-gpufrac on $PATH
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "KUBECONFIG": str(cluster.cp.admin_kubeconfig)}
+    plugin = subprocess.run([str(cluster.cp.bins["kubectl"]), "gpufrac", "inspect", "-n", ours],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert plugin.returncode == 0, plugin.stderr
+    (row,) = [line for line in plugin.stdout.splitlines() if line.startswith(where["mine"])]
+    assert f"{ours}/mine" in row and f"{theirs}/other" not in plugin.stdout

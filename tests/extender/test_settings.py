@@ -121,3 +121,31 @@ def test_inspect_reads_kubeconfig_from_the_environment(monkeypatch: pytest.Monke
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     assert kube_api(None).api_client.configuration.host == "https://127.0.0.1:6443"
+
+
+def test_serve_logs_where_it_listens_and_which_config_it_loaded(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "gpufrac.yaml"
+    config.write_text("scoring: {preset: default}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "extender", "serve", "--mode", "standalone", "--port",
+                             str(port), "--config", str(config)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30  # until it accepts connections, or gives up
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert f"verbs on http://127.0.0.1:{port}" in err, err
+    assert f"gpufrac config: {config} (reloaded on change)" in err, err
