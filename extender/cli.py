@@ -119,6 +119,12 @@ def _tenant_namespaces(args: argparse.Namespace) -> list[str]:
     return found
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from extender.demo import run
+
+    return run()
+
+
 def _schema(args: argparse.Namespace) -> int:
     from podspec.annotations import inventory_json_schema
 
@@ -238,6 +244,10 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     val = cfg_sub.add_parser("validate", help="check an admin config file (exit 2 with field paths if invalid)")
     val.add_argument("file", type=Path)
     val.set_defaults(func=_config_validate)
+
+    demo = sub.add_parser("demo", help="a first look in seconds: an extender with three example nodes "
+                                        "places ten pods over HTTP and prints the inspect table")
+    demo.set_defaults(func=_demo)
 
     sch = sub.add_parser("inventory-schema", help="print the gpufrac.io/inventory v1 JSON Schema")
     sch.set_defaults(func=_schema)

@@ -1,0 +1,135 @@
+"""``gpufrac demo``: a first look in seconds, with nothing but the base install.
+
+Starts the extender (standalone mode) on a loopback port with three example nodes, sends
+it a fixed list of pods the way kube-scheduler does (pod event, ``filter``, ``prioritize``,
+highest score, ``bind``, over HTTP), prints where each went or why it could not, and ends
+with the same table ``gpufrac inspect`` prints for a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+import uvicorn
+
+from extender.app import create_app
+from extender.cache import GpuCache
+from extender.inspection import gather, render_table
+from extender.settings import Settings, build_scorer, scoring_config
+from podspec import annotations as ann
+from scoring.state import GpuSpec, NodeSpec
+
+NODES = [
+    NodeSpec("node-a10-1", 64000, 262144, tuple(GpuSpec(i, f"GPU-a10-1-{i}", "A10", 24576, 4) for i in range(4))),
+    NodeSpec("node-a10-2", 64000, 262144, tuple(GpuSpec(i, f"GPU-a10-2-{i}", "A10", 24576, 4) for i in range(4))),
+    NodeSpec("node-a100", 96000, 524288, tuple(GpuSpec(i, f"GPU-a100-{i}", "A100", 81920, 4) for i in range(2))),
+]
+"""Two nodes of four 24 GiB A10s and one of two 80 GiB A100s; 4 time-slicing replicas each."""
+
+# (name, GPUs, annotations): what the pods ask for, in arrival order
+PODS: list[tuple[str, int, dict[str, str]]] = [
+    ("notebook-1", 1, {ann.FRACTION: "0.25"}),
+    ("notebook-2", 1, {ann.FRACTION: "0.25"}),
+    ("inference-1", 1, {ann.FRACTION: "0.5", ann.MEMORY: "8Gi", ann.QOS: "guaranteed"}),
+    ("inference-2", 1, {ann.FRACTION: "0.5", ann.MEMORY: "8Gi", ann.QOS: "guaranteed"}),
+    ("batch-1", 1, {ann.FRACTION: "0.25", ann.QOS: "best-effort"}),
+    ("training-1", 2, {}),
+    ("llm-a100", 1, {ann.FRACTION: "0.5", ann.GPU_MODEL: "A100", ann.MEMORY: "40Gi"}),
+    ("notebook-3", 1, {ann.FRACTION: "0.25"}),
+    ("training-2", 2, {}),
+    ("too-big", 1, {ann.GPU_MODEL: "A100", ann.MEMORY: "100Gi"}),
+]
+
+
+def _pod(name: str, gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "demo", "uid": f"uid-{name}", "annotations": dict(annotations)},
+            "spec": {"schedulerName": "gpufrac-scheduler", "containers": [{
+                "name": "main", "resources": {"requests": {"cpu": "2", "memory": "8Gi"},
+                                              "limits": {ann.RESOURCE_GPU: str(gpus)}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def _post(base: str, path: str, body: Any, token: str) -> Any:
+    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _node_json(node: NodeSpec, now: datetime) -> dict[str, Any]:
+    inv = ann.NodeInventory(node=node.name, heartbeat=now, gpus=[ann.GpuInventory(
+        index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, replicas=g.replicas)
+        for g in node.gpus])
+    return {"metadata": {"name": node.name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
+            "status": {"allocatable": {"cpu": f"{node.cpu_milli}m", "memory": f"{node.memory_mib}Mi"}}}
+
+
+def run(print_line: Any = print) -> int:
+    """Run the demo; 0 when every pod got the answer this demo expects (all placed but the
+    last, which fits no GPU)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_urlsafe(16)
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes(NODES)
+    app = create_app(Settings(mode="standalone", host="127.0.0.1", port=port, events_token=token,
+                              log_level="warning"), cache=cache)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not server.started:
+        print_line("gpufrac demo: the extender did not start")
+        return 1
+    base = f"http://127.0.0.1:{port}"
+    names = [n.name for n in NODES]
+    print_line(f"gpufrac extender on {base} (standalone), nodes: "
+               + ", ".join(f"{n.name} ({len(n.gpus)}x {n.gpus[0].model})" for n in NODES) + "\n")
+    pods: list[dict[str, Any]] = []
+    placed = 0
+    try:
+        for name, gpus, annotations in PODS:
+            pod = _pod(name, gpus, annotations)
+            _post(base, "/standalone/pod-events", [{"type": "ADDED", "object": pod}], token)
+            asks = (f"{gpus} GPU" if gpus > 1 or ann.FRACTION not in annotations else f"{annotations[ann.FRACTION]} GPU")
+            asks += "".join(f" {k.split('/')[1]}={v}" for k, v in annotations.items() if k != ann.FRACTION)
+            f = _post(base, "/filter", {"Pod": pod, "NodeNames": names}, token)
+            if not f["NodeNames"]:
+                why = sorted(set(f["FailedNodes"].values()) | set(f.get("FailedAndUnresolvableNodes", {}).values()))
+                print_line(f"  {name:<12} asks {asks:<45} -> pending: {'; '.join(why)}")
+                continue
+            scores = _post(base, "/prioritize", {"Pod": pod, "NodeNames": f["NodeNames"]}, token)
+            host = max(scores, key=lambda h: h["Score"])["Host"]  # kube-scheduler: highest score
+            b = _post(base, "/bind", {"PodName": name, "PodNamespace": "demo", "PodUID": f"uid-{name}",
+                                      "Node": host}, token)
+            if b["Error"]:
+                print_line(f"  {name:<12} asks {asks:<45} -> bind refused: {b['Error']}")
+                continue
+            with urllib.request.urlopen(f"{base}/allocations", timeout=10) as r:
+                (mine,) = [a for a in json.loads(r.read()) if a["uid"] == f"uid-{name}"]
+            placed += 1
+            pod["spec"]["nodeName"] = host
+            pod["metadata"]["annotations"] |= {
+                ann.ASSIGNED_GPUS: ",".join(mine["gpu_uuids"]),
+                ann.ASSIGNED_FRACTION: f"{mine['gpu_milli'] / 1000:g}",
+                ann.ASSIGNED_MEMORY: ",".join(f"{m}Mi" for m in mine["gpu_memory_mib"])}
+            pods.append(pod)
+            print_line(f"  {name:<12} asks {asks:<45} -> {host} GPU {','.join(map(str, mine['gpu_indices']))}")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    now = datetime.now(UTC)
+    print_line("\n" + render_table(gather([_node_json(n, now) for n in NODES], pods, stale_after_s=180.0)))
+    print_line("\nNext: README.md 'Install in a cluster' (Helm chart deploy/helm/gpufrac), and "
+               "`gpufrac inspect` / `kubectl gpufrac inspect` on a real cluster.")
+    return 0 if placed == len(PODS) - 1 else 1

@@ -1,0 +1,20 @@
+"""``gpufrac demo``: the newcomer's first command places its pods over HTTP and prints the table."""
+
+from __future__ import annotations
+
+from extender.demo import NODES, PODS, run
+
+
+def test_demo_places_every_pod_but_the_one_no_gpu_fits_and_prints_the_table() -> None:
+    lines: list[str] = []
+    assert run(lines.append) == 0
+    text = "\n".join(lines)
+    placed = [line for line in lines if " -> node-" in line]
+    assert len(placed) == len(PODS) - 1
+    (pending,) = [line for line in lines if "-> pending" in line]
+    assert "too-big" in pending and "insufficient GPU memory" in pending  # 100 GiB on an 80 GiB A100
+    assert "llm-a100" in next(line for line in placed if "llm-a100" in line) and "-> node-a100" in text
+    # the inspect table: one row per GPU, and the totals line
+    assert sum(1 for line in lines for row in line.splitlines() if row.startswith("node-")) == sum(
+        len(n.gpus) for n in NODES)
+    assert "3 nodes, 10 GPUs" in text
