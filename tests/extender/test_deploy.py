@@ -91,8 +91,15 @@ def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None
     copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, flags=re.M))
     assert copied == packages, copied  # the build copies each package, nothing else
     assert "benchmarks" not in dockerfile and "tests" not in dockerfile
+    # one image per role: the extender's has the base install only (no NVML, no gRPC) and a
+    # non-root user; the agent's adds the [agent] extra
+    stages = dict(re.findall(r"^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", dockerfile, flags=re.M | re.S))
+    assert set(stages) == {"stubs", "extender", "agent"}
+    assert "pip install --no-cache-dir . " in stages["extender"] and "[agent]" not in stages["extender"]
+    assert "USER 65532:65532" in stages["extender"] and '".[agent]"' in stages["agent"]
     scripts = set(project["project"]["scripts"])
-    agent = yaml.safe_load((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
+    (agent,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
+                if d["kind"] == "DaemonSet"]
     commands = [c["command"][0] for d in docs("deployment.yaml") if d["kind"] == "Deployment"
                 for c in d["spec"]["template"]["spec"]["containers"]]
     commands += [c["command"][0] for c in agent["spec"]["template"]["spec"]["containers"]]
@@ -129,7 +136,8 @@ def test_replicas_are_fenced_and_their_grants_confined_to_the_claims_namespace()
 def test_agent_runs_as_root_without_capabilities_for_kubelets_socket_directory() -> None:
     # kubelet's device-plugin directory and kubelet.sock are root's, mode 0755: the plugin
     # creates its socket there and dials kubelet's as their owner; nothing more.
-    (ds,) = yaml.safe_load_all((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
+    (ds,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
+             if d["kind"] == "DaemonSet"]
     (agent,) = ds["spec"]["template"]["spec"]["containers"]
     ctx = agent["securityContext"]
     assert ctx["runAsUser"] == 0 and ctx["runAsNonRoot"] is False

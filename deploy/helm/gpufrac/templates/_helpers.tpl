@@ -13,6 +13,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The agent image reference. */}}
+{{- define "gpufrac.agentImage" -}}
+{{ .Values.image.agentRepository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
 {{/* The extender's service account as the API server names it (admission policies). */}}
 {{- define "gpufrac.extenderUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:gpufrac-extender
