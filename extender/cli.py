@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from podspec.kubeio import kube_api
 from podspec.version import installed_version
@@ -61,10 +62,10 @@ def _inspect(args: argparse.Namespace) -> int:
     from extender import inspection
     from podspec.kubeio import response_json
 
+    api = kube_api(args.kubeconfig)
     namespaces: list[str] | None = list(args.namespace) if args.namespace else None
     if args.tenant:
-        namespaces = [*(namespaces or []), *_tenant_namespaces(args)]
-    api = kube_api(args.kubeconfig)
+        namespaces = [*(namespaces or []), *_tenant_namespaces(args, api)]
 
     def once() -> str:
         nodes = response_json(api.list_node(_preload_content=False))["items"]
@@ -73,8 +74,7 @@ def _inspect(args: argparse.Namespace) -> int:
                                     args.node or (), namespaces)
         if args.json:
             return json.dumps([r.as_dict() for r in reports], indent=2)
-        rejected = [(k, why) for k, why in inspection.rejected_pods(pods)
-                    if namespaces is None or k.split("/", 1)[0] in namespaces]
+        rejected = [(k, why) for k, why in inspection.rejected_pods(pods) if inspection.in_namespaces(k, namespaces)]
         return inspection.render_table(reports, rejected)
 
     if not args.watch:
@@ -95,7 +95,7 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tenant_namespaces(args: argparse.Namespace) -> list[str]:
+def _tenant_namespaces(args: argparse.Namespace, api: Any) -> list[str]:
     """The namespaces the admin config (``--config``) gives tenant ``args.tenant``, plus those
     labelled with its ``tenant_label``."""
     from extender.settings import ConfigError, load_policy
@@ -113,7 +113,7 @@ def _tenant_namespaces(args: argparse.Namespace) -> list[str]:
     if tenants.label_key:
         from podspec.kubeio import response_json
 
-        listed = response_json(kube_api(args.kubeconfig).list_namespace(
+        listed = response_json(api.list_namespace(
             label_selector=f"{tenants.label_key}={args.tenant}", _preload_content=False))["items"]
         found += [n["metadata"]["name"] for n in listed]
     return found

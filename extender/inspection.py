@@ -9,7 +9,7 @@ what survives a restart: the allocation record gpufrac writes on pods at bind.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -113,6 +113,11 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
     return [reports[n] for n in sorted(reports)]
 
 
+def in_namespaces(key: str, namespaces: Sequence[str] | None) -> bool:
+    """Whether pod ``namespace/name`` is in ``namespaces`` (None: every namespace)."""
+    return namespaces is None or key.split("/", 1)[0] in namespaces
+
+
 def select(reports: list[NodeReport], nodes: Sequence[str] = (),
            namespaces: Sequence[str] | None = None) -> list[NodeReport]:
     """The reports of ``nodes`` (all when empty), and with ``namespaces`` given only the GPUs
@@ -128,9 +133,9 @@ def select(reports: list[NodeReport], nodes: Sequence[str] = (),
             continue
         gpus = []
         for g in r.gpus:
-            mine = [p for p in g.pods if p["pod"].split("/", 1)[0] in namespaces]
+            mine = [p for p in g.pods if in_namespaces(p["pod"], namespaces)]
             if mine:
-                gpus.append(GpuReport(**{**asdict(g), "pods": mine}))
+                gpus.append(replace(g, pods=mine))
         if gpus:
             out.append(NodeReport(r.name, r.inventory_fresh, r.problem, gpus))
     return out

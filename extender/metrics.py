@@ -11,6 +11,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.cache import MetricsView
+from extender.cache.records import EMPTY_VIEW
+from scoring.request import MILLI_PER_GPU
 
 _BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -40,7 +42,7 @@ class _Cluster(Collector):
         for node, uuid, model, milli, mem, total, replicas, pods, healthy, ready in view.gpus:
             labels = [node, uuid, model]
             fam["allocated_milli"].add_metric(labels, milli)
-            fam["capacity_milli"].add_metric(labels, 1000 if healthy and ready else 0)
+            fam["capacity_milli"].add_metric(labels, MILLI_PER_GPU if healthy and ready else 0)
             fam["memory_allocated_bytes"].add_metric(labels, mem * 2**20)
             fam["memory_total_bytes"].add_metric(labels, total * 2**20)
             fam["pods"].add_metric(labels, pods)
@@ -82,7 +84,7 @@ class Metrics:
     """
 
     def __init__(self, summary: Callable[[], dict[str, int]],
-                 view: Callable[[], MetricsView] = lambda: MetricsView([], [])) -> None:
+                 view: Callable[[], MetricsView] = lambda: EMPTY_VIEW) -> None:
         self.registry = CollectorRegistry()
         self.cluster = _Cluster(view, dict)
         self.registry.register(self.cluster)

@@ -9,6 +9,7 @@ component what it calls, and no more.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,16 @@ def test_scheduler_config_and_rbac_rules_are_the_same_as_kustomizes() -> None:
             for d in yaml.safe_load_all((ROOT / "deploy" / f).read_text()) if d]
     rules = {d["metadata"]["name"]: d["rules"] for d in base if d["kind"] in ("ClusterRole", "Role")}
     assert {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] in ("ClusterRole", "Role")} == rules
+    # the bindings (names, namespaces, roles, subjects) and the admission policies: the
+    # chart's templates are copies of deploy/base's with the namespace and scheduler name
+    # as values, and must not drift from them
+    base += [d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "admission-policy.yaml").read_text()) if d]
+
+    def same(d: dict[str, Any]) -> tuple[str, str, str | None, str]:
+        body = {k: d[k] for k in ("roleRef", "subjects", "spec") if k in d}
+        return d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"), json.dumps(body, sort_keys=True)
+    kinds = ("ClusterRoleBinding", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    assert sorted(same(d) for d in docs if d["kind"] in kinds) == sorted(same(d) for d in base if d["kind"] in kinds)
 
 
 def test_helm_chart_installs_into_the_real_api_server(cluster: Cluster, tmp_path: Path,
