@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import trace
+from benchmarks import constrain, trace
 from benchmarks.scheduler_emulation import Profile
 
 PAPER_VARIANTS = ("cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
@@ -54,8 +54,15 @@ def variant_names(requested: list[str]) -> list[str]:
 
 
 def pods_path(variant: str) -> Path:
-    """The bundled pod list of an openb variant."""
-    return trace.TRACE_DIR / f"openb_pod_list_{variant}.csv"
+    """The bundled pod list of an openb variant (of its base for ``<variant>-m<PCT>``).
+
+    Raises
+    ------
+    ValueError
+        For a model-constrained share above 100 %.
+    """
+    base, _ = constrain.parse_variant(variant)
+    return trace.TRACE_DIR / f"openb_pod_list_{base}.csv"
 
 
 def _is_config_file(policy: str) -> bool:
@@ -80,6 +87,7 @@ def _cell_args(args: argparse.Namespace, variant: str, entry: str) -> argparse.N
     is_file = _is_config_file(policy)
     return argparse.Namespace(**{
         **vars(args), "pods": pods_path(variant), "compare": None,
+        "model_constrained": constrain.parse_variant(variant)[1] or args.model_constrained,
         "policy": "default" if is_file else policy, "config": Path(policy) if is_file else None,
         "scheduler_config": sched or args.scheduler_config,
         "out": args.out / variant / policy_label(entry),

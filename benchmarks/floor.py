@@ -16,7 +16,23 @@ pattern ``p`` (``sum_s a_ps r_s <= 1000``)::
                 sum_p a_ps x_p <= n_s            for every size s
                 0 <= w_k <= W_k,  x_p >= 0
 
-and ``unallocated >= capacity - optimum``. This is the Gilmore-Gomory cutting-stock LP
+and ``unallocated >= capacity - optimum``.
+
+With GPU models (a pod list that carries ``gpu_spec``, e.g. ``benchmarks.constrain``), the
+bins come in kinds: model ``j`` has ``G_j`` GPUs, pods are grouped into classes by share (or
+GPUs, for whole pods) and the models they accept, a pattern of model ``j`` holds only classes
+that accept ``j``, and a whole pod takes ``k`` bins of one model it accepts::
+
+    maximize    sum_j sum_p x_jp sum_c a_pc r_c + sum_(k,A) sum_(j in A) 1000 k w_kAj
+    subject to  sum_p x_jp + sum_(k,A: j in A) k w_kAj <= G_j     for every model j
+                sum_j sum_p a_pc x_jp <= n_c                       for every fractional class c
+                sum_(j in A) w_kAj <= W_kA                         for every whole class (k, A)
+                x, w >= 0
+
+Pricing then runs one knapsack per model over the classes it may hold. Every GPU of a
+pod list without ``gpu_spec`` is of one kind, which is the first LP.
+
+This is the Gilmore-Gomory cutting-stock LP
 (Gilmore and Gomory, "A Linear Programming Approach to the Cutting-Stock Problem",
 Operations Research 9(6), 1961), solved by column generation: the pricing problem is a
 bounded knapsack over the sizes with values ``r_s - y_s`` (``y_s`` the duals of the size
@@ -36,16 +52,20 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from benchmarks import compare, trace
+from benchmarks import compare, constrain, trace
 from benchmarks.replay import parse_seeds
 from extender.clusterfile import load_cluster_file
 
 MILLI_PER_GPU = 1000
 
 
+Accepts = frozenset[str]
+"""GPU models a class of pods accepts (by name)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ArrivedGpuDemand:
-    """The GPU pods of one arrival sequence up to the 100 % point.
+    """The GPU pods of one arrival sequence up to the 100 % point, any model accepted.
 
     Attributes
     ----------
@@ -65,23 +85,75 @@ class ArrivedGpuDemand:
                 + sum(MILLI_PER_GPU * k * n for k, n in self.whole.items()))
 
 
+@dataclass(frozen=True, slots=True)
+class ModelGpuDemand:
+    """The GPU pods of one arrival sequence up to the 100 % point, by the models they accept.
+
+    Attributes
+    ----------
+    fractional : dict of (int, frozenset of str) to int
+        Pods of one GPU below 1000 milli: (share milli, accepted models) -> number of pods.
+    whole : dict of (int, frozenset of str) to int
+        Whole-GPU pods: (GPUs per pod, accepted models) -> number of pods.
+    """
+
+    fractional: dict[tuple[int, Accepts], int]
+    whole: dict[tuple[int, Accepts], int]
+
+    def any_model(self, models: Sequence[str]) -> ArrivedGpuDemand | None:
+        """The same demand without models, if every class accepts every one of ``models``."""
+        every = frozenset(models)
+        if any(a != every for _, a in (*self.fractional, *self.whole)):
+            return None
+        frac: Counter[int] = Counter()
+        whole: Counter[int] = Counter()
+        for (r, _), n in self.fractional.items():
+            frac[r] += n
+        for (k, _), n in self.whole.items():
+            whole[k] += n
+        return ArrivedGpuDemand(dict(frac), dict(whole))
+
+
 def arrived_demand(seq: Sequence[trace.TracePod], capacity_milli: int) -> ArrivedGpuDemand:
     """GPU pods in arrival order up to and including the one that brings the demand to
-    ``capacity_milli`` (the replay's 100 % mark is taken right after that pod)."""
+    ``capacity_milli`` (the replay's 100 % mark is taken right after that pod); models ignored."""
     frac: Counter[int] = Counter()
     whole: Counter[int] = Counter()
-    arrived = 0
-    for p in seq:
-        if not p.num_gpu:
-            continue
+    for p in _arrived(seq, capacity_milli):
         if p.gpu_milli < MILLI_PER_GPU:
             frac[p.gpu_milli] += 1
         else:
             whole[p.num_gpu] += 1
+    return ArrivedGpuDemand(dict(frac), dict(whole))
+
+
+def arrived_model_demand(seq: Sequence[trace.TracePod], capacity_milli: int,
+                         models: Sequence[str]) -> ModelGpuDemand:
+    """``arrived_demand`` by accepted models: a pod's ``gpu_spec`` (``|``-separated) among
+    ``models``, or all of ``models`` when it has none."""
+    every = frozenset(models)
+    frac: Counter[tuple[int, Accepts]] = Counter()
+    whole: Counter[tuple[int, Accepts]] = Counter()
+    for p in _arrived(seq, capacity_milli):
+        accepts = frozenset(p.gpu_spec.split("|")) & every if p.gpu_spec else every
+        if p.gpu_milli < MILLI_PER_GPU:
+            frac[(p.gpu_milli, accepts)] += 1
+        else:
+            whole[(p.num_gpu, accepts)] += 1
+    return ModelGpuDemand(dict(frac), dict(whole))
+
+
+def _arrived(seq: Sequence[trace.TracePod], capacity_milli: int) -> list[trace.TracePod]:
+    out = []
+    arrived = 0
+    for p in seq:
+        if not p.num_gpu:
+            continue
+        out.append(p)
         arrived += p.gpu_request_milli
         if arrived >= capacity_milli:
             break
-    return ArrivedGpuDemand(dict(frac), dict(whole))
+    return out
 
 
 def _best_pattern(sizes: NDArray[np.int64], values: NDArray[np.float64], limit: NDArray[np.int64],
@@ -207,31 +279,159 @@ def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
     return float(-res.fun), -res.ineqlin.marginals
 
 
-def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float:
+def max_allocated_milli_by_model(demand: ModelGpuDemand, gpus: Mapping[str, int],
+                                 max_rounds: int = 10_000) -> float:
+    """Optimum of the cutting-stock LP with a bin kind per GPU model (module notes).
+
+    Parameters
+    ----------
+    demand : ModelGpuDemand
+    gpus : mapping of str to int
+        GPUs of each model, >= 0.
+    max_rounds : int
+        Column-generation rounds before giving up.
+
+    Returns
+    -------
+    float
+        Upper bound on allocated GPU share, milli-GPU.
+
+    Raises
+    ------
+    RuntimeError
+        If the LP solver fails or column generation does not converge in ``max_rounds``.
+    ModuleNotFoundError
+        Without scipy.
+    """
+    models = sorted(gpus)
+    classes = sorted(demand.fractional, key=lambda c: (c[0], sorted(c[1])))
+    sizes = np.array([r for r, _ in classes], dtype=np.int64)
+    avail = np.array([demand.fractional[c] for c in classes], dtype=np.int64)
+    step = math.gcd(MILLI_PER_GPU, *sizes.tolist()) if sizes.size else MILLI_PER_GPU
+    # Start from one pod per bin of each model a class accepts; every later column is priced.
+    columns = [(j, np.eye(len(classes), dtype=np.int64)[c]) for c, (_, a) in enumerate(classes)
+               for j, m in enumerate(models) if m in a]
+    for _ in range(max_rounds):
+        optimum, duals = model_pattern_lp(columns, demand, gpus)
+        added = False
+        for j, m in enumerate(models):
+            on = np.array([m in a for _, a in classes], dtype=bool)
+            if not on.any():
+                continue
+            value, counts = _best_pattern(sizes, np.where(on, sizes - duals[len(models):len(models) + len(classes)],
+                                                          0.0), np.where(on, avail, 0), step)
+            if value - duals[j] > 1e-6:
+                columns.append((j, counts))
+                added = True
+        if not added:
+            return optimum
+    raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
+
+
+def model_pattern_lp(columns: Sequence[tuple[int, NDArray[np.int64]]], demand: ModelGpuDemand,
+                     gpus: Mapping[str, int]) -> tuple[float, NDArray[np.float64]]:
+    """The model LP of the module notes restricted to the given bin patterns, solved by HiGHS.
+
+    Parameters
+    ----------
+    columns : sequence of (int, ndarray of shape (c,), int64)
+        Patterns: a model's position in ``sorted(gpus)`` and the pods of each fractional
+        class (sorted by share, then models) the bin holds.
+    demand : ModelGpuDemand
+    gpus : mapping of str to int
+
+    Returns
+    -------
+    optimum : float
+        Milli-GPU.
+    duals : ndarray of shape (j + c + w,), float64
+        >= 0: the value of one more GPU of each model, of one more pod of each fractional
+        class, of one more pod of each whole class (sorted by GPUs, then models).
+
+    Raises
+    ------
+    RuntimeError
+        If the LP solver fails.
+    ModuleNotFoundError
+        Without scipy.
+    """
+    try:
+        from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
+
+    models = sorted(gpus)
+    classes = sorted(demand.fractional, key=lambda c: (c[0], sorted(c[1])))
+    wholes = sorted(demand.whole, key=lambda c: (c[0], sorted(c[1])))
+    sizes = np.array([r for r, _ in classes], dtype=float)
+    n_rows = len(models) + len(classes) + len(wholes)
+    cols, gain = [], []
+    for j, counts in columns:
+        a = np.zeros(n_rows)
+        a[j] = 1.0
+        a[len(models):len(models) + len(classes)] = counts
+        cols.append(a)
+        gain.append(float(counts @ sizes) if len(classes) else 0.0)
+    for w, (k, accepts) in enumerate(wholes):
+        for j, m in enumerate(models):
+            if m in accepts:
+                a = np.zeros(n_rows)
+                a[j] = float(k)
+                a[len(models) + len(classes) + w] = 1.0
+                cols.append(a)
+                gain.append(float(MILLI_PER_GPU * k))
+    rhs = np.concatenate([[float(gpus[m]) for m in models], [float(demand.fractional[c]) for c in classes],
+                          [float(demand.whole[c]) for c in wholes]])
+    if not cols:
+        return 0.0, np.zeros(n_rows)
+    res = linprog(-np.array(gain), A_ub=np.array(cols).T, b_ub=rhs, bounds=(0, None), method="highs")
+    if res.status != 0 or res.fun is None:
+        raise RuntimeError(f"LP solver failed: {res.message}")
+    return float(-res.fun), -res.ineqlin.marginals
+
+
+def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int, gpus: int | Mapping[str, int]) -> float:
     """The floor for one openb pod list and seed.
 
     Parameters
     ----------
     pods : sequence of TracePod
-        An openb pod list (``trace.load_pods``).
+        An openb pod list (``trace.load_pods``), possibly model-constrained
+        (``benchmarks.constrain``).
     seed : int
         Arrival-order seed, as in ``python -m benchmarks replay``.
-    n_gpus : int
-        GPUs in the cluster (``bundled_gpu_count()`` for the openb node list).
+    gpus : int or mapping of str to int
+        GPUs in the cluster (``bundled_gpu_count()``), or GPUs per model
+        (``bundled_gpus_by_model()``) to respect the pods' ``gpu_spec``.
 
     Returns
     -------
     float
         Unallocated GPU share at the 100 % point no placement can go below, % of capacity.
     """
+    by_model = gpus if isinstance(gpus, Mapping) else {"": gpus}
+    n_gpus = sum(by_model.values())
     capacity = MILLI_PER_GPU * n_gpus
     seq = trace.arrival_sequence(list(pods), seed, capacity)
-    return 100.0 * (capacity - max_allocated_milli(arrived_demand(seq, capacity), n_gpus)) / capacity
+    if not isinstance(gpus, Mapping):
+        best = max_allocated_milli(arrived_demand(seq, capacity), n_gpus)
+    else:
+        model_demand = arrived_model_demand(seq, capacity, sorted(by_model))
+        plain = model_demand.any_model(sorted(by_model))
+        best = (max_allocated_milli(plain, n_gpus) if plain is not None
+                else max_allocated_milli_by_model(model_demand, by_model))
+    return 100.0 * (capacity - best) / capacity
 
 
 def bundled_gpu_count() -> int:
     """GPUs of the bundled openb node list (6,212)."""
     return sum(len(s.gpus) for s in load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1))
+
+
+def bundled_gpus_by_model() -> dict[str, int]:
+    """GPUs of each model in the bundled openb node list."""
+    return dict(Counter(g.model for s in load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
+                        for g in s.gpus))
 
 
 def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> str:
@@ -255,11 +455,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = compare.variant_names(args.variants)
     except ValueError as e:
         p.error(str(e))
-    n_gpus = bundled_gpu_count()
+    specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
+    gpus = bundled_gpus_by_model()
     floors = {}
     for v in variants:
         pods = trace.load_pods(compare.pods_path(v))
-        floors[v] = [unallocated_floor_pct(pods, s, n_gpus) for s in args.seeds]
+        pct = constrain.parse_variant(v)[1]
+        if pct:
+            pods = constrain.restrict_models(pods, pct, specs)
+        floors[v] = [unallocated_floor_pct(pods, s, gpus) for s in args.seeds]
     print(table(floors, args.seeds))
     return 0
 

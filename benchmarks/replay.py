@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 from tqdm import tqdm
 
-from benchmarks import trace
+from benchmarks import constrain, trace
 from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
@@ -455,6 +455,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=Path, default=trace.DEFAULT_NODES, help="node list CSV/YAML")
     p.add_argument("--pods", type=Path, default=trace.DEFAULT_PODS, help="openb pod list CSV")
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    p.add_argument("--model-constrained", type=float, default=0.0, metavar="PCT",
+                   help="restrict PCT %% of the GPU pods to 1-3 GPU models (benchmarks/constrain.py); "
+                        "a variant named <variant>-m<PCT> does the same")
+    p.add_argument("--constrain-seed", type=int, default=0, help="seed of the model-constraint rule")
     p.add_argument("--policy", default="default", help="weight preset (scoring.presets)")
     p.add_argument("--out", type=Path, default=Path("replay-out"))
     p.add_argument("--url", help="use a running standalone extender instead of starting one (its "
@@ -488,6 +492,8 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     """One job: its own extender (unless ``--url``), its seeds in order."""
     specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
     pods = trace.load_pods(args.pods)
+    if args.model_constrained:
+        pods = constrain.restrict_models(pods, args.model_constrained, specs, args.constrain_seed)
     tasks = TaskTypes.from_counts(np.array(
         [(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods], dtype=np.int64))
     proc = None
@@ -572,7 +578,8 @@ def result_record(args: argparse.Namespace, profile: Profile, results: list[Seed
     summary["wall_seconds"] = wall_s
     return {
         "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes),
-        "pods": str(args.pods), "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
+        "pods": str(args.pods), "model_constrained_pct": args.model_constrained,
+        "constrain_seed": args.constrain_seed, "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
         # What results/MANIFEST.md asks of a kept result: the code and the day it measured.
         "commit": source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "median": summary,

@@ -63,3 +63,59 @@ def test_the_openb_floor_is_the_810_milli_remainders() -> None:
     pods = trace.load_pods(trace.DEFAULT_PODS)
     pct = floor.unallocated_floor_pct(pods, 42, floor.bundled_gpu_count())
     assert 2.9 < pct < 3.3
+
+
+T4, V100 = frozenset({"T4"}), frozenset({"V100"})
+BOTH = T4 | V100
+
+
+@pytest.mark.parametrize(("demand", "gpus", "expected"), [
+    # One T4, one V100. Two whole pods that accept only T4: one fits (1000); the 500 takes
+    # the V100: 1500. Blind to models both whole pods would fit: 2000.
+    (floor.ModelGpuDemand({(500, BOTH): 1}, {(1, T4): 2}), {"T4": 1, "V100": 1}, 1500.0),
+    # Two 600s that accept only V100 and a 400 that accepts both: the 400 joins a 600 on the
+    # V100, the other 600 has no V100 left: 1000, the T4 stays empty.
+    (floor.ModelGpuDemand({(600, V100): 2, (400, BOTH): 1}, {}), {"T4": 1, "V100": 1}, 1000.0),
+    # A 2-GPU pod takes two GPUs of one model: two T4 + one V100 hold it on T4 and a 700 on
+    # the V100: 2700.
+    (floor.ModelGpuDemand({(700, BOTH): 1}, {(2, BOTH): 1}), {"T4": 2, "V100": 1}, 2700.0),
+    # A class of a model with no GPUs gets nothing.
+    (floor.ModelGpuDemand({(300, V100): 3}, {}), {"T4": 2, "V100": 0}, 0.0),
+])
+def test_worked_examples_with_models(demand: floor.ModelGpuDemand, gpus: dict[str, int], expected: float) -> None:
+    assert floor.max_allocated_milli_by_model(demand, gpus) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_model_column_generation_matches_every_pattern(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    names = ["A", "B", "C"][: int(rng.integers(1, 4))]
+
+    def accepts() -> frozenset[str]:
+        picked = frozenset(n for n in names if rng.random() < 0.5)
+        return picked or frozenset({names[int(rng.integers(len(names)))]})
+
+    classes = {(int(r), accepts()): int(rng.integers(1, 10))
+               for r in rng.choice(np.arange(100, 1000, 50), size=int(rng.integers(1, 5)), replace=False)}
+    demand = floor.ModelGpuDemand(classes, {(k, accepts()): int(rng.integers(1, 3)) for k in (1, 2) if rng.random() < 0.6})
+    gpus = {n: int(rng.integers(0, 8)) for n in names}
+    keys = sorted(classes, key=lambda c: (c[0], sorted(c[1])))
+    sizes = [r for r, _ in keys]
+    columns = []
+    for j, m in enumerate(sorted(gpus)):
+        ranges = [range(min(classes[c], 1000 // c[0]) + 1) if m in c[1] else range(1) for c in keys]
+        columns += [(j, np.array(p, dtype=np.int64)) for p in itertools.product(*ranges)
+                    if any(p) and np.dot(p, sizes) <= 1000]
+    every = floor.model_pattern_lp(columns, demand, gpus)[0]
+    assert floor.max_allocated_milli_by_model(demand, gpus) == pytest.approx(every, abs=1e-4)
+
+
+def test_demand_without_models_is_the_plain_lp() -> None:
+    pods = trace.load_pods(trace.DEFAULT_PODS)[:3000]
+    gpus = {"T4": 300, "V100": 200}
+    seq = trace.arrival_sequence(pods, 7, 500_000)
+    by_model = floor.arrived_model_demand(seq, 500_000, sorted(gpus))
+    plain = by_model.any_model(sorted(gpus))
+    assert plain == floor.arrived_demand(seq, 500_000)
+    assert floor.max_allocated_milli_by_model(by_model, gpus) == pytest.approx(floor.max_allocated_milli(plain, 500),
+                                                                                 rel=1e-9)
