@@ -116,23 +116,81 @@ def shadow_prices(sizes: NDArray[np.int64], pods: NDArray[np.float64], n_gpus: f
 
     Notes
     -----
-    The restricted LP is solved by a dense tableau simplex (Dantzig's steepest reduced cost;
-    Bland's rule after ``BLAND_AFTER`` pivots, which cannot cycle). New patterns enter the
-    tableau as ``B^-1 a`` with reduced cost ``y . a - value`` and the simplex goes on from
-    the current basis. Where several dual vertices are optimal, the pivot rules fix which
-    one comes out: the same input gives the same prices.
+    ``shadow_prices_by_model`` with one model that every size accepts (the same pivots).
     """
     s = sizes.shape[0]
     if s == 0 or n_gpus <= 0:
         return 0.0, np.zeros(s)
-    rows = 1 + s
+    gpu_price, size_price = shadow_prices_by_model(sizes, np.ones((s, 1), dtype=bool), pods,
+                                                   np.array([float(n_gpus)]), max_rounds)
+    return float(gpu_price[0]), size_price
+
+
+def shadow_prices_by_model(sizes: NDArray[np.int64], allowed: NDArray[np.bool_], pods: NDArray[np.float64],
+                           n_gpus: NDArray[np.float64], max_rounds: int = 200
+                           ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Optimal duals of the cutting-stock LP with one kind of bin per GPU model.
+
+    Pods of class ``c`` (share ``r_c``, ``n_c`` pods) may use the GPU models ``j`` with
+    ``allowed[c, j]``; model ``j`` has ``G_j`` GPUs, and a pattern ``p`` of model ``j`` holds
+    only classes allowed on ``j``::
+
+        maximize    sum_j sum_p x_jp sum_c a_pc r_c
+        subject to  sum_p x_jp <= G_j                   for every model j   (dual y_j)
+                    sum_j sum_p a_pc x_jp <= n_c         for every class c   (dual y_c)
+                    x_jp >= 0
+
+    (the Gilmore-Gomory LP with several stock lengths of one width and item-specific
+    stock, Gilmore and Gomory, Operations Research 9(6), 1961; Section 5 treats several
+    stock kinds). Pricing solves one unbounded knapsack per model over its classes, values
+    ``r_c - y_c``, and adds a pattern of model ``j`` when it is worth more than ``y_j``.
+
+    Parameters
+    ----------
+    sizes : ndarray of shape (c,), int64
+        Share of each class, milli-GPU in 1..1000 (classes may share a size).
+    allowed : ndarray of shape (c, j), bool
+        Which models each class may use.
+    pods : ndarray of shape (c,), float64
+        Pods of each class, >= 0.
+    n_gpus : ndarray of shape (j,), float64
+        GPUs of each model, >= 0.
+    max_rounds : int
+        Column-generation rounds at most (the last restricted LP's duals are returned then).
+
+    Returns
+    -------
+    gpu_price : ndarray of shape (j,), float64
+        ``y_j >= 0``, milli-GPU of allocation one more GPU of model ``j`` would add.
+    class_price : ndarray of shape (c,), float64
+        ``y_c >= 0``, milli-GPU of allocation one more pod of class ``c`` would add.
+
+    Notes
+    -----
+    The restricted LP is solved by a dense tableau simplex (Dantzig's steepest reduced cost;
+    Bland's rule after ``BLAND_AFTER`` pivots, which cannot cycle). New patterns enter the
+    tableau as ``B^-1 a`` with reduced cost ``y . a - value`` and the simplex goes on from
+    the current basis. Where several dual vertices are optimal, the pivot rules fix which
+    one comes out: the same input gives the same prices. A model with no GPUs, or a class
+    that no model with GPUs accepts, gets no column and prices at 0.
+    """
+    c_n, j_n = allowed.shape
+    if c_n == 0 or j_n == 0:
+        return np.zeros(j_n), np.zeros(c_n)
+    rows = j_n + c_n
+    usable = allowed & (np.asarray(n_gpus)[None, :] > 0)  # (c, j)
     # Columns: the slacks (their reduced costs are the duals), then one pod per GPU of each
-    # size; priced patterns are appended.
-    tab = np.hstack([np.eye(rows), np.vstack([np.ones(s), np.eye(s)])])
-    rhs = np.concatenate([[float(n_gpus)], pods.astype(np.float64)])
-    rc = np.concatenate([np.zeros(rows), -sizes.astype(np.float64)])  # y . a - value
+    # (class, model) allowed; priced patterns are appended.
+    cls, mdl = np.nonzero(usable.T)[::-1]  # model-major order: model 0's classes first
+    first = np.zeros((rows, cls.shape[0]))
+    first[mdl, np.arange(cls.shape[0])] = 1.0
+    first[j_n + cls, np.arange(cls.shape[0])] = 1.0
+    tab = np.hstack([np.eye(rows), first])
+    rhs = np.concatenate([np.asarray(n_gpus, dtype=np.float64), pods.astype(np.float64)])
+    rc = np.concatenate([np.zeros(rows), -sizes[cls].astype(np.float64)])  # y . a - value
     basis = np.arange(rows)
     pivots = 0
+    y = np.zeros(rows)
     for _ in range(max_rounds):
         while True:
             j = int(np.argmin(rc))
@@ -156,15 +214,24 @@ def shadow_prices(sizes: NDArray[np.int64], pods: NDArray[np.float64], n_gpus: f
             rc = rc - rc[j] * tab[r]
             basis[r] = j
         y = rc[:rows].copy()
-        value, counts = _best_patterns(sizes, sizes - y[1:])
-        better = value - y[0] > _EPS * MILLI_PER_GPU
-        if not better.any():
+        cols = []
+        for m in range(j_n):
+            idx = np.flatnonzero(usable[:, m])
+            if idx.shape[0] == 0:
+                continue
+            value, counts = _best_patterns(sizes[idx], sizes[idx] - y[j_n + idx])
+            better = value - y[m] > _EPS * MILLI_PER_GPU
+            for pattern in sorted({tuple(c) for c in counts[better].tolist()}):
+                a = np.zeros(rows)
+                a[m] = 1.0
+                a[j_n + idx] = pattern
+                cols.append(a)
+        if not cols:
             break
-        new = np.array(sorted({tuple(c) for c in counts[better].tolist()}), dtype=np.int64)  # (k, s)
-        a = np.vstack([np.ones(new.shape[0]), new.T.astype(np.float64)])  # (rows, k)
+        a = np.array(cols).T  # (rows, k)
         tab = np.hstack([tab, tab[:, :rows] @ a])
-        rc = np.concatenate([rc, y @ a - (new @ sizes).astype(np.float64)])
-    return float(y[0]), np.maximum(y[1:], 0.0)
+        rc = np.concatenate([rc, y @ a - a[j_n:].T @ sizes.astype(np.float64)])
+    return np.maximum(y[:j_n], 0.0), np.maximum(y[j_n:], 0.0)
 
 
 def priced_waste(sizes: NDArray[np.int64], size_price: NDArray[np.float64]) -> NDArray[np.float64]:

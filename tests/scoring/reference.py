@@ -77,28 +77,57 @@ def _priced_u(key: tuple[tuple[int, int], ...], n_gpus: int) -> tuple[float, ...
     return tuple(u)
 
 
+@functools.cache
+def _joint_priced_u(key: tuple[tuple[int, int, int], ...], n_gpus: tuple[int, ...], model: int) -> tuple[float, ...]:
+    """``U_j(0..1000)`` for (share, accepted-model bits, rounded log count) classes, one LP
+    with a bin kind per model; the duals from ``scoring.cutting_stock.shadow_prices_by_model``."""
+    from scoring.cutting_stock import shadow_prices_by_model
+
+    u = [float(f) for f in range(MILLI_PER_GPU + 1)]
+    if not key or n_gpus[model] == 0:
+        return tuple(u)
+    allowed = np.array([[(m >> j) & 1 == 1 for j in range(len(n_gpus))] for _, m, _ in key])
+    _, price = shadow_prices_by_model(np.array([s for s, _, _ in key], dtype=np.int64), allowed,
+                                      np.array([1.05 ** q for _, _, q in key]), np.array(n_gpus, dtype=float))
+    on = [(s, round(float(y), 6)) for (s, m, _), y in zip(key, price, strict=True) if (m >> model) & 1]
+    for f in range(1, MILLI_PER_GPU + 1):
+        u[f] = min([float(f), *(y + u[f - s] for s, y in on if s <= f)])
+    return tuple(u)
+
+
 def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
     """``U(0..1000)`` of ``scoring.strategies.gap_price`` for the GPU's model: scaled counts and rounding
     written out here; the LP duals from ``scoring.cutting_stock`` (checked against HiGHS in
-    its own tests)."""
+    its own tests). Without model restrictions one LP over every healthy GPU; with them one
+    LP with a bin kind per model, over (share, accepted models) classes."""
     tasks = state.workload.task_types()
     assert tasks is not None
     model = max(int(state.gpu_model[row, col]), 0)
+    n_models = len(state.models)
+    per_model = tuple(sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus)
+                          if state.gpu_healthy[r, c] and int(state.gpu_model[r, c]) == j) for j in range(n_models))
     constrained = tasks.model_mask is not None
-    n_gpus = sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus)
-                 if state.gpu_healthy[r, c] and (not constrained or int(state.gpu_model[r, c]) == model))
-    pods: dict[int, int] = {}
+    pods: dict[tuple[int, int], int] = {}
     for t in range(tasks.count.shape[0]):
         k, r = int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU)
-        mask = -1 if not constrained or tasks.model_mask is None else int(tasks.model_mask[t])
-        if (mask >> model) & 1 == 1 and k > 0:
-            pods[r] = pods.get(r, 0) + k * int(tasks.count[t])
-    demand = sum(s * n for s, n in pods.items())
-    key: tuple[tuple[int, int], ...] = ()
-    if n_gpus > 0 and demand > 0:
-        scale = 1.0 * MILLI_PER_GPU * n_gpus / demand  # the cluster's share, SATURATION = 1
-        key = tuple((s, round(math.log(pods[s] * scale) / math.log(1.05))) for s in sorted(pods))
-    return _priced_u(key, n_gpus)
+        mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
+        accepted = 0
+        for j in range(n_models):  # ids past 62: only a mask of every model accepts them
+            if per_model[j] > 0 and (mask == -1 or (j <= 62 and (mask >> j) & 1)):
+                accepted |= 1 << j
+        if k > 0 and (accepted or not constrained):
+            cls = (r, accepted if constrained else 0)
+            pods[cls] = pods.get(cls, 0) + k * int(tasks.count[t])
+    demand = sum(s * n for (s, _), n in pods.items())
+    n_gpus = sum(per_model)
+    if n_gpus == 0 or demand == 0:
+        return tuple(float(f) for f in range(MILLI_PER_GPU + 1))
+    scale = 1.0 * MILLI_PER_GPU * n_gpus / demand  # the cluster's share, SATURATION = 1
+    if not constrained:
+        return _priced_u(tuple((s, round(math.log(n * scale) / math.log(1.05))) for (s, _), n in sorted(pods.items())),
+                         n_gpus)
+    key = tuple((s, m, round(math.log(n * scale) / math.log(1.05))) for (s, m), n in sorted(pods.items()))
+    return _joint_priced_u(key, per_model, model)
 
 
 def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
