@@ -105,12 +105,13 @@ class Settings(BaseSettings):
 
 class ToleranceFile(BaseModel):
     """``scoring.tolerance:``: how far the cluster-wide terms may drift before every node is
-    scored anew (``scoring.incremental.Tolerance``; 0 and 0: exact, a full pass per change)."""
+    scored anew (``scoring.incremental.Tolerance``; all 0: exact, a full pass per change)."""
 
     model_config = ConfigDict(extra="forbid")
 
     workload: float = Field(DEFAULT_TOLERANCE.workload, ge=0.0, le=1.0)
     cpu_pressure: float = Field(DEFAULT_TOLERANCE.cpu_pressure, ge=0.0, allow_inf_nan=False)
+    spare_need: float = Field(DEFAULT_TOLERANCE.spare_need, ge=0.0, le=1.0)
 
 
 class ScoringFile(BaseModel):
@@ -264,7 +265,7 @@ def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:
     policy = QosPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
     return AdminPolicy(replace(scoring, qos=policy), _tenant_policy(parsed),
-                       Tolerance(sc.tolerance.workload, sc.tolerance.cpu_pressure))
+                       Tolerance(sc.tolerance.workload, sc.tolerance.cpu_pressure, sc.tolerance.spare_need))
 
 
 def load_policy(path: Path) -> AdminPolicy:

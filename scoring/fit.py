@@ -9,6 +9,7 @@ memory free, and at least ``gpu_count`` GPUs fit. The first failing check names 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +82,11 @@ class FitContext:
     cpu_alloc_milli, mem_host_alloc_mib : ndarray of shape (m,), int64
     gpu_model : ndarray of shape (m, max_gpus), int64
         Model id per GPU (-1 for padding).
+    gpu_healthy : ndarray of shape (m, max_gpus), bool
+        ``ClusterState.gpu_healthy`` of the candidate rows.
+    gpu_mem_free_mib : ndarray of shape (m, max_gpus), int64
+        ``ClusterState.gpu_mem_free_mib`` of the candidate rows: free GPU memory as
+        allocations leave it, whatever the pod's QoS (the fragmentation view).
     tasks : TaskTypes or None
         The target workload for fragmentation (``ClusterState.workload``); None while the
         cluster holds no GPU pod.
@@ -89,6 +95,10 @@ class FitContext:
     gpus_by_model : tuple of int
         ``ClusterState.gpus_by_model``: healthy GPUs of each model id in the whole cluster; a
         tuple, not an array, because it is cluster-wide, not per candidate.
+    gpus_by_kind : tuple of (int, int, int)
+        ``ClusterState.gpus_by_kind``: (model id, GPUs of the node, healthy GPUs), cluster-wide.
+    spare_need : tuple of (int, float)
+        ``ClusterTerms.spare_need``.
     """
 
     request: PodRequest
@@ -109,9 +119,13 @@ class FitContext:
     cpu_alloc_milli: NDArray[np.int64]
     mem_host_alloc_mib: NDArray[np.int64]
     gpu_model: NDArray[np.int64] | None = None
+    gpu_healthy: NDArray[np.bool_] | None = None
+    gpu_mem_free_mib: NDArray[np.int64] | None = None
     tasks: TaskTypes | None = None
     cpu_pressure: float = 0.0
     gpus_by_model: tuple[int, ...] = ()
+    gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
+    spare_need: tuple[tuple[int, float], ...] = ()
 
 
 def gpu_memory_request_mib(
@@ -221,15 +235,22 @@ class ClusterTerms:
         ``ClusterState.workload.task_types()``.
     cpu_pressure : float
         ``cpu_pressure(state)``.
+    spare_need : tuple of (int, float)
+        ``spare_need``: for each multi-GPU pod size ``k``, the
+        probability that every node with ``k`` wholly free GPUs will be needed.
     """
 
     tasks: TaskTypes | None
     cpu_pressure: float
+    spare_need: tuple[tuple[int, float], ...] = ()
 
 
 def cluster_terms(state: ClusterState) -> ClusterTerms:
     """The state's current ``ClusterTerms``."""
-    return ClusterTerms(state.workload.task_types(), cpu_pressure(state))
+    tasks = state.workload.task_types()
+    healthy_free = np.where(state.gpu_healthy, np.clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
+    whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
+    return ClusterTerms(tasks, cpu_pressure(state), spare_need(state.workload.share_by_gpu_count(), float(healthy_free.sum()), whole_free))
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
@@ -327,10 +348,45 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         cpu_alloc_milli=state.cpu_alloc_milli[rows],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
         gpu_model=state.gpu_model[rows],
+        gpu_healthy=state.gpu_healthy[rows],
+        gpu_mem_free_mib=state.gpu_mem_free_mib[rows],
         tasks=terms.tasks,
         cpu_pressure=terms.cpu_pressure,
         gpus_by_model=state.gpus_by_model,
+        gpus_by_kind=state.gpus_by_kind,
+        spare_need=terms.spare_need,
     )
+
+
+def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
+               whole_free: NDArray[np.int64]) -> tuple[tuple[int, float], ...]:
+    """``(k, P_k)`` for every ``k >= 2`` of the workload (``scoring.strategies.spare_nodes``).
+
+    Parameters
+    ----------
+    share_by_gpus : dict of int to int
+        ``WorkloadModel.share_by_gpu_count()``: GPU share of the learned demand by GPUs per
+        pod, milli-GPU.
+    free_share_milli : float
+        ``F``: free share of the healthy GPUs, milli-GPU, >= 0.
+    whole_free : ndarray of shape (n_nodes,), int64
+        Wholly free healthy GPUs of each node.
+
+    Returns
+    -------
+    tuple of (int, float)
+        Ascending ``k``; ``P_k`` in [0, 1]. Empty without multi-GPU demand.
+    """
+    total = float(sum(share_by_gpus.values()))
+    out = []
+    for k in sorted(share_by_gpus):
+        if k < 2:
+            continue
+        mu = share_by_gpus[k] / total * free_share_milli / (MILLI_PER_GPU * k)
+        spare = int((whole_free >= k).sum())
+        p = 0.0 if mu <= 0 else 0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2.0 * mu))
+        out.append((int(k), min(max(p, 0.0), 1.0)))
+    return tuple(out)
 
 
 PRESSURE_GPU_FLOOR = 0.1

@@ -8,10 +8,11 @@ source are in ``scoring.strategies.gap_price``):
 
     U(0) = 0,   U(f) = min(f, min_{s <= f} y_s + U(f - s))     f = 1..1000
 
-``model_waste`` gives it per GPU model: while no task type is restricted to some models, one
-LP over all GPUs (``gap_waste``); otherwise one LP with a bin kind per model and a demand
-row per (share, accepted models) class (``joint_gap_waste``), so that a model that
-restricted pods need is priced for them. ``waste_by_gpu`` looks it up for every candidate GPU,
+``model_waste`` gives it per kind of GPU, (model, GPUs of its node): while every task type may
+use every kind, one LP over all GPUs (``gap_waste``); otherwise (pods restricted to some
+models, or pods of more GPUs than some nodes have) one LP with a bin kind per GPU kind and a
+demand row per (share, kinds it may use) class (``joint_gap_waste``), so that GPUs that
+restricted pods need are priced for them. ``waste_by_gpu`` looks it up for every candidate GPU,
 and ``gap_score`` is the shared per-GPU score ``1/2 - (V(f - r) - V(f)) / 2000``.
 
 The scaled counts are rounded to powers of ``COUNT_STEP`` and the prices cached on them: an
@@ -22,7 +23,6 @@ pods of openb default seed 42, most of them early, while the counts are few).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -81,9 +81,19 @@ _LAST: tuple[TaskTypes | None, dict[int, NDArray[np.float64]]] = (None, {})
 """The last workload ``gap_waste`` saw, and its answers by GPUs."""
 
 
+def demand_rows(tasks: TaskTypes) -> list[tuple[int, int, int, int]]:
+    """``(gpu_count, share milli, model_mask, pods)`` of every GPU pod the workload counts
+    (``TaskTypes.gpu_demand``), or of its types when it has no such list."""
+    if tasks.gpu_demand is not None:
+        return list(tasks.gpu_demand)
+    masks = tasks.model_mask.tolist() if tasks.model_mask is not None else [ANY_MODEL_MASK] * tasks.count.shape[0]
+    return [(k, r, m, c) for k, r, m, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), masks,
+                                               tasks.count.tolist(), strict=True) if k > 0]
+
+
 def _gap_waste(tasks: TaskTypes, n_gpus: int) -> NDArray[np.float64]:
     pods: dict[int, int] = {}
-    for k, r, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(), strict=True):
+    for k, r, _, c in demand_rows(tasks):
         if k > 0:
             s = min(r, MILLI_PER_GPU)
             pods[s] = pods.get(s, 0) + k * c
@@ -95,13 +105,18 @@ def _gap_waste(tasks: TaskTypes, n_gpus: int) -> NDArray[np.float64]:
     return _priced_waste(key, int(n_gpus))
 
 
-def model_waste(ctx: FitContext) -> Callable[[int | None], NDArray[np.float64]]:
-    """``U`` of ``ctx``'s workload as a function of the GPU model id.
+GapTables = tuple[NDArray[np.float64], ...]
+"""``U`` of shape (1001,) per GPU kind (``FitContext.gpus_by_kind``), then one for GPUs of no known kind."""
 
-    While every task type accepts any model, one LP over all healthy GPUs prices every
-    model alike (``gap_waste``). Once some type accepts only some models, one LP with a bin
-    kind per model prices them together (``joint_gap_waste``): a model that the restricted
-    types need costs more to fill with pods that could go elsewhere.
+
+def model_waste(ctx: FitContext) -> GapTables:
+    """``U`` of ``ctx``'s workload for each kind of GPU (model, GPUs of its node).
+
+    While every task type may use every kind, one LP over all healthy GPUs prices them
+    alike (``gap_waste``). Once some type may use only some kinds (a pod restricted to some
+    models, or a pod of ``k`` GPUs that only nodes of ``k`` or more can hold), one LP with a
+    bin kind per GPU kind prices them together (``joint_gap_waste``): GPUs that such pods
+    need cost more to fill with pods that could go elsewhere.
 
     Parameters
     ----------
@@ -110,117 +125,123 @@ def model_waste(ctx: FitContext) -> Callable[[int | None], NDArray[np.float64]]:
 
     Returns
     -------
-    callable
-        Model id, or None for every model, -> ndarray of shape (1001,), float64 (``U``).
+    GapTables
+        ``len(ctx.gpus_by_kind) + 1`` read-only arrays of shape (1001,), float64; the last
+        one (no price) is for GPUs of no listed kind (unhealthy, padding).
     """
     tasks = ctx.tasks
     assert tasks is not None
-    gpus = ctx.gpus_by_model
-
-    def waste(model: int | None) -> NDArray[np.float64]:
-        if model is None or tasks.model_mask is None:
-            return gap_waste(tasks, sum(gpus))
-        by_model = joint_gap_waste(tasks, tuple(gpus))
-        return by_model[model] if model < len(by_model) else _priced_waste((), 0)
-
-    return waste
+    return joint_gap_waste(tasks, ctx.gpus_by_kind) if ctx.gpus_by_kind else (gap_waste(tasks, sum(ctx.gpus_by_model)),)
 
 
-def accepted_models(mask: int, n_models: int) -> int:
-    """The models ``0..n_models-1`` a ``scoring.request.model_mask`` accepts, one bit each.
+def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int], ...]) -> int:
+    """The GPU kinds a task type may use, one bit each (bit ``i``: ``kinds[i]``).
 
-    Ids past 62 have no bit of their own in a mask: only ``ANY_MODEL_MASK`` accepts them
-    (as ``TaskTypes.allowed``).
+    Parameters
+    ----------
+    mask : int
+        ``scoring.request.model_mask`` of the type; ids past 62 have no bit of their own,
+        only ``ANY_MODEL_MASK`` accepts them (as ``TaskTypes.allowed``).
+    gpu_count : int
+        GPUs per pod: a kind of nodes with fewer GPUs cannot hold it.
+    kinds : tuple of (int, int, int)
+        ``(model id, GPUs of the node, healthy GPUs)``; kinds without healthy GPUs are not used.
     """
-    if mask == ANY_MODEL_MASK:
-        return (1 << n_models) - 1
-    return mask & ((1 << min(n_models, 63)) - 1)
+    out = 0
+    for i, (model, node_gpus, n) in enumerate(kinds):
+        if n > 0 and node_gpus >= gpu_count and (mask == ANY_MODEL_MASK or (model <= 62 and (mask >> model) & 1)):
+            out |= 1 << i
+    return out
 
 
-def joint_gap_waste(tasks: TaskTypes, n_gpus: tuple[int, ...]) -> tuple[NDArray[np.float64], ...]:
-    """``U_j(f)`` per GPU model from one cutting-stock LP with a bin kind per model.
+def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -> GapTables:
+    """``U_i(f)`` per GPU kind from one cutting-stock LP with a bin kind per GPU kind.
 
-    Task types are grouped into classes by (share, models accepted among those with GPUs);
-    their pods, ``k`` per pod of ``k`` GPUs, are scaled so that their share is
-    ``SATURATION * 1000 * sum_j G_j`` and rounded to powers of ``COUNT_STEP``, as in
-    ``gap_waste``. ``scoring.cutting_stock.shadow_prices_by_model`` gives a price ``y_c``
-    per class, and model ``j``'s table is ``U_j(f) = min(f, min_{c on j, r_c <= f} y_c +
-    U_j(f - r_c))`` over the classes that may use ``j``.
+    Task types are grouped into classes by (share, GPU kinds they may use:
+    ``accepted_kinds``); their pods, ``k`` per pod of ``k`` GPUs, are scaled so that their
+    share is ``SATURATION * 1000 * sum_i G_i`` and rounded to powers of ``COUNT_STEP``, as
+    in ``gap_waste``. GPU kinds that the same classes may use are one bin kind (the LP
+    cannot tell them apart). ``scoring.cutting_stock.shadow_prices_by_model`` gives a price
+    ``y_c`` per class, and kind ``i``'s table is ``U_i(f) = min(f, min_{c on i, r_c <= f}
+    y_c + U_i(f - r_c))`` over the classes that may use ``i``. When every class may use
+    every kind this is ``gap_waste`` for every kind, the same array.
 
     Parameters
     ----------
     tasks : TaskTypes
-        The learned workload, with ``model_mask`` set.
-    n_gpus : tuple of int
-        Healthy GPUs of each model id (``ClusterState.gpus_by_model``).
+        The learned workload.
+    kinds : tuple of (int, int, int)
+        ``ClusterState.gpus_by_kind``.
 
     Returns
     -------
-    tuple of ndarray of shape (1001,), float64, read-only
-        One ``U_j`` per model id; ``U_j[f] = f`` for a model no class may use or without
-        GPUs. Cached per workload object and per rounded workload.
+    GapTables
+        One ``U_i`` per kind, then the table of no price; ``U_i[f] = f`` for a kind no class
+        may use. Cached per workload object and per rounded workload.
     """
     global _LAST_JOINT
     last_tasks, memo = _LAST_JOINT
     if last_tasks is not tasks:
         memo = {}
         _LAST_JOINT = (tasks, memo)
-    if n_gpus not in memo:
-        memo[n_gpus] = _joint_gap_waste(tasks, n_gpus)
-    return memo[n_gpus]
+    if kinds not in memo:
+        memo[kinds] = _joint_gap_waste(tasks, kinds)
+    return memo[kinds]
 
 
-_LAST_JOINT: tuple[TaskTypes | None, dict[tuple[int, ...], tuple[NDArray[np.float64], ...]]] = (None, {})
-"""The last workload ``joint_gap_waste`` saw, and its answers by GPUs per model."""
+_LAST_JOINT: tuple[TaskTypes | None, dict[tuple[tuple[int, int, int], ...], GapTables]] = (None, {})
+"""The last workload ``joint_gap_waste`` saw, and its answers by GPU kinds."""
 
 
-def _joint_gap_waste(tasks: TaskTypes, n_gpus: tuple[int, ...]) -> tuple[NDArray[np.float64], ...]:
-    masks = tasks.model_mask if tasks.model_mask is not None else np.full(tasks.count.shape, ANY_MODEL_MASK)
-    present = sum(1 << j for j, g in enumerate(n_gpus) if g > 0)
+def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -> GapTables:
+    every = accepted_kinds(ANY_MODEL_MASK, 0, kinds)
+    n_gpus = sum(n for _, _, n in kinds)
+    none = _priced_waste((), 0)
     pods: dict[tuple[int, int], int] = {}
-    for k, r, c, mask in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), tasks.count.tolist(),
-                             masks.tolist(), strict=True):
-        accepted = accepted_models(int(mask), len(n_gpus)) & present
+    for k, r, mask, c in demand_rows(tasks):
+        accepted = accepted_kinds(int(mask), k, kinds)
         if accepted and k > 0:
             cls = (min(r, MILLI_PER_GPU), accepted)
             pods[cls] = pods.get(cls, 0) + k * c
+    if all(m == every for _, m in pods):
+        return (gap_waste(tasks, n_gpus),) * len(kinds) + (none,)
     demand_milli = sum(s * n for (s, _), n in pods.items())
-    if demand_milli <= 0:
-        return tuple(_priced_waste((), 0) for _ in n_gpus)
-    scale = SATURATION * MILLI_PER_GPU * sum(n_gpus) / demand_milli
+    scale = SATURATION * MILLI_PER_GPU * n_gpus / demand_milli
     key = tuple((s, m, round(math.log(n * scale) / math.log(COUNT_STEP))) for (s, m), n in sorted(pods.items()))
-    return _joint_priced_waste(key, n_gpus)
+    return _joint_priced_waste(key, tuple(n for _, _, n in kinds)) + (none,)
 
 
 @lru_cache(maxsize=64)
-def _joint_priced_waste(key: tuple[tuple[int, int, int], ...],
-                        n_gpus: tuple[int, ...]) -> tuple[NDArray[np.float64], ...]:
-    """``U_j`` per model for ``key`` ((share, accepted-model bits, rounded log count))."""
+def _joint_priced_waste(key: tuple[tuple[int, int, int], ...], n_gpus: tuple[int, ...]) -> GapTables:
+    """``U_i`` per GPU kind for ``key`` ((share, accepted-kind bits, rounded log count)) and
+    ``n_gpus`` (healthy GPUs per kind)."""
     sizes = np.array([s for s, _, _ in key], dtype=np.int64)
     pods = np.array([COUNT_STEP ** q for _, _, q in key])
-    allowed = np.array([[(m >> j) & 1 for j in range(len(n_gpus))] for _, m, _ in key], dtype=bool)
-    _, class_price = shadow_prices_by_model(sizes, allowed.reshape(len(key), len(n_gpus)), pods,
-                                            np.array(n_gpus, dtype=np.float64))
+    on_kind = np.array([[(m >> i) & 1 for i in range(len(n_gpus))] for _, m, _ in key], dtype=bool)  # (c, kinds)
+    # Kinds the same classes may use are one bin kind of their summed GPUs.
+    bins, kind_bin = np.unique(on_kind.T, axis=0, return_inverse=True)  # (b, c), (kinds,)
+    kind_bin = kind_bin.reshape(-1)
+    bin_gpus = np.bincount(kind_bin, weights=np.array(n_gpus, dtype=np.float64), minlength=bins.shape[0]).astype(np.float64)
+    _, class_price = shadow_prices_by_model(sizes, bins.T.copy(), pods, bin_gpus)
     price = np.round(class_price, 6)
-    out = []
-    for j in range(len(n_gpus)):
-        on = allowed[:, j] if len(key) else np.zeros(0, dtype=bool)
-        u = priced_waste(sizes[on], price[on]) if n_gpus[j] > 0 else _priced_waste((), 0).copy()
+    tables = []
+    for b in range(bins.shape[0]):
+        u = priced_waste(sizes[bins[b]], price[bins[b]]) if bins[b].any() else _priced_waste((), 0).copy()
         u.setflags(write=False)
-        out.append(u)
-    return tuple(out)
+        tables.append(u)
+    return tuple(tables[b] for b in kind_bin.tolist())
 
 
-def gap_score(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]]) -> NDArray[np.float64]:
+def gap_score(ctx: FitContext, tables: GapTables) -> NDArray[np.float64]:
     """``1/2 - (V(f - r) - V(f)) / 2000`` per GPU for a value function ``V`` of the free share.
 
     Parameters
     ----------
     ctx : FitContext
         With ``ctx.tasks`` set.
-    waste : callable
-        GPU model id, or None for "every model", -> ndarray of shape (1001,), float64, with
-        ``V[f]`` in ``[0, f]`` milli-GPU (``waste_to_go``; ``scoring.strategies.gap_price``).
+    tables : GapTables
+        ``model_waste(ctx)``: ``U[f]`` in ``[0, f]`` milli-GPU per GPU kind
+        (``scoring.strategies.gap_price``).
 
     Returns
     -------
@@ -229,20 +250,19 @@ def gap_score(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]
     """
     free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)
     after = np.clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
-    w_after, w_free = waste_by_gpu(ctx, waste, after, free)
+    w_after, w_free = waste_by_gpu(ctx, tables, after, free)
     delta = w_after - w_free
     return np.where(ctx.gpu_fits, np.clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)
 
 
-def waste_by_gpu(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float64]],
-                 *shares: NDArray[np.int64]) -> tuple[NDArray[np.float64], ...]:
-    """``V[f]`` per GPU, each GPU with its model's table.
+def waste_by_gpu(ctx: FitContext, tables: GapTables, *shares: NDArray[np.int64]) -> tuple[NDArray[np.float64], ...]:
+    """``U[f]`` per GPU, each GPU with its kind's table.
 
     Parameters
     ----------
     ctx : FitContext
-    waste : callable
-        As in ``gap_score``.
+    tables : GapTables
+        ``model_waste(ctx)``.
     *shares : ndarray of shape (m, max_gpus), int64
         Free shares in [0, 1000] milli-GPU of ``ctx``'s candidate GPUs.
 
@@ -251,12 +271,14 @@ def waste_by_gpu(ctx: FitContext, waste: Callable[[int | None], NDArray[np.float
     tuple of ndarray of shape (m, max_gpus), float64
         One per ``shares``, milli-GPU.
     """
-    tasks = ctx.tasks
-    if tasks is None or tasks.model_mask is None or ctx.gpu_model is None:
-        w = waste(None)
-        return tuple(w[f] for f in shares)
-    model = np.maximum(ctx.gpu_model, 0)  # -1 padding: no free share, any row will do
-    ids, row = np.unique(model, return_inverse=True)
-    w_by_model = np.stack([waste(j) for j in ids.tolist()])
-    row = row.reshape(model.shape)
-    return tuple(w_by_model[row, f] for f in shares)
+    if all(t is tables[0] for t in tables[:-1]) or ctx.gpu_model is None:
+        return tuple(tables[0][f] for f in shares)
+    kinds = ctx.gpus_by_kind
+    code = np.array([m * 4096 + n for m, n, _ in kinds], dtype=np.int64)  # sorted: kinds are
+    gpu_code = ctx.gpu_model * 4096 + ctx.gpu_exists.sum(axis=1)[:, None]
+    at = np.minimum(np.searchsorted(code, gpu_code), len(kinds) - 1)
+    kind = np.where(code[at] == gpu_code, at, len(kinds))  # padding and unknown kinds: no price
+    ids, row = np.unique(kind, return_inverse=True)
+    w = np.stack([tables[i] for i in ids.tolist()])
+    row = row.reshape(kind.shape)
+    return tuple(w[row, f] for f in shares)

@@ -52,6 +52,9 @@ class Tolerance:
         task-type distribution (``workload_drift``); 0: any change of the counts.
     cpu_pressure : float
         Largest absolute change of ``scoring.fit.cpu_pressure``, >= 0; 0: any change.
+    spare_need : float
+        Largest absolute change of any ``ClusterTerms.spare_need`` probability, in [0, 1];
+        0: any change.
 
     Raises
     ------
@@ -61,27 +64,32 @@ class Tolerance:
 
     workload: float = 0.0
     cpu_pressure: float = 0.0
+    spare_need: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.workload <= 1.0:
             raise ValueError(f"workload: must be in [0, 1], got {self.workload!r}")
+        if not 0.0 <= self.spare_need <= 1.0:
+            raise ValueError(f"spare_need: must be in [0, 1], got {self.spare_need!r}")
         if not 0.0 <= self.cpu_pressure < float("inf"):
             raise ValueError(f"cpu_pressure: must be a finite number >= 0, got {self.cpu_pressure!r}")
 
 
-EXACT = Tolerance(0.0, 0.0)
-"""Drop every kept row whenever the workload or the CPU pressure changes at all."""
+EXACT = Tolerance(0.0, 0.0, 0.0)
+"""Drop every kept row whenever the workload, the CPU pressure or the spare-node need changes at all."""
 
-DEFAULT_TOLERANCE = Tolerance(0.01, 0.002)
+DEFAULT_TOLERANCE = Tolerance(0.01, 0.002, 0.01)
 """The shipped tolerance: a 1 % move of the workload distribution, 0.002 of effective CPU
-pressure (2 % of ``adaptive_balance``'s ramp). Measured in ``benchmarks/README.md``."""
+pressure (2 % of ``adaptive_balance``'s ramp), 0.01 of a spare-node probability
+(``scoring.strategies.spare_nodes``). Measured in ``benchmarks/README.md``."""
 
 
 def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
-    return all(
+    return a.gpu_demand == b.gpu_demand and all(
         (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
         for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
-                     (a.memory_mib, b.memory_mib), (a.count, b.count), (a.model_mask, b.model_mask)))
+                     (a.memory_mib, b.memory_mib), (a.count, b.count), (a.model_mask, b.model_mask),
+                     (a.gpu_memory_mib, b.gpu_memory_mib)))
 
 
 def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
@@ -104,7 +112,8 @@ def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
 
     def keyed(t: TaskTypes) -> dict[tuple[int, ...], float]:
         mask = t.model_mask if t.model_mask is not None else np.full(t.count.shape, -1, dtype=np.int64)
-        keys = np.stack([t.gpu_count, t.gpu_milli, t.cpu_milli, t.memory_mib, mask], axis=1).tolist()
+        gpu_mem = t.gpu_memory_mib if t.gpu_memory_mib is not None else np.zeros(t.count.shape, dtype=np.int64)
+        keys = np.stack([t.gpu_count, t.gpu_milli, t.cpu_milli, t.memory_mib, mask, gpu_mem], axis=1).tolist()
         return dict(zip(map(tuple, keys), t.popularity.tolist(), strict=True))
 
     pa, pb = keyed(a), keyed(b)
@@ -121,11 +130,21 @@ def effective_pressure(pressure: float) -> float:
     return min(max(pressure, adaptive_balance.PRESSURE_START), adaptive_balance.PRESSURE_FULL)
 
 
+def spare_drift(a: tuple[tuple[int, float], ...], b: tuple[tuple[int, float], ...]) -> float:
+    """Largest change of a spare-node probability between two ``ClusterTerms.spare_need`` (a
+    pod size missing from one counts as probability 0 there)."""
+    pa, pb = dict(a), dict(b)
+    return max((abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys()), default=0.0)
+
+
 def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bool:
     """True when ``now`` is past ``tolerance`` from ``frozen`` (exactly: differs at all when 0).
 
     The pressure is compared as ``effective_pressure``: outside its band it changes no score.
     """
+    if spare_drift(frozen.spare_need, now.spare_need) > tolerance.spare_need or (
+            tolerance.spare_need == 0.0 and frozen.spare_need != now.spare_need):
+        return True
     before, after = effective_pressure(frozen.cpu_pressure), effective_pressure(now.cpu_pressure)
     if tolerance.cpu_pressure == 0.0:
         if before != after:

@@ -20,7 +20,8 @@ from types import MappingProxyType
 from scoring.scorer import ScoringConfig
 
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
-    "default": ScoringConfig({"fgd": 1.0, "adaptive_balance": 0.2, "gap_price": 6.0, "priced_stranding": 6.0}),
+    "default": ScoringConfig({"fgd": 1.0, "adaptive_balance": 0.2, "gap_price": 6.0, "priced_stranding": 6.0,
+                              "spare_nodes": 6.0}),
     "balance": ScoringConfig({
         "gpu_best_fit": 4.0,
         "node_packing": 0.2,

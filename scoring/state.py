@@ -11,6 +11,7 @@ cache) under its lock.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -107,6 +108,10 @@ class Allocation:
     in_workload : bool
         Whether the allocation is demand the ``workload`` learns from (True for what
         gpufrac placed; False for capacity held by an allocation it did not make).
+    gpu_memory_request_mib : int
+        The pod's explicit GPU memory per GPU (``PodRequest.gpu_memory_mib``), MiB; 0 when it
+        asked for its share's proportion. Counted in the ``workload``, so that fragmentation
+        knows which GPUs' free memory each task type can use.
     """
 
     node: str
@@ -118,6 +123,7 @@ class Allocation:
     memory_mib: int
     model_mask: int = ANY_MODEL_MASK
     in_workload: bool = True
+    gpu_memory_request_mib: int = 0
 
 
 @dataclass(eq=False)
@@ -165,6 +171,10 @@ class ClusterState:
     gpus_by_model : tuple of int
         Derived once in ``from_nodes`` (models and health are fixed for a state's life):
         healthy GPUs of each model id, for the cluster-wide LP of ``scoring.strategies.gap_price``.
+    gpus_by_kind : tuple of (int, int, int)
+        Derived with ``gpus_by_model``: ``(model id, GPUs of its node, healthy GPUs)`` for each
+        kind of GPU, sorted. A pod of ``k`` GPUs can use only GPUs of nodes with ``k`` or more
+        (``scoring.gaps.joint_gap_waste``).
     row_version : ndarray of shape (n_nodes,), int64
         Bumped by every write to a row (``apply``, ``set_nvml_used_mib``): a node's terms
         computed at one version hold until it moves (``scoring.incremental``).
@@ -199,6 +209,7 @@ class ClusterState:
     gpu_uuid: list[list[str]] = field(default_factory=list)
     workload: WorkloadModel = field(default_factory=WorkloadModel)
     gpus_by_model: tuple[int, ...] = ()
+    gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
 
     @classmethod
     def from_nodes(cls, nodes: Sequence[NodeSpec]) -> ClusterState:
@@ -288,6 +299,10 @@ class ClusterState:
         state.node_gpu_total_milli[:] = state.gpu_exists.sum(axis=1) * MILLI_PER_GPU
         state.gpus_by_model = tuple(
             np.bincount(state.gpu_model[state.gpu_healthy], minlength=len(state.models)).tolist())
+        node_gpus = np.broadcast_to(state.gpu_exists.sum(axis=1)[:, None], shape)
+        kinds = Counter(zip(state.gpu_model[state.gpu_healthy].tolist(), node_gpus[state.gpu_healthy].tolist(),
+                            strict=True))
+        state.gpus_by_kind = tuple(sorted((m, n, c) for (m, n), c in kinds.items()))
         return state
 
     @property
@@ -359,7 +374,7 @@ class ClusterState:
             self.node_gpu_used_milli[row] += milli * len(cols)
             if alloc.in_workload:
                 self.workload.add((len(cols), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib,
-                                   alloc.model_mask), sign)
+                                   alloc.model_mask, alloc.gpu_memory_request_mib), sign)
 
     def set_nvml_used_mib(self, row: int, used_mib: Sequence[int]) -> None:
         """Set the GPU memory NVML reports in use on one node (an agent heartbeat).
@@ -391,7 +406,8 @@ class ClusterState:
         Returns
         -------
         ClusterState
-            ``k`` nodes; models, GPU columns and ``gpus_by_model`` as in this state.
+            ``k`` nodes; models, GPU columns, ``gpus_by_model`` and ``gpus_by_kind`` as in
+            this state.
         """
         names = [self.node_names[r] for r in rows.tolist()]
         arrays = {f.name: getattr(self, f.name)[rows] for f in fields(self)
@@ -403,5 +419,6 @@ class ClusterState:
             gpu_uuid=[list(self.gpu_uuid[r]) for r in rows.tolist()],
             workload=workload if workload is not None else WorkloadModel(),
             gpus_by_model=self.gpus_by_model,
+            gpus_by_kind=self.gpus_by_kind,
             **arrays,
         )

@@ -117,7 +117,8 @@ def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: t
         problems.append(tenant_verdict.removeprefix("gpufrac: "))
     if not problems:
         return ReadBack((Allocation(intent.node_name, distinct, milli, mems, qos, intent.cpu_milli,
-                                    intent.memory_mib, model_mask),))
+                                    intent.memory_mib, model_mask,
+                                    gpu_memory_request_mib=intent.gpu_memory_mib or 0),))
     # Over-commit: count on each GPU what was free of it, so the GPU reads as full, never more.
     held_milli = np.clip(np.minimum(milli, room), 0, MILLI_PER_GPU).tolist()
     held_mem = np.clip(np.minimum(mem_need, mem_free), 0, None).tolist()

@@ -125,10 +125,10 @@ def is_pending(rec: PodRecord) -> bool:
     return rec.allocation is None and bool(i.gpu_count) and not i.node_name and not i.finished
 
 
-def task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int, int]:
+def task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int, int, int]:
     """The pod's task type, as ``ClusterState.apply`` counts an allocation."""
     return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib,
-            model_mask_of(intent, state))
+            model_mask_of(intent, state), intent.gpu_memory_mib or 0)
 
 
 def model_mask_of(intent: PodIntent, state: ClusterState) -> int:

@@ -521,7 +521,8 @@ class GpuCache:
             if rejected is not None:
                 raise BindError(f"{rejected} (at bind)", "quota")
             alloc = Allocation(node, cols, request.gpu_milli if cols else 0, mem, request.qos,
-                               request.cpu_milli, request.memory_mib, model_mask(request.allowed_models))
+                               request.cpu_milli, request.memory_mib, model_mask(request.allowed_models),
+                               gpu_memory_request_mib=request.gpu_memory_mib or 0)
             uuids = tuple(state.gpu_uuid[row][c] for c in cols)
             self._hold(rec.intent, alloc)
             self._generation += 1
@@ -580,7 +581,8 @@ class GpuCache:
         # pod annotation anyone could forge, and counting it short is what over-commits.
         request = inbound.pod_request(intent, self._state)
         alloc = Allocation(claim.node, cols, claim.gpu_milli if cols else 0, claim.gpu_memory_mib, request.qos,
-                           request.cpu_milli, request.memory_mib, model_mask(request.allowed_models))
+                           request.cpu_milli, request.memory_mib, model_mask(request.allowed_models),
+                           gpu_memory_request_mib=request.gpu_memory_mib or 0)
         self._hold(intent, alloc)
         self._generation += 1
         self._store(claim.uid, PodRecord(intent, alloc, claim.gpu_uuids, deadline))

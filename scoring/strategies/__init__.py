@@ -17,7 +17,8 @@ The default preset's terms (``scoring.presets``):
 - ``fgd``: FGD's fragmentation increase against the learned workload; picks the GPUs too;
 - ``adaptive_balance``: resource balance, two-sided or one-sided by multi-GPU demand;
 - ``gap_price``: the priced waste of the GPU's gap (cutting-stock shadow prices);
-- ``priced_stranding``: the gap value a node's free CPU and memory can no longer serve.
+- ``priced_stranding``: the gap value a node's free CPU and memory can no longer serve;
+- ``spare_nodes``: the multi-GPU pods expected to fail when a node stops having ``k`` free GPUs.
 
 The paper's baselines (Weng et al., USENIX ATC '23): ``random_fit`` (``random``),
 ``best_fit`` (``best_fit``), and ``fgd``.

@@ -5,10 +5,11 @@ Notes
 Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
 Gradient Descent", USENIX ATC '23, section 4 (the measure is ``scoring.fragmentation``).
 For node ``n`` with free share ``f_g`` per GPU, free CPU ``C``, free memory ``M`` and the
-target workload ``{(k_t, r_t, c_t, q_t, A_t): p_t}`` (``A_t``: the GPU models type ``t``
-accepts, from ``gpu_spec``)::
+target workload ``{(k_t, r_t, c_t, q_t, A_t, h_t): p_t}`` (``A_t``: the GPU models type ``t``
+accepts, from ``gpu_spec``; ``h_t``: the GPU memory per GPU it asks for explicitly, 0 for its
+share's proportion) and ``m_g`` the free memory of GPU ``g``::
 
-    u_tg = [f_g >= r_t] * [model of g in A_t]                     (GPU g usable by t)
+    u_tg = [f_g >= r_t] * [model of g in A_t] * [m_g >= h_t]     (GPU g usable by t)
     F_n  = sum_t p_t * ( sum_g f_g                 if t cannot run on n
                          sum_g f_g * (1 - u_tg)    otherwise )
     dF  = F_n(after placing the pod) - F_n(before)
@@ -26,6 +27,13 @@ through the extender, ``benchmarks/README.md``). The target workload is learned 
 until a GPU pod is known every node scores 1/2. "Cannot run" means fewer than ``k_t`` usable
 GPUs, or too little CPU or memory; a node of a model ``t`` does not accept is all fragment
 for ``t`` (the simulator's ``NoAccess``).
+
+GPU memory is gpufrac's dimension, not the paper's (whose trace asks for none): where pods
+ask for memory, a GPU whose free memory no type can use is fragment even with share left,
+and the reverse, so a pod that asks for little memory goes where memory-hungry types could
+not have used the rest anyway. The per-GPU "after" takes the pod's memory from that GPU
+(``FitContext.mem_req_mib``). Without such types (``TaskTypes.gpu_memory_mib`` None, every
+openb pod list) nothing changes.
 
 Per GPU (the GPU choice) ``dF`` is evaluated as if the pod took that GPU alone, with the
 node's CPU and memory reduced by the pod's; the node score uses the GPUs actually chosen.
@@ -92,17 +100,30 @@ def _fragmentation(free: NDArray[np.int32], cpu_free: NDArray[np.int64], mem_fre
     return _expected(small, run, free.sum(axis=1)[:, None], tasks, task_axis=1)
 
 
-def _classes(free: NDArray[np.int32], model: NDArray[np.int64], cells: tuple[NDArray[np.intp], NDArray[np.intp]]
-             ) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
-    """The distinct (row, free share, model) classes among ``cells`` (row and GPU indices into
-    ``free`` and ``model``): a representative cell's row and GPU per class, and each cell's
-    class. GPUs alike in all three give the same fragmentation terms."""
+def _classes(free: NDArray[np.int32], model: NDArray[np.int64], cells: tuple[NDArray[np.intp], NDArray[np.intp]],
+             mem_free: NDArray[np.int64] | None = None) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
+    """The distinct (row, free share, model[, free memory]) classes among ``cells`` (row and
+    GPU indices into ``free`` and ``model``): a representative cell's row and GPU per class,
+    and each cell's class. GPUs alike in all of them give the same fragmentation terms."""
     r, g = cells
     # free share in [-3000, 1000] (best-effort oversubscription up to 4x); model ids past 62
     # share one mask bit (TaskTypes.allowed), so they may share a class.
     key = (r.astype(np.int64) * 1_000_003 + free[r, g].astype(np.int64) + 4_000) * 64 + np.minimum(model[r, g], 63)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if mem_free is not None:
+        _, first, inverse = np.unique(np.stack([key, mem_free[r, g]], axis=1), axis=0, return_index=True,
+                                      return_inverse=True)
+    else:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return r[first], g[first], inverse.reshape(-1)
+
+
+def _with_memory(allowed: NDArray[np.bool_] | None, mem_free: NDArray[np.int64],
+                 tasks: TaskTypes) -> NDArray[np.bool_]:
+    """``allowed`` (m, t, G) or None, and GPU memory: a GPU is usable by a type only with the
+    explicit memory the type asks (``TaskTypes.gpu_memory_mib`` set) free on it."""
+    assert tasks.gpu_memory_mib is not None
+    ok = mem_free[:, None, :] >= tasks.gpu_memory_mib[None, :, None]
+    return ok if allowed is None else ok & allowed
 
 
 class _RowCounts:
@@ -217,9 +238,14 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     model = np.zeros(free.shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
-    # Counts of the current state, shared by "before" and every per-GPU "after"; kept between
-    # evaluations and recomputed only for the nodes whose GPUs changed (``_RowCounts``).
-    cnt, small = _ROW_COUNTS.get(ctx.rows[rows], free, model, tasks)  # (m, t) each
+    memf = None if tasks.gpu_memory_mib is None or ctx.gpu_mem_free_mib is None else ctx.gpu_mem_free_mib[rows]
+    if memf is None:
+        # Counts of the current state, shared by "before" and every per-GPU "after"; kept between
+        # evaluations and recomputed only for the nodes whose GPUs changed (``_RowCounts``).
+        cnt, small = _ROW_COUNTS.get(ctx.rows[rows], free, model, tasks)  # (m, t) each
+    else:  # GPU memory is a dimension: the row cache keys on shares and models only
+        allowed_now = None if ctx.gpu_model is None else tasks.allowed(model)
+        cnt, small = _per_task(free, tasks, _with_memory(allowed_now, memf, tasks))
     total = free.sum(axis=1)
     run_before = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
     before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
@@ -231,7 +257,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     fit_r, fit_g = np.nonzero(ctx.gpu_fits[rows])
     if fit_r.size == 0:
         return out
-    pr, pg, cell_class = _classes(free, model, (fit_r, fit_g))
+    pr, pg, cell_class = _classes(free, model, (fit_r, fit_g), memf)
     f = free[pr, pg][:, None]                                 # (u, 1)
     fp = f - np.int32(req.gpu_milli)                          # the share taken from that GPU
     milli = tasks.gpu_milli[None, :]
@@ -240,6 +266,12 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     if allowed is not None:
         fits_old &= allowed[0].T
         fits_new &= allowed[0].T
+    if memf is not None:
+        assert tasks.gpu_memory_mib is not None
+        m_old = memf[pr, pg][:, None]
+        m_new = m_old - ctx.mem_req_mib[rows][pr, pg][:, None]  # the memory taken from that GPU
+        fits_old &= m_old >= tasks.gpu_memory_mib[None, :]
+        fits_new &= m_new >= tasks.gpu_memory_mib[None, :]
     cnt_g = cnt[pr] - fits_old + fits_new
     small_g = small[pr] - np.where(fits_old, np.int32(0), f) + np.where(fits_new, np.int32(0), fp)
     host_after = _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
@@ -272,8 +304,13 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     allowed = None if ctx.gpu_model is None else tasks.allowed(ctx.gpu_model[rows])
+    allowed_after = allowed
+    if tasks.gpu_memory_mib is not None and ctx.gpu_mem_free_mib is not None:
+        memf = ctx.gpu_mem_free_mib[rows]
+        allowed_after = _with_memory(allowed, memf - np.where(chosen[rows], ctx.mem_req_mib[rows], 0), tasks)
+        allowed = _with_memory(allowed, memf, tasks)
     before = _fragmentation(free, cpu_free, mem_free, tasks, allowed)
     after = _fragmentation(np.where(chosen[rows], free - np.int32(req.gpu_milli), free),
-                           cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks, allowed)
+                           cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks, allowed_after)
     out[rows] = _to_score(after - before, tasks)
     return out

@@ -8,10 +8,10 @@ pods are the same ones a 470-milli pod's gap would take, and an empty GPU is not
 either, because at saturation every GPU ends up holding something. This term takes both
 from the dual of the cutting-stock LP of the learned workload scaled to the cluster
 (``scoring.cutting_stock``): with ``y_s`` the shadow price of a pod of share ``s``,
-``G_j`` the healthy GPUs of the GPU's model ``j`` and ``n_s`` the workload's pods of share
-``s`` that accept ``j``, scaled so that their GPU share is ``SATURATION * 1000 * G_j``::
+``G`` the healthy GPUs and ``n_s`` the workload's pods of share ``s``, scaled so that
+their GPU share is ``SATURATION * 1000 * G``::
 
-    y       = shadow_prices(sizes, n, G_j)                   (scoring.cutting_stock)
+    y       = shadow_prices(sizes, n, G)                     (scoring.cutting_stock)
     U(0)    = 0
     U(f)    = min(f, min_{s <= f} y_s + U(f - s))             f = 1..1000
     delta_g = U(f_g - r) - U(f_g)
@@ -33,9 +33,17 @@ U(350) = 120 + 27.5 - 80 = 67.5``), where gap fill's scarcity discount preferred
 
 The value function and its cache are ``scoring.gaps`` (shared with ``priced_stranding``).
 
-GPU models: one LP per model, over the types that accept it; a type that accepts several
-models is counted in each (an over-count, not measured: the openb pod lists carry no
-``gpu_spec``).
+GPU kinds: a pod restricted to some models (``gpufrac.io/gpu-model``) may use only their
+GPUs, and a pod of ``k`` GPUs only GPUs of nodes with ``k`` or more. Once the learned
+workload holds such a type, the LP has one bin kind per (model, GPUs of the node) and a
+demand row per (share, kinds it may use) class, solved together
+(``scoring.cutting_stock.shadow_prices_by_model``, ``scoring.gaps.joint_gap_waste``), and
+each GPU is priced with its kind's ``U``. A kind that few pods may use is then kept for
+them: with T4-only whole pods waiting for the T4s and flexible 500-milli pods, ``U_T4(1000)
+= 0`` (an empty T4 is worth a pod nothing else can hold) while ``U_V100(1000) = 1000``, so a
+flexible pod scores 0.25 on the empty T4 and 0.75 on a V100 (the worked example in
+``tests/scoring/test_cutting_stock.py``). While every type may use every kind this is the
+single LP above.
 """
 
 from __future__ import annotations

@@ -335,3 +335,20 @@ def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
     assert [name for name, _ in api.patched] == ["waiting"]
     body = api.patched[0][1]
     assert body["metadata"]["uid"] == "uid-waiting" and ann.REQUEUE in body["metadata"]["annotations"]
+
+
+def test_fgd_workload_knows_the_gpu_memory_a_pod_asks_for() -> None:
+    # Waiting and placed, the pod's explicit gpufrac.io/memory is part of its task type; a pod
+    # that asks for a share's proportion counts 0 (TaskTypes.gpu_memory_mib).
+    c = cache_with(gpu_node("n1", 1, memory_mib=81920))
+    pending(c, "m", annotations={ann.FRACTION: "0.25", ann.MEMORY: "40Gi"})
+    pending(c, "p", annotations={ann.FRACTION: "0.25"})
+    tt = c.state_copy().workload.task_types()
+    assert tt is not None and tt.gpu_memory_mib is not None
+    assert sorted(tt.gpu_memory_mib.tolist()) == [0, 40 * 1024]
+    c.assume("uid-m", "default", "m", "n1", hold_s=60)
+    tt = c.state_copy().workload.task_types()
+    assert tt is not None and tt.gpu_memory_mib is not None and sorted(tt.gpu_memory_mib.tolist()) == [0, 40 * 1024]
+    c.remove_pod("uid-m")
+    tt = c.state_copy().workload.task_types()
+    assert tt is not None and tt.gpu_memory_mib is None

@@ -45,8 +45,8 @@ def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -
 
 def test_tolerance_defaults_to_the_shipped_one_and_is_read(tmp_path: Path) -> None:
     assert load_policy(write(tmp_path, "scoring:\n  preset: default\n")).tolerance == DEFAULT_TOLERANCE
-    exact = load_policy(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0}\n"))
-    assert exact.tolerance == Tolerance(0.0, 0.0)
+    exact = load_policy(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0, spare_need: 0}\n"))
+    assert exact.tolerance == Tolerance(0.0, 0.0, 0.0)
 
 
 def test_every_preset_is_valid() -> None:

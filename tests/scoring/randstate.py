@@ -25,6 +25,7 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
         nodes.append(NodeSpec(f"n{i:02d}", int(rng.integers(8, 97)) * 1000,
                               int(rng.integers(32, 513)) * 1024, gpus, bool(rng.random() > 0.05)))
     st = ClusterState.from_nodes(nodes)
+    asks_memory = rng.random() < 0.5  # half the states hold pods that ask for GPU memory
     for _ in range(n_nodes * 4):
         row = int(rng.integers(n_nodes))
         n_gpus = int(st.gpu_exists[row].sum())
@@ -55,7 +56,14 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
         # a third of the pods accept only some models (gpu_spec), as in openb
         mask = model_mask(frozenset(int(x) for x in rng.choice(len(st.models), size=int(rng.integers(
             1, len(st.models) + 1)), replace=False))) if st.models and rng.random() < 0.35 else ANY_MODEL_MASK
-        st.apply(Allocation(st.node_names[row], cols, milli, mem_gpu, qos, cpu, mem, mask))
+        explicit = 0
+        if asks_memory and cols and rng.random() < 0.4:  # gpufrac.io/memory: the same on every GPU
+            room = min(int(st.gpu_mem_free_mib[row, c]) for c in cols)
+            if room > 0:
+                explicit = int(rng.integers(1, room + 1))
+                mem_gpu = (explicit,) * len(cols)
+        st.apply(Allocation(st.node_names[row], cols, milli, mem_gpu, qos, cpu, mem, mask,
+                            gpu_memory_request_mib=explicit))
     return st
 
 

@@ -29,7 +29,8 @@ class ReferenceResult:
     cols: tuple[int, ...]
 
 
-def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, row: int) -> int:
+def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, row: int,
+          gpu_mem_free: list[int]) -> int:
     """``N * F_n`` of ``scoring.strategies.fgd`` (``N`` pods in the workload), task by task, GPU by GPU."""
     tasks = state.workload.task_types()
     assert tasks is not None
@@ -38,7 +39,9 @@ def _frag(free: list[int], cpu_free: int, mem_free: int, state: ClusterState, ro
     for t in range(tasks.popularity.shape[0]):
         r, k = int(tasks.gpu_milli[t]), int(tasks.gpu_count[t])
         mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
-        usable = [f >= r and (mask >> max(mdl, 0)) & 1 == 1 for f, mdl in zip(free, models, strict=True)]
+        need = None if tasks.gpu_memory_mib is None else int(tasks.gpu_memory_mib[t])
+        usable = [f >= r and (mask >> max(mdl, 0)) & 1 == 1 and (need is None or m >= need)
+                  for f, mdl, m in zip(free, models, gpu_mem_free, strict=True)]
         runs = sum(usable) >= k and cpu_free >= int(tasks.cpu_milli[t]) and mem_free >= int(tasks.memory_mib[t])
         part = sum(f for f, u in zip(free, usable, strict=True) if not u) if runs else sum(free)
         total += int(tasks.count[t]) * part
@@ -53,11 +56,15 @@ def _fgd_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, 
     cpu = int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row])
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     after = [f - req.gpu_milli if c in cols else f for c, f in enumerate(free)]
+    gpu_mem = [int(state.gpu_mem_free_mib[row, c]) for c in range(state.max_gpus)]
+    taken = [req.gpu_memory_mib if req.gpu_memory_mib is not None
+             else req.gpu_milli * int(state.gpu_mem_total_mib[row, c]) // MILLI_PER_GPU for c in range(state.max_gpus)]
+    gpu_mem_after = [m - taken[c] if c in cols else m for c, m in enumerate(gpu_mem)]
     tasks = state.workload.task_types()
     assert tasks is not None
     pods = int(tasks.count.sum())
-    delta = (_frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state, row)
-             - _frag(free, cpu, mem, state, row)) / pods
+    delta = (_frag(after, cpu - req.cpu_milli, mem - req.memory_mib, state, row, gpu_mem_after)
+             - _frag(free, cpu, mem, state, row, gpu_mem)) / pods
     return math.trunc(100 / (1.0 + math.exp(delta / 1000.0))) / 100
 
 
@@ -78,56 +85,70 @@ def _priced_u(key: tuple[tuple[int, int], ...], n_gpus: int) -> tuple[float, ...
 
 
 @functools.cache
-def _joint_priced_u(key: tuple[tuple[int, int, int], ...], n_gpus: tuple[int, ...], model: int) -> tuple[float, ...]:
-    """``U_j(0..1000)`` for (share, accepted-model bits, rounded log count) classes, one LP
-    with a bin kind per model; the duals from ``scoring.cutting_stock.shadow_prices_by_model``."""
+def _joint_priced_u(key: tuple[tuple[int, int, int], ...], n_gpus: tuple[int, ...], kind: int) -> tuple[float, ...]:
+    """``U_i(0..1000)`` for (share, accepted-kind bits, rounded log count) classes: one LP with
+    a bin per set of kinds the same classes accept (merged, as ``scoring.gaps`` does); the
+    duals from ``scoring.cutting_stock.shadow_prices_by_model``."""
     from scoring.cutting_stock import shadow_prices_by_model
 
     u = [float(f) for f in range(MILLI_PER_GPU + 1)]
-    if not key or n_gpus[model] == 0:
+    accepts = [tuple((m >> i) & 1 == 1 for _, m, _ in key) for i in range(len(n_gpus))]  # per kind
+    if not key or n_gpus[kind] == 0 or not any(accepts[kind]):
         return tuple(u)
-    allowed = np.array([[(m >> j) & 1 == 1 for j in range(len(n_gpus))] for _, m, _ in key])
+    bins = sorted(set(accepts))
+    gpus = [float(sum(n for a, n in zip(accepts, n_gpus, strict=True) if a == b)) for b in bins]
+    allowed = np.array([[b[c] for b in bins] for c in range(len(key))])
     _, price = shadow_prices_by_model(np.array([s for s, _, _ in key], dtype=np.int64), allowed,
-                                      np.array([1.05 ** q for _, _, q in key]), np.array(n_gpus, dtype=float))
-    on = [(s, round(float(y), 6)) for (s, m, _), y in zip(key, price, strict=True) if (m >> model) & 1]
+                                      np.array([1.05 ** q for _, _, q in key]), np.array(gpus))
+    on = [(s, round(float(y), 6)) for (s, m, _), y in zip(key, price, strict=True) if (m >> kind) & 1]
     for f in range(1, MILLI_PER_GPU + 1):
         u[f] = min([float(f), *(y + u[f - s] for s, y in on if s <= f)])
     return tuple(u)
 
 
 def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
-    """``U(0..1000)`` of ``scoring.strategies.gap_price`` for the GPU's model: scaled counts and rounding
-    written out here; the LP duals from ``scoring.cutting_stock`` (checked against HiGHS in
-    its own tests). Without model restrictions one LP over every healthy GPU; with them one
-    LP with a bin kind per model, over (share, accepted models) classes."""
+    """``U(0..1000)`` of ``scoring.strategies.gap_price`` for the GPU's kind (model, GPUs of its
+    node): scaled counts and rounding written out here; the LP duals from
+    ``scoring.cutting_stock`` (checked against HiGHS in its own tests). While every type may
+    use every kind, one LP over every healthy GPU; otherwise one LP with a bin per kind, over
+    (share, kinds it may use) classes."""
     tasks = state.workload.task_types()
     assert tasks is not None
-    model = max(int(state.gpu_model[row, col]), 0)
-    n_models = len(state.models)
-    per_model = tuple(sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus)
-                          if state.gpu_healthy[r, c] and int(state.gpu_model[r, c]) == j) for j in range(n_models))
-    constrained = tasks.model_mask is not None
+    node_gpus = [sum(1 for c in range(state.max_gpus) if state.gpu_exists[r, c]) for r in range(state.n_nodes)]
+    kinds = sorted({(int(state.gpu_model[r, c]), node_gpus[r]) for r in range(state.n_nodes)
+                    for c in range(state.max_gpus) if state.gpu_healthy[r, c]})
+    per_kind = tuple(sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus) if state.gpu_healthy[r, c]
+                         and (int(state.gpu_model[r, c]), node_gpus[r]) == kd) for kd in kinds)
+    # every counted GPU pod (TaskTypes.gpu_demand), not only the most frequent types
+    demand = [(k, r, m, n) for k, r, m, n in (tasks.gpu_demand or ())]
     pods: dict[tuple[int, int], int] = {}
-    for t in range(tasks.count.shape[0]):
-        k, r = int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU)
-        mask = -1 if tasks.model_mask is None else int(tasks.model_mask[t])
+    for k, r, mask, n in demand:
         accepted = 0
-        for j in range(n_models):  # ids past 62: only a mask of every model accepts them
-            if per_model[j] > 0 and (mask == -1 or (j <= 62 and (mask >> j) & 1)):
-                accepted |= 1 << j
-        if k > 0 and (accepted or not constrained):
-            cls = (r, accepted if constrained else 0)
-            pods[cls] = pods.get(cls, 0) + k * int(tasks.count[t])
-    demand = sum(s * n for (s, _), n in pods.items())
-    n_gpus = sum(per_model)
-    if n_gpus == 0 or demand == 0:
+        for i, (model, ng) in enumerate(kinds):  # ids past 62: only a mask of every model accepts them
+            if ng >= k and (mask == -1 or (model <= 62 and (mask >> model) & 1)):
+                accepted |= 1 << i
+        if k > 0 and accepted:
+            pods[(r, accepted)] = pods.get((r, accepted), 0) + k * n
+    total_share = sum(s * n for (s, _), n in pods.items())
+    n_gpus = sum(per_kind)
+    if n_gpus == 0 or total_share == 0:
         return tuple(float(f) for f in range(MILLI_PER_GPU + 1))
-    scale = 1.0 * MILLI_PER_GPU * n_gpus / demand  # the cluster's share, SATURATION = 1
-    if not constrained:
-        return _priced_u(tuple((s, round(math.log(n * scale) / math.log(1.05))) for (s, _), n in sorted(pods.items())),
+    scale = 1.0 * MILLI_PER_GPU * n_gpus / total_share  # the cluster's share, SATURATION = 1
+    every = (1 << len(kinds)) - 1
+    if all(m == every for _, m in pods):
+        by_size: dict[int, int] = {}
+        for k, r, _, n in demand:
+            if k > 0:
+                by_size[r] = by_size.get(r, 0) + k * n
+        total = sum(s * n for s, n in by_size.items())
+        scale = 1.0 * MILLI_PER_GPU * n_gpus / total
+        return _priced_u(tuple((s, round(math.log(n * scale) / math.log(1.05))) for s, n in sorted(by_size.items())),
                          n_gpus)
+    here = (int(state.gpu_model[row, col]), node_gpus[row])
+    if here not in kinds:
+        return tuple(float(f) for f in range(MILLI_PER_GPU + 1))
     key = tuple((s, m, round(math.log(n * scale) / math.log(1.05))) for (s, m), n in sorted(pods.items()))
-    return _joint_priced_u(key, per_model, model)
+    return _joint_priced_u(key, per_kind, kinds.index(here))
 
 
 def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -> float:
@@ -167,6 +188,34 @@ def _priced_stranding_score(state: ClusterState, row: int, req: PodRequest, cols
     after = [max(f - req.gpu_milli, 0) if c in cols else f for c, f in enumerate(free)]
     delta = stranded(cpu - req.cpu_milli, mem - req.memory_mib, after) - stranded(cpu, mem, free)
     return min(max(0.5 - delta / 2000.0, 0.0), 1.0)
+
+
+def _spare_nodes_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, ...]) -> float:
+    """``scoring.strategies.spare_nodes`` for the pod on ``cols`` of ``row``, written out."""
+    tasks = state.workload.task_types()
+    if tasks is None:
+        return 0.5
+    whole = [[bool(state.gpu_healthy[r, c]) and _free(state, r, c) >= MILLI_PER_GPU for c in range(state.max_gpus)]
+             for r in range(state.n_nodes)]
+    free = sum(min(max(_free(state, r, c), 0), MILLI_PER_GPU) for r in range(state.n_nodes)
+               for c in range(state.max_gpus) if state.gpu_healthy[r, c])
+    demand = {int(k): 0 for k in tasks.gpu_count.tolist()}
+    for t in range(tasks.count.shape[0]):
+        k = int(tasks.gpu_count[t])
+        demand[k] += int(tasks.count[t]) * k * min(int(tasks.gpu_milli[t]), MILLI_PER_GPU)
+    total = sum(demand.values())
+    before = sum(whole[row])
+    after = before - sum(1 for c in cols if whole[row][c])
+    cost = 0.0
+    for k in sorted(demand):
+        if k < 2:
+            continue
+        mu = demand[k] / total * free / (MILLI_PER_GPU * k)
+        spare = sum(1 for r in range(state.n_nodes) if sum(whole[r]) >= k)
+        p = 0.0 if mu <= 0 else min(max(0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2 * mu)), 0.0), 1.0)
+        if after < k <= before:
+            cost += MILLI_PER_GPU * k * p
+    return min(max(0.5 - cost / 2000.0, 0.0), 1.0)
 
 
 def _splitmix64(x: int) -> int:
@@ -305,7 +354,7 @@ def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, pol
 REFERENCE_TERMS = frozenset({
     "gpu_best_fit", "best_fit", "qos_interference", "fgd", "random", "gap_price",  # per GPU
     "multi_gpu_reserve", "node_packing", "spread", "resource_balance", "stranding",  # per node
-    "adaptive_balance", "priced_stranding",
+    "adaptive_balance", "priced_stranding", "spare_nodes",
 })
 """Every strategy this module has a scalar version of."""
 
@@ -351,7 +400,8 @@ def evaluate_node_all(state: ClusterState, req: PodRequest, row: int,
         # fgd and priced_stranding score the node with the pod on the chosen GPUs.
         if cols not in by_cols:
             by_cols[cols] = {**base, "fgd": _fgd_score(state, row, req, cols),
-                             "priced_stranding": _priced_stranding_score(state, row, req, cols)}
+                             "priced_stranding": _priced_stranding_score(state, row, req, cols),
+                             "spare_nodes": _spare_nodes_score(state, row, req, cols)}
         return by_cols[cols]
 
     out = []

@@ -158,7 +158,8 @@ def test_a_rare_model_pod_keeps_its_gpu_under_per_model_prices() -> None:
     req = PodRequest(1, 500, gpu_memory_mib=0)
     ctx = fit(st, req, np.arange(2))
     tasks = tasks_of(ctx)
-    u_t4, u_v100 = gaps.joint_gap_waste(tasks, ctx.gpus_by_model)[t4], gaps.joint_gap_waste(tasks, ctx.gpus_by_model)[v100]
+    assert ctx.gpus_by_kind == ((t4, 2, 2), (v100, 2, 2))  # (model, GPUs of the node, GPUs)
+    u_t4, u_v100, _ = gaps.joint_gap_waste(tasks, ctx.gpus_by_kind)
     assert [u_t4[f] for f in (500, 1000)] == pytest.approx([500, 0])
     assert [u_v100[f] for f in (500, 1000)] == pytest.approx([500, 1000])
     g = gap_price.gpu_score(ctx)

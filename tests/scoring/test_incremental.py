@@ -89,7 +89,7 @@ def test_within_tolerance_rows_are_scored_with_the_frozen_terms(rng: np.random.G
     # A loose tolerance keeps the terms of the first evaluation; every row (kept or rescored)
     # then equals a full evaluation with those frozen terms, not with the current ones.
     scorer = build_scorer(PRESETS["default"])
-    inc = IncrementalScorer(scorer, Tolerance(workload=1.0, cpu_pressure=1e9))
+    inc = IncrementalScorer(scorer, Tolerance(workload=1.0, cpu_pressure=1e9, spare_need=1.0))
     st = cluster()
     place(st, scorer.evaluate(st, MENU[1], np.arange(st.n_nodes)), 0)
     frozen = cluster_terms(st)
@@ -165,6 +165,14 @@ def test_drifted_is_strict_at_zero_and_bounded_otherwise() -> None:
     assert not drifted(ClusterTerms(a, 0.3), ClusterTerms(a, 0.85), EXACT)
     assert not drifted(ClusterTerms(a, 1.2), ClusterTerms(a, 3.0), EXACT)
     assert drifted(ClusterTerms(a, 0.85), ClusterTerms(a, 0.91), Tolerance(0.0, 0.005))  # 0.9 -> 0.91
+    # The spare-node probabilities: any change at 0, past the bound otherwise; a size that
+    # appears counts from probability 0.
+    p1, p2 = ((8, 0.10),), ((8, 0.105),)
+    assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, p2), EXACT)
+    assert not drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, p2), Tolerance(0.01, 0.01, 0.01))
+    assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((8, 0.12),)), Tolerance(0.01, 0.01, 0.01))
+    assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((4, 0.02), (8, 0.1))), Tolerance(0.01, 0.01, 0.01))
+    assert not drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((4, 0.0), (8, 0.1))), Tolerance(0.01, 0.01, 0.01))
 
 
 def test_only_adaptive_balance_reads_the_cpu_pressure() -> None:
@@ -175,7 +183,7 @@ def test_only_adaptive_balance_reads_the_cpu_pressure() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"workload": -0.1}, {"workload": 1.5}, {"cpu_pressure": float("nan")},
-                                    {"cpu_pressure": float("inf")}])
+                                    {"cpu_pressure": float("inf")}, {"spare_need": 1.5}])
 def test_tolerance_rejects_bounds_out_of_range(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         Tolerance(**kwargs)

@@ -259,6 +259,31 @@ def test_fgd_counts_gpus_of_a_model_a_task_cannot_use_as_fragments() -> None:
     assert fgd.node_score(ctx, np.array([[True], [True]])).tolist() == pytest.approx([0.54, 0.42])
 
 
+def test_fgd_counts_gpu_memory_no_task_can_use_as_fragment() -> None:
+    from scoring.strategies import fgd
+    from tests.scoring.reference import _fgd_score
+
+    # big: 1 x 80 GiB, holding a 200-milli pod that asked 40 GiB (type A): 800 milli and 40 GiB
+    # free. small: 1 x 16 GiB, holding a 200-milli pod that asked 4 GiB (type B): 800 milli,
+    # 12 GiB free. Workload {A: 1, B: 1}, N = 2. A new 200-milli pod asks 8 GiB.
+    st = ClusterState.from_nodes([gpu_node("big", 1, model="G3", memory_mib=80 * 1024),
+                                  gpu_node("small", 1, memory_mib=16 * 1024)])
+    st.apply(Allocation("big", (0,), 200, (40 * 1024,), QoSClass.BURSTABLE, 1000, 1024, gpu_memory_request_mib=40 * 1024))
+    st.apply(Allocation("small", (0,), 200, (4 * 1024,), QoSClass.BURSTABLE, 1000, 1024, gpu_memory_request_mib=4 * 1024))
+    req = PodRequest(gpu_count=1, gpu_milli=200, gpu_memory_mib=8 * 1024, cpu_milli=1000, memory_mib=1024)
+    ctx = fit(st, req, np.arange(2))
+    # big: before, A and B both use the GPU (40 >= 40 GiB, 40 >= 4): N F = 0. After, 600 milli
+    #   and 32 GiB free: A can no longer use it (32 < 40), the node cannot run A: N F = 600.
+    #   dF = 600 / 2 = 300, sigmoid(-0.3) = 0.4256 -> 42.
+    # small: before, A cannot use 12 GiB: N F = 800 (A) + 0 (B); after, 600 milli and 4 GiB:
+    #   A 600, B still fits (4 >= 4): N F = 600, dF = -100, sigmoid(0.1) = 0.5250 -> 52.
+    # Blind to memory both GPUs keep every type: dF = 0 on both -> 50 / 50, and the tie goes
+    # to the lowest row, the 80 GiB GPU that the 40 GiB pods need.
+    assert fgd.gpu_score(ctx)[:, 0].tolist() == pytest.approx([0.42, 0.52])
+    assert fgd.node_score(ctx, np.array([[True], [True]])).tolist() == pytest.approx([0.42, 0.52])
+    assert [_fgd_score(st, r, req, (0,)) for r in range(2)] == pytest.approx([0.42, 0.52])
+
+
 def test_multi_gpu_reserve_packs_in_proportion_to_multi_gpu_demand() -> None:
     from scoring.strategies import multi_gpu_reserve
 
