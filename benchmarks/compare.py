@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import constrain, trace
+from benchmarks import constrain, memory, trace
 from benchmarks.scheduler_emulation import Profile
 
 PAPER_VARIANTS = ("cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
@@ -61,8 +61,21 @@ def pods_path(variant: str) -> Path:
     ValueError
         For a model-constrained share above 100 %.
     """
-    base, _ = constrain.parse_variant(variant)
-    return trace.TRACE_DIR / f"openb_pod_list_{base}.csv"
+    return trace.TRACE_DIR / f"openb_pod_list_{parse_variant(variant)[0]}.csv"
+
+
+def parse_variant(variant: str) -> tuple[str, float, float]:
+    """``default-m20-g30`` -> (openb variant, % of GPU pods model-restricted, % asking for GPU
+    memory on the mixed-memory cluster); see ``benchmarks.constrain`` and ``benchmarks.memory``.
+
+    Raises
+    ------
+    ValueError
+        For a percentage above 100.
+    """
+    rest, memory_pct = memory.parse_variant(variant)
+    base, model_pct = constrain.parse_variant(rest)
+    return base, model_pct, memory_pct
 
 
 def _is_config_file(policy: str) -> bool:
@@ -87,7 +100,9 @@ def _cell_args(args: argparse.Namespace, variant: str, entry: str) -> argparse.N
     is_file = _is_config_file(policy)
     return argparse.Namespace(**{
         **vars(args), "pods": pods_path(variant), "compare": None,
-        "model_constrained": constrain.parse_variant(variant)[1] or args.model_constrained,
+        "model_constrained": parse_variant(variant)[1] or args.model_constrained,
+        "memory_requests": parse_variant(variant)[2] or args.memory_requests,
+        "gpu_memory": "mixed" if parse_variant(variant)[2] else args.gpu_memory,
         "policy": "default" if is_file else policy, "config": Path(policy) if is_file else None,
         "scheduler_config": sched or args.scheduler_config,
         "out": args.out / variant / policy_label(entry),

@@ -128,14 +128,23 @@ def arrived_demand(seq: Sequence[trace.TracePod], capacity_milli: int) -> Arrive
 
 
 def arrived_model_demand(seq: Sequence[trace.TracePod], capacity_milli: int,
-                         models: Sequence[str]) -> ModelGpuDemand:
-    """``arrived_demand`` by accepted models: a pod's ``gpu_spec`` (``|``-separated) among
-    ``models``, or all of ``models`` when it has none."""
-    every = frozenset(models)
+                         kinds: Mapping[str, tuple[str, int]]) -> ModelGpuDemand:
+    """``arrived_demand`` by the GPU kinds each pod may use.
+
+    Parameters
+    ----------
+    seq : sequence of TracePod
+    capacity_milli : int
+    kinds : mapping of str to (str, int)
+        Bin name -> (GPU model, GPUs of the node). A pod may use a kind whose model its
+        ``gpu_spec`` (``|``-separated) names, any model without one, and whose nodes hold
+        its ``num_gpu`` (a pod of ``k`` GPUs runs on one node).
+    """
     frac: Counter[tuple[int, Accepts]] = Counter()
     whole: Counter[tuple[int, Accepts]] = Counter()
     for p in _arrived(seq, capacity_milli):
-        accepts = frozenset(p.gpu_spec.split("|")) & every if p.gpu_spec else every
+        spec = set(p.gpu_spec.split("|")) if p.gpu_spec else None
+        accepts = frozenset(b for b, (m, n) in kinds.items() if (spec is None or m in spec) and n >= p.num_gpu)
         if p.gpu_milli < MILLI_PER_GPU:
             frac[(p.gpu_milli, accepts)] += 1
         else:
@@ -390,7 +399,8 @@ def model_pattern_lp(columns: Sequence[tuple[int, NDArray[np.int64]]], demand: M
     return float(-res.fun), -res.ineqlin.marginals
 
 
-def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int, gpus: int | Mapping[str, int]) -> float:
+def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int,
+                          gpus: int | Mapping[tuple[str, int], int]) -> float:
     """The floor for one openb pod list and seed.
 
     Parameters
@@ -400,26 +410,27 @@ def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int, gpus: int |
         (``benchmarks.constrain``).
     seed : int
         Arrival-order seed, as in ``python -m benchmarks replay``.
-    gpus : int or mapping of str to int
-        GPUs in the cluster (``bundled_gpu_count()``), or GPUs per model
-        (``bundled_gpus_by_model()``) to respect the pods' ``gpu_spec``.
+    gpus : int or mapping of (str, int) to int
+        GPUs in the cluster (``bundled_gpu_count()``: GPU share only), or GPUs per kind,
+        (model, GPUs of the node) (``bundled_gpu_kinds()``), to respect the pods'
+        ``gpu_spec`` and that a pod of ``k`` GPUs needs a node of ``k`` or more.
 
     Returns
     -------
     float
         Unallocated GPU share at the 100 % point no placement can go below, % of capacity.
     """
-    by_model = gpus if isinstance(gpus, Mapping) else {"": gpus}
-    n_gpus = sum(by_model.values())
+    n_gpus = sum(gpus.values()) if isinstance(gpus, Mapping) else gpus
     capacity = MILLI_PER_GPU * n_gpus
     seq = trace.arrival_sequence(list(pods), seed, capacity)
     if not isinstance(gpus, Mapping):
         best = max_allocated_milli(arrived_demand(seq, capacity), n_gpus)
     else:
-        model_demand = arrived_model_demand(seq, capacity, sorted(by_model))
-        plain = model_demand.any_model(sorted(by_model))
+        names = {f"{m}/{n}": (m, n) for m, n in gpus}
+        model_demand = arrived_model_demand(seq, capacity, names)
+        plain = model_demand.any_model(sorted(names))
         best = (max_allocated_milli(plain, n_gpus) if plain is not None
-                else max_allocated_milli_by_model(model_demand, by_model))
+                else max_allocated_milli_by_model(model_demand, {b: gpus[k] for b, k in names.items()}))
     return 100.0 * (capacity - best) / capacity
 
 
@@ -428,15 +439,15 @@ def bundled_gpu_count() -> int:
     return sum(len(s.gpus) for s in load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1))
 
 
-def bundled_gpus_by_model() -> dict[str, int]:
-    """GPUs of each model in the bundled openb node list."""
-    return dict(Counter(g.model for s in load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
+def bundled_gpu_kinds() -> dict[tuple[str, int], int]:
+    """GPUs of each kind, (model, GPUs of the node), in the bundled openb node list."""
+    return dict(Counter((g.model, len(s.gpus)) for s in load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
                         for g in s.gpus))
 
 
 def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> str:
     """Markdown: median (min-max) floor per variant, next to the published FGD."""
-    lines = [f"Lower bound on unallocated GPU % at 100 % arrived (cutting-stock LP, GPU share only), "
+    lines = [f"Lower bound on unallocated GPU % at 100 % arrived (cutting-stock LP: GPU share, models, GPUs per node), "
              f"seeds {seeds[0]}..{seeds[-1]}.", "",
              "| variant | floor, median (min-max) | published FGD |", "|---|---|---|"]
     for v, vals in floors.items():
@@ -456,11 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
-    gpus = bundled_gpus_by_model()
+    gpus = bundled_gpu_kinds()
     floors = {}
     for v in variants:
         pods = trace.load_pods(compare.pods_path(v))
-        pct = constrain.parse_variant(v)[1]
+        pct = compare.parse_variant(v)[1]  # GPU memory (-g<PCT>) is not in the LP: a valid, weaker floor
         if pct:
             pods = constrain.restrict_models(pods, pct, specs)
         floors[v] = [unallocated_floor_pct(pods, s, gpus) for s in args.seeds]

@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 from tqdm import tqdm
 
-from benchmarks import constrain, trace
+from benchmarks import constrain, memory, trace
 from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
@@ -458,7 +458,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-constrained", type=float, default=0.0, metavar="PCT",
                    help="restrict PCT %% of the GPU pods to 1-3 GPU models (benchmarks/constrain.py); "
                         "a variant named <variant>-m<PCT> does the same")
-    p.add_argument("--constrain-seed", type=int, default=0, help="seed of the model-constraint rule")
+    p.add_argument("--gpu-memory", choices=("openb", "mixed"), default="openb",
+                   help="GPU memory per model: openb's (clusterfile.OPENB_GPU_MEMORY_MIB) or the "
+                        "mixed-memory cluster of benchmarks/memory.py (16, 24, 32, 80 GiB)")
+    p.add_argument("--memory-requests", type=float, default=0.0, metavar="PCT",
+                   help="PCT %% of the GPU pods ask for GPU memory (benchmarks/memory.py); a variant named "
+                        "<variant>-g<PCT> does the same on the mixed-memory cluster")
+    p.add_argument("--constrain-seed", type=int, default=0,
+                   help="seed of the model-constraint and memory-request rules")
     p.add_argument("--policy", default="default", help="weight preset (scoring.presets)")
     p.add_argument("--out", type=Path, default=Path("replay-out"))
     p.add_argument("--url", help="use a running standalone extender instead of starting one (its "
@@ -494,6 +501,8 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     pods = trace.load_pods(args.pods)
     if args.model_constrained:
         pods = constrain.restrict_models(pods, args.model_constrained, specs, args.constrain_seed)
+    if args.memory_requests:
+        pods = memory.request_memory(pods, args.memory_requests, specs, args.constrain_seed)
     tasks = TaskTypes.from_counts(np.array(
         [(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods], dtype=np.int64))
     proc = None
@@ -535,6 +544,9 @@ def replay_seeds(args: argparse.Namespace, profile: Profile) -> list[SeedResult]
     seed still replays strictly in order, so results do not depend on the number of jobs.
     """
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.gpu_memory == "mixed" and not str(args.nodes).endswith(".mixed-memory.json"):
+        nodes = memory.mixed_memory_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu))
+        args.nodes = memory.write_cluster_file(nodes, args.out / f"{Path(args.nodes).stem}.mixed-memory.json")
     jobs = 1 if args.url else max(1, min(args.jobs, len(args.seeds)))
     if jobs == 1:
         return _run_job(args, profile, args.seeds, 0)
@@ -579,6 +591,7 @@ def result_record(args: argparse.Namespace, profile: Profile, results: list[Seed
     return {
         "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes),
         "pods": str(args.pods), "model_constrained_pct": args.model_constrained,
+        "gpu_memory": args.gpu_memory, "memory_requests_pct": args.memory_requests,
         "constrain_seed": args.constrain_seed, "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),
         # What results/MANIFEST.md asks of a kept result: the code and the day it measured.
         "commit": source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class TracePod:
     gpu_milli: int
     gpu_spec: str
     qos: str
+    gpu_memory_mib: int = 0
+    """Explicit GPU memory per GPU (``gpufrac.io/memory``), MiB; 0: none (every openb list)."""
 
     @property
     def gpu_request_milli(self) -> int:
@@ -50,6 +52,8 @@ class TracePod:
             annotations["gpufrac.io/fraction"] = f"{self.gpu_milli / 1000:g}"
         if self.gpu_spec:
             annotations["gpufrac.io/gpu-model"] = self.gpu_spec
+        if self.num_gpu and self.gpu_memory_mib:
+            annotations["gpufrac.io/memory"] = f"{self.gpu_memory_mib}Mi"
         resources: dict[str, dict[str, str]] = {
             "requests": {"cpu": f"{self.cpu_milli}m", "memory": f"{self.memory_mib}Mi"}}
         if self.num_gpu:
@@ -90,8 +94,7 @@ def arrival_sequence(pods: list[TracePod], seed: int, capacity_milli: int,
     i = 0
     while total < target * capacity_milli:
         src = pods[int(rng.integers(len(pods)))]
-        clone = TracePod(f"{src.name}-clone-{i}", src.cpu_milli, src.memory_mib, src.num_gpu,
-                         src.gpu_milli, src.gpu_spec, src.qos)
+        clone = replace(src, name=f"{src.name}-clone-{i}")
         seq.append(clone)
         total += clone.gpu_request_milli
         i += 1

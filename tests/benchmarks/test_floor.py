@@ -112,10 +112,25 @@ def test_model_column_generation_matches_every_pattern(seed: int) -> None:
 
 def test_demand_without_models_is_the_plain_lp() -> None:
     pods = trace.load_pods(trace.DEFAULT_PODS)[:3000]
-    gpus = {"T4": 300, "V100": 200}
+    gpus = {"T4/8": 300, "V100/8": 200}  # 8-GPU nodes: every openb pod may use every kind
     seq = trace.arrival_sequence(pods, 7, 500_000)
-    by_model = floor.arrived_model_demand(seq, 500_000, sorted(gpus))
+    by_model = floor.arrived_model_demand(seq, 500_000, {"T4/8": ("T4", 8), "V100/8": ("V100", 8)})
     plain = by_model.any_model(sorted(gpus))
     assert plain == floor.arrived_demand(seq, 500_000)
     assert floor.max_allocated_milli_by_model(by_model, gpus) == pytest.approx(floor.max_allocated_milli(plain, 500),
                                                                                  rel=1e-9)
+
+
+def test_a_pod_of_k_gpus_may_use_only_kinds_of_nodes_with_k() -> None:
+    kinds = {"T4/2": ("T4", 2), "G2/8": ("G2", 8)}
+    pods = [trace.TracePod("a", 1000, 1, 8, 1000, "", "LS"), trace.TracePod("b", 1000, 1, 1, 500, "", "LS"),
+            trace.TracePod("c", 1000, 1, 2, 1000, "T4", "LS")]
+    d = floor.arrived_model_demand(pods, 100_000, kinds)
+    assert d.whole == {(8, frozenset({"G2/8"})): 1, (2, frozenset({"T4/2"})): 1}
+    assert d.fractional == {(500, frozenset(kinds)): 1}
+    # 2 T4 on 2-GPU nodes and 8 G2 on one 8-GPU node: the 8-GPU pod fits only on G2 (8000),
+    # the T4-only pair on T4 (2000), the 500 nowhere: 10000 of 10500 asked.
+    assert floor.max_allocated_milli_by_model(d, {"T4/2": 2, "G2/8": 8}) == pytest.approx(10_000)
+    # With 4 G2 the relaxation takes half of the 8-GPU pod (4000, a pod's worth of share is
+    # worth the same in any fraction) and the pair (2000); the 500 finds no room: 6000.
+    assert floor.max_allocated_milli_by_model(d, {"T4/2": 2, "G2/8": 4}) == pytest.approx(6_000)
