@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import numpy as np
 from numpy.typing import NDArray
@@ -247,10 +248,20 @@ class ClusterTerms:
 
 def cluster_terms(state: ClusterState) -> ClusterTerms:
     """The state's current ``ClusterTerms``."""
-    tasks = state.workload.task_types()
-    healthy_free = np.where(state.gpu_healthy, np.clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
-    whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
-    return ClusterTerms(tasks, cpu_pressure(state), spare_need(state.workload.share_by_gpu_count(), float(healthy_free.sum()), whole_free))
+    shares = state.workload.share_by_gpu_count()
+    key = (state.version, tuple(sorted(shares.items())))
+    memo = _SPARE_MEMO.get(state)
+    if memo is None or memo[0] != key:  # filter and prioritize of one pod see the same state
+        healthy_free = np.where(state.gpu_healthy, np.clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
+        whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
+        memo = (key, spare_need(shares, float(healthy_free.sum()), whole_free))
+        _SPARE_MEMO[state] = memo
+    return ClusterTerms(state.workload.task_types(), cpu_pressure(state), memo[1])
+
+
+_SPARE_MEMO: WeakKeyDictionary[ClusterState, tuple[tuple[object, ...], tuple[tuple[int, float], ...]]] = (
+    WeakKeyDictionary())
+"""``spare_need`` per state, at the state's version and workload shares."""
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],

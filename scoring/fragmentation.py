@@ -50,11 +50,6 @@ class TaskTypes:
         Explicit GPU memory per GPU each type asks for, MiB (0: its share's proportion, which
         fits wherever the share does); None when no type asks for any. ``scoring.strategies.fgd``
         counts a GPU with less free memory than a type asks as unusable for it.
-    gpu_demand : tuple of (int, int, int, int) or None
-        Every GPU pod counted, not only the types above: ``(gpu_count, share milli capped at
-        1000, model_mask, pods)``, sorted. The cutting-stock LP of ``scoring.gaps`` reads it
-        (a share that is rare as a type, say 110 milli pods spread over many CPU sizes, still
-        fills the gaps beside 810-milli pods); None: the LP reads the types.
     """
 
     gpu_count: NDArray[np.int64]
@@ -65,7 +60,6 @@ class TaskTypes:
     count: NDArray[np.int64]
     model_mask: NDArray[np.int64] | None = None
     gpu_memory_mib: NDArray[np.int64] | None = None
-    gpu_demand: tuple[tuple[int, int, int, int], ...] | None = None
 
     def allowed(self, gpu_model: NDArray[np.int64]) -> NDArray[np.bool_] | None:
         """Which GPUs each type may use.

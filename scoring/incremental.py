@@ -85,7 +85,7 @@ pressure (2 % of ``adaptive_balance``'s ramp), 0.01 of a spare-node probability
 
 
 def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
-    return a.gpu_demand == b.gpu_demand and all(
+    return all(
         (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
         for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
                      (a.memory_mib, b.memory_mib), (a.count, b.count), (a.model_mask, b.model_mask),

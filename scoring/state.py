@@ -178,6 +178,9 @@ class ClusterState:
     row_version : ndarray of shape (n_nodes,), int64
         Bumped by every write to a row (``apply``, ``set_nvml_used_mib``): a node's terms
         computed at one version hold until it moves (``scoring.incremental``).
+    version : int
+        Bumped by every ``apply``: cluster-wide terms of the allocations computed at one
+        version hold until it moves (``scoring.fit.cluster_terms``).
     """
 
     node_names: list[str]
@@ -210,6 +213,7 @@ class ClusterState:
     workload: WorkloadModel = field(default_factory=WorkloadModel)
     gpus_by_model: tuple[int, ...] = ()
     gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
+    version: int = 0
 
     @classmethod
     def from_nodes(cls, nodes: Sequence[NodeSpec]) -> ClusterState:
@@ -355,6 +359,7 @@ class ClusterState:
         elif sign != 1:
             raise ValueError(f"sign must be 1 or -1, got {sign}")
         self.row_version[row] += 1
+        self.version += 1
         self.cpu_used_milli[row] += sign * alloc.cpu_milli
         self.mem_used_mib[row] += sign * alloc.memory_mib
         if cols:

@@ -71,14 +71,8 @@ class WorkloadModel:
                 count = np.array([c for _, c in top], dtype=np.int64)
                 masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
                 gpu_mem = rows[:, 5] if (rows[:, 5] != 0).any() else None
-                demand: dict[tuple[int, int, int], int] = {}
-                for key, n in self._counts.items():
-                    if key[0] > 0:
-                        d = (key[0], min(key[1], MILLI_PER_GPU), key[4])
-                        demand[d] = demand.get(d, 0) + n
                 self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                                         count / count.sum(), count, masks, gpu_mem,
-                                         tuple((k, r, m, n) for (k, r, m), n in sorted(demand.items())))
+                                         count / count.sum(), count, masks, gpu_mem)
         return self._cached
 
     def copy(self) -> WorkloadModel:

@@ -119,8 +119,9 @@ def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
                     for c in range(state.max_gpus) if state.gpu_healthy[r, c]})
     per_kind = tuple(sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus) if state.gpu_healthy[r, c]
                          and (int(state.gpu_model[r, c]), node_gpus[r]) == kd) for kd in kinds)
-    # every counted GPU pod (TaskTypes.gpu_demand), not only the most frequent types
-    demand = [(k, r, m, n) for k, r, m, n in (tasks.gpu_demand or ())]
+    masks = [-1] * tasks.count.shape[0] if tasks.model_mask is None else [int(m) for m in tasks.model_mask]
+    demand = [(int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU), masks[t], int(tasks.count[t]))
+              for t in range(tasks.count.shape[0])]
     pods: dict[tuple[int, int], int] = {}
     for k, r, mask, n in demand:
         accepted = 0
@@ -135,7 +136,7 @@ def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
         return tuple(float(f) for f in range(MILLI_PER_GPU + 1))
     scale = 1.0 * MILLI_PER_GPU * n_gpus / total_share  # the cluster's share, SATURATION = 1
     every = (1 << len(kinds)) - 1
-    if all(m == every for _, m in pods):
+    if tasks.model_mask is None or all(m == every for _, m in pods):  # no model restricted: one LP
         by_size: dict[int, int] = {}
         for k, r, _, n in demand:
             if k > 0:
