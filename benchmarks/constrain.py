@@ -39,7 +39,21 @@ from scoring.state import NodeSpec
 MODELS_PER_POD = (0.6, 0.3, 0.1)
 """Probability that a restricted pod accepts 1, 2 or 3 models."""
 
-_VARIANT = re.compile(r"^(?P<base>[a-z0-9]+)-m(?P<pct>\d{1,3})$")
+def parse_suffix(name: str, letter: str) -> tuple[str, float]:
+    """``<base>-<letter><PCT>`` -> ``(base, PCT)``; a name without the suffix -> ``(name, 0.0)``.
+
+    Raises
+    ------
+    ValueError
+        For a percentage above 100.
+    """
+    m = re.match(rf"^(?P<base>.+)-{letter}(?P<pct>\d{{1,3}})$", name)
+    if m is None:
+        return name, 0.0
+    pct = float(m["pct"])
+    if pct > 100:
+        raise ValueError(f"{name}: at most 100 % of the pods")
+    return m["base"], pct
 
 
 def parse_variant(name: str) -> tuple[str, float]:
@@ -50,13 +64,7 @@ def parse_variant(name: str) -> tuple[str, float]:
     ValueError
         For a percentage above 100.
     """
-    m = _VARIANT.match(name)
-    if m is None:
-        return name, 0.0
-    pct = float(m["pct"])
-    if pct > 100:
-        raise ValueError(f"{name}: at most 100 % of the pods can be restricted")
-    return m["base"], pct
+    return parse_suffix(name, "m")
 
 
 def restrict_models(pods: Sequence[TracePod], pct: float, nodes: Sequence[NodeSpec],

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import constrain
 from benchmarks.trace import TracePod
 from scoring.state import NodeSpec
 
@@ -46,9 +46,6 @@ FACTOR_RANGE = (0.25, 3.0)
 
 MIN_REQUEST_MIB = 512
 
-_VARIANT = re.compile(r"^(?P<base>.+)-g(?P<pct>\d{1,3})$")
-
-
 def parse_variant(name: str) -> tuple[str, float]:
     """``default-g30`` -> ``("default", 30.0)``; any other name -> ``(name, 0.0)``.
 
@@ -57,13 +54,7 @@ def parse_variant(name: str) -> tuple[str, float]:
     ValueError
         For a percentage above 100.
     """
-    m = _VARIANT.match(name)
-    if m is None:
-        return name, 0.0
-    pct = float(m["pct"])
-    if pct > 100:
-        raise ValueError(f"{name}: at most 100 % of the pods can ask for memory")
-    return m["base"], pct
+    return constrain.parse_suffix(name, "g")
 
 
 def mixed_memory_nodes(nodes: Sequence[NodeSpec]) -> list[NodeSpec]:
