@@ -28,7 +28,7 @@ with 20 % of its GPU pods restricted).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -67,6 +67,24 @@ def parse_variant(name: str) -> tuple[str, float]:
     return parse_suffix(name, "m")
 
 
+def pick_pods(pods: Sequence[TracePod], pct: float, seed: int,
+              eligible: Callable[[TracePod], bool]) -> tuple[np.random.Generator, list[int]]:
+    """``round(pct % of the eligible pods)`` drawn uniformly without replacement: the seeded
+    generator (for the rule's later draws) and the chosen positions, ascending.
+
+    Raises
+    ------
+    ValueError
+        If ``pct`` is outside [0, 100].
+    """
+    if not 0.0 <= pct <= 100.0:
+        raise ValueError(f"pct must be in [0, 100], got {pct}")
+    rng = np.random.default_rng(seed)
+    idx = [i for i, p in enumerate(pods) if eligible(p)]
+    chosen = rng.choice(len(idx), size=round(pct / 100.0 * len(idx)), replace=False)
+    return rng, sorted(int(idx[c]) for c in chosen)
+
+
 def restrict_models(pods: Sequence[TracePod], pct: float, nodes: Sequence[NodeSpec],
                     seed: int = 0) -> list[TracePod]:
     """Give ``pct`` % of the GPU pods a ``gpu_spec`` by the rule in the module notes.
@@ -93,9 +111,7 @@ def restrict_models(pods: Sequence[TracePod], pct: float, nodes: Sequence[NodeSp
     ValueError
         If ``pct`` is outside [0, 100].
     """
-    if not 0.0 <= pct <= 100.0:
-        raise ValueError(f"pct must be in [0, 100], got {pct}")
-    rng = np.random.default_rng(seed)
+    rng, chosen = pick_pods(pods, pct, seed, lambda p: bool(p.num_gpu and not p.gpu_spec))
     models = sorted({g.model for n in nodes for g in n.gpus})
     gpus = np.array([sum(1 for n in nodes for g in n.gpus if g.model == m) for m in models], dtype=np.float64)
     # Per model: the most GPUs of it on one node, and the largest CPU and memory a node of it
@@ -104,9 +120,7 @@ def restrict_models(pods: Sequence[TracePod], pct: float, nodes: Sequence[NodeSp
         [(sum(1 for g in n.gpus if g.model == m), n.cpu_milli, n.memory_mib) for n in nodes
          if any(g.model == m for g in n.gpus)] for m in models]
     out = list(pods)
-    eligible = [i for i, p in enumerate(out) if p.num_gpu and not p.gpu_spec]
-    chosen = rng.choice(len(eligible), size=round(pct / 100.0 * len(eligible)), replace=False)
-    for i in sorted(int(eligible[c]) for c in chosen):
+    for i in chosen:
         p = out[i]
         ok = np.array([any(k >= p.num_gpu and c >= p.cpu_milli and q >= p.memory_mib for k, c, q in h)
                        for h in hosts])

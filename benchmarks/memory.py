@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks import constrain
 from benchmarks.trace import TracePod
 from scoring.state import NodeSpec
@@ -98,13 +96,9 @@ def request_memory(pods: Sequence[TracePod], pct: float, nodes: Sequence[NodeSpe
     ValueError
         If ``pct`` is outside [0, 100].
     """
-    if not 0.0 <= pct <= 100.0:
-        raise ValueError(f"pct must be in [0, 100], got {pct}")
-    rng = np.random.default_rng(seed)
+    rng, chosen = constrain.pick_pods(pods, pct, seed, lambda p: bool(p.num_gpu and not p.gpu_memory_mib))
     out = list(pods)
-    eligible = [i for i, p in enumerate(out) if p.num_gpu and not p.gpu_memory_mib]
-    chosen = rng.choice(len(eligible), size=round(pct / 100.0 * len(eligible)), replace=False)
-    for i in sorted(int(eligible[c]) for c in chosen):
+    for i in chosen:
         p = out[i]
         cap = max((min(g.memory_mib for g in n.gpus) for n in nodes
                    if len(n.gpus) >= p.num_gpu and n.cpu_milli >= p.cpu_milli and n.memory_mib >= p.memory_mib
