@@ -81,8 +81,16 @@ _LAST: tuple[TaskTypes | None, dict[int, NDArray[np.float64]]] = (None, {})
 """The last workload ``gap_waste`` saw, and its answers by GPUs."""
 
 
-def demand_rows(tasks: TaskTypes) -> list[tuple[int, int, int, int]]:
-    """``(gpu_count, share milli, model_mask, pods)`` of each GPU task type of the workload."""
+def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, int, int, int]]:
+    """``(gpu_count, share milli, model_mask, pods)`` of the workload's GPU pods.
+
+    Each task type by default; with ``every_pod``, every counted pod where
+    ``tasks.demand`` holds them (``WorkloadModel``). The joint LP reads every pod:
+    restricted pods spread over many rare types. The one-kind LP reads the types: every pod
+    there moved no result on openb default and solved more LPs (issue 27).
+    """
+    if every_pod and tasks.demand is not None:
+        return [row for row in tasks.demand if row[0] > 0]
     masks = tasks.model_mask.tolist() if tasks.model_mask is not None else [ANY_MODEL_MASK] * tasks.count.shape[0]
     return [(k, r, m, c) for k, r, m, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), masks,
                                                tasks.count.tolist(), strict=True) if k > 0]
@@ -109,8 +117,8 @@ GapTables = tuple[NDArray[np.float64], ...]
 def model_waste(ctx: FitContext) -> GapTables:
     """``U`` of ``ctx``'s workload for each kind of GPU (model, GPUs of its node).
 
-    While every task type accepts every model, one LP over all healthy GPUs prices them
-    alike (``gap_waste``). Once some type accepts only some models, one LP with a bin kind
+    While every counted pod accepts every model, one LP over all healthy GPUs prices them
+    alike (``gap_waste``). Once some pod accepts only some models, one LP with a bin kind
     per GPU kind prices them together (``joint_gap_waste``; there a pod of ``k`` GPUs may
     use only kinds of nodes with ``k`` or more): GPUs that such pods need cost more to fill
     with pods that could go elsewhere. Node sizes alone do not switch to the joint LP: on
@@ -130,9 +138,16 @@ def model_waste(ctx: FitContext) -> GapTables:
     """
     tasks = ctx.tasks
     assert tasks is not None
-    if tasks.model_mask is None or not ctx.gpus_by_kind:
+    if not ctx.gpus_by_kind or not restricted(tasks):
         return (gap_waste(tasks, sum(ctx.gpus_by_model)),)
     return joint_gap_waste(tasks, ctx.gpus_by_kind)
+
+
+def restricted(tasks: TaskTypes) -> bool:
+    """Whether some counted pod accepts only some GPU models (``demand_rows(every_pod=True)``)."""
+    if tasks.demand is None:
+        return tasks.model_mask is not None
+    return any(m != ANY_MODEL_MASK for _, _, m, _ in tasks.demand)
 
 
 def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int], ...]) -> int:
@@ -158,8 +173,8 @@ def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int],
 def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -> GapTables:
     """``U_i(f)`` per GPU kind from one cutting-stock LP with a bin kind per GPU kind.
 
-    Task types are grouped into classes by (share, GPU kinds they may use:
-    ``accepted_kinds``); their pods, ``k`` per pod of ``k`` GPUs, are scaled so that their
+    Every counted pod (``demand_rows(every_pod=True)``) is grouped into classes by (share,
+    GPU kinds it may use: ``accepted_kinds``); their pods, ``k`` per pod of ``k`` GPUs, are scaled so that their
     share is ``SATURATION * 1000 * sum_i G_i`` and rounded to powers of ``COUNT_STEP``, as
     in ``gap_waste``. GPU kinds that the same classes may use are one bin kind (the LP
     cannot tell them apart). ``scoring.cutting_stock.shadow_prices_by_model`` gives a price
@@ -178,7 +193,8 @@ def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -
     -------
     GapTables
         One ``U_i`` per kind, then the table of no price; ``U_i[f] = f`` for a kind no class
-        may use. Cached per workload object and per rounded workload.
+        may use. Cached per workload object and per rounded workload; the last prices for
+        the same GPUs are kept while the classes' shares move by ``JOINT_DRIFT`` or less.
     """
     global _LAST_JOINT
     last_tasks, memo = _LAST_JOINT
@@ -199,7 +215,7 @@ def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) 
     n_gpus = sum(n for _, _, n in kinds)
     none = _priced_waste((), 0)
     pods: dict[tuple[int, int], int] = {}
-    for k, r, mask, c in demand_rows(tasks):
+    for k, r, mask, c in demand_rows(tasks, every_pod=True):
         accepted = accepted_kinds(int(mask), k, kinds)
         if accepted and k > 0:
             cls = (min(r, MILLI_PER_GPU), accepted)
@@ -207,9 +223,32 @@ def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) 
     if all(m == every for _, m in pods):
         return (gap_waste(tasks, n_gpus),) * len(kinds) + (none,)
     demand_milli = sum(s * n for (s, _), n in pods.items())
+    share = {cls: cls[0] * n / demand_milli for cls, n in pods.items()}
+    gpus = tuple(n for _, _, n in kinds)
+    last = _JOINT_SOLVED.get(gpus)
+    if last is not None and _total_variation(last[0], share) <= JOINT_DRIFT:
+        return last[1]
     scale = SATURATION * MILLI_PER_GPU * n_gpus / demand_milli
     key = tuple((s, m, round(math.log(n * scale) / math.log(COUNT_STEP))) for (s, m), n in sorted(pods.items()))
-    return _joint_priced_waste(key, tuple(n for _, _, n in kinds)) + (none,)
+    tables = _joint_priced_waste(key, gpus) + (none,)
+    if len(_JOINT_SOLVED) >= 8:
+        _JOINT_SOLVED.clear()
+    _JOINT_SOLVED[gpus] = (share, tables)
+    return tables
+
+
+JOINT_DRIFT = 0.02
+"""Demand drift (total variation of the classes' GPU share) below which the joint LP's last
+prices for the same GPUs are kept. Restricted pods make many small classes; rounding each
+count to ``COUNT_STEP`` alone re-solved the LP (about 140 ms with 229 classes) every few
+pods on openb ``default-m33``."""
+
+_JOINT_SOLVED: dict[tuple[int, ...], tuple[dict[tuple[int, int], float], GapTables]] = {}
+"""The last joint prices per GPUs by kind, with the class shares they were solved for."""
+
+
+def _total_variation(a: dict[tuple[int, int], float], b: dict[tuple[int, int], float]) -> float:
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in a.keys() | b.keys())
 
 
 @lru_cache(maxsize=64)

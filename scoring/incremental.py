@@ -89,11 +89,14 @@ def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
         (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
         for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
                      (a.memory_mib, b.memory_mib), (a.count, b.count), (a.model_mask, b.model_mask),
-                     (a.gpu_memory_mib, b.gpu_memory_mib)))
+                     (a.gpu_memory_mib, b.gpu_memory_mib))) and a.demand == b.demand
 
 
 def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
     """Total variation distance between two workloads: ``1/2 * sum_k |p_a(k) - p_b(k)|``.
+
+    The larger of the distances over the task types (popularity) and over the
+    ``TaskTypes.demand`` classes (share of pods).
 
     Parameters
     ----------
@@ -116,7 +119,17 @@ def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
         keys = np.stack([t.gpu_count, t.gpu_milli, t.cpu_milli, t.memory_mib, mask, gpu_mem], axis=1).tolist()
         return dict(zip(map(tuple, keys), t.popularity.tolist(), strict=True))
 
-    pa, pb = keyed(a), keyed(b)
+    return max(_total_variation(keyed(a), keyed(b)), _total_variation(_demand_share(a), _demand_share(b)))
+
+
+def _demand_share(t: TaskTypes) -> dict[tuple[int, ...], float]:
+    if t.demand is None:
+        return {}
+    total = sum(c for *_, c in t.demand)
+    return {(k, r, m): c / total for k, r, m, c in t.demand}
+
+
+def _total_variation(pa: dict[tuple[int, ...], float], pb: dict[tuple[int, ...], float]) -> float:
     return 0.5 * sum(abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys())
 
 

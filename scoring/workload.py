@@ -8,7 +8,9 @@ extender's cache counts the GPU pods still waiting for a node the same way (a po
 nowhere is exactly the kind fragmentation must serve). Counting the waiting pods too moved
 FGD from 5.02 % to 4.87 % unallocated at 100 % arrived (openb seed 42). The
 ``max_types`` most frequent types, renormalised, form the ``TaskTypes`` the ``fgd``
-strategy uses (fewer types keep the kernel cheap; the tail carries little weight).
+strategy uses (fewer types keep the kernel cheap; the tail carries little weight). Their
+``TaskTypes.demand`` counts every pod by (GPUs, share, models) for the cutting-stock prices,
+whose classes ignore CPU and memory: there the tail is whole pods restricted to rare models.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class WorkloadModel:
         self.max_types = max_types
         self._counts: dict[TaskKey, int] = {}
         self._share_by_gpus: dict[int, int] = {}
+        self._demand: dict[tuple[int, int, int], int] = {}
         self._cached: TaskTypes | None = None
         self._dirty = False
 
@@ -52,6 +55,12 @@ class WorkloadModel:
             self._share_by_gpus[k] = share
         else:
             self._share_by_gpus.pop(k, None)
+        cls = (k, min(key[1], MILLI_PER_GPU), key[4])
+        d = self._demand.get(cls, 0) + sign
+        if d > 0:
+            self._demand[cls] = d
+        else:
+            self._demand.pop(cls, None)
         self._dirty = True
 
     def share_by_gpu_count(self) -> dict[int, int]:
@@ -71,8 +80,9 @@ class WorkloadModel:
                 count = np.array([c for _, c in top], dtype=np.int64)
                 masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
                 gpu_mem = rows[:, 5] if (rows[:, 5] != 0).any() else None
+                demand = tuple((k, r, m, c) for (k, r, m), c in sorted(self._demand.items()))
                 self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                                         count / count.sum(), count, masks, gpu_mem)
+                                         count / count.sum(), count, masks, gpu_mem, demand)
         return self._cached
 
     def copy(self) -> WorkloadModel:
@@ -80,5 +90,6 @@ class WorkloadModel:
         out = WorkloadModel(self.max_types)
         out._counts = dict(self._counts)
         out._share_by_gpus = dict(self._share_by_gpus)
+        out._demand = dict(self._demand)
         out._dirty = True
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from scoring.fragmentation import TaskTypes
 from scoring.request import PodRequest, QoSClass, model_mask
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import gap_price
+from scoring.workload import WorkloadModel
 from tests.conftest import gpu_node
 from tests.scoring.reference import _gap_price_score
 
@@ -172,6 +174,60 @@ def test_a_rare_model_pod_keeps_its_gpu_under_per_model_prices() -> None:
     assert ev.best() == 1
     rare = PodRequest(1, 1000, gpu_memory_mib=0, allowed_models=frozenset({t4}))
     assert fit(st, rare, np.arange(2)).gpu_fits[0].tolist() == [False, True]
+
+
+def test_per_model_prices_see_restricted_pods_beyond_the_frequent_types() -> None:
+    # The rare-model state above with a workload cut to its most frequent type: the
+    # 500-milli any-model pod (ties break on the key: (1, 500, ...) < (1, 1000, ...)). The
+    # T4-only pod is in the tail, so the types alone look unrestricted, but
+    # TaskTypes.demand holds every pod: the joint LP still sees it and prices as above.
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 2, model="V100M32", memory_mib=32768)])
+    t4 = st.models.index("T4")
+    t4_only = model_mask(frozenset({t4}))
+    st.apply(Allocation("a", (0,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024, t4_only))
+    st.apply(Allocation("b", (0,), 500, (0,), QoSClass.BURSTABLE, 1000, 1024))
+    top = WorkloadModel(max_types=1)
+    top.add((1, 1000, 1000, 1024, t4_only, 0), 1)
+    top.add((1, 500, 1000, 1024, -1, 0), 1)
+    tasks = top.task_types()
+    assert tasks is not None and tasks.gpu_milli.tolist() == [500] and tasks.model_mask is None
+    assert tasks.demand == ((1, 500, -1, 1), (1, 1000, t4_only, 1))
+    assert gaps.restricted(tasks)
+    ctx = replace(fit(st, PodRequest(1, 500, gpu_memory_mib=0), np.arange(2)), tasks=tasks)
+    u_t4, u_v100, _ = gaps.model_waste(ctx)
+    assert [u_t4[f] for f in (500, 1000)] == pytest.approx([500, 0])
+    assert [u_v100[f] for f in (500, 1000)] == pytest.approx([500, 1000])
+    np.testing.assert_allclose(gap_price.gpu_score(ctx), [[0, 0.25], [0.75, 0.75]])
+
+
+def test_joint_prices_are_kept_while_the_demand_barely_moves() -> None:
+    # 100 T4-only whole pods and 100 any-model 500-milli pods on the state above: shares
+    # 1000 * 100 / 150000 = 2/3 and 500 * 100 / 150000 = 1/3. One more 500-milli pod: 50500 /
+    # 150500 = 0.3355, total variation 1/2 * 2 * 0.0022 = 0.0022 <= JOINT_DRIFT (0.02): the
+    # last prices are kept (the same arrays, no LP). 20 more: 60000 / 160000 = 0.375,
+    # 1/2 * 2 * 0.0417 = 0.0417 > 0.02: solved again.
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 2, model="V100M32", memory_mib=32768)])
+    kinds = st.gpus_by_kind
+    t4_only = model_mask(frozenset({st.models.index("T4")}))
+
+    def workload(extra: int) -> TaskTypes:
+        w = WorkloadModel()
+        for _ in range(100):
+            w.add((1, 1000, 1000, 1024, t4_only, 0), 1)
+        for _ in range(100 + extra):
+            w.add((1, 500, 1000, 1024, -1, 0), 1)
+        t = w.task_types()
+        assert t is not None
+        return t
+
+    gaps._JOINT_SOLVED.clear()
+    first = gaps.joint_gap_waste(workload(0), kinds)
+    assert gaps.joint_gap_waste(workload(1), kinds) is first
+    moved = gaps.joint_gap_waste(workload(20), kinds)
+    assert moved is not first
+    gaps._JOINT_SOLVED.clear()
+    assert gaps.joint_gap_waste(workload(1), kinds) is not first  # solved afresh: the same prices
+    np.testing.assert_array_equal(np.stack(gaps.joint_gap_waste(workload(1), kinds)), np.stack(first))
 
 
 def _model_patterns(sizes: list[int], on: list[bool]) -> list[tuple[int, ...]]:
