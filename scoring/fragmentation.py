@@ -19,12 +19,22 @@ left out of the distribution (they cannot use any GPU share).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from scoring.request import MILLI_PER_GPU
+
+K = TypeVar("K", bound=Hashable)
+
+
+def total_variation(pa: dict[K, float], pb: dict[K, float]) -> float:
+    """Total variation distance ``1/2 * sum_k |p_a(k) - p_b(k)|`` of two distributions given
+    as ``{key: probability}`` (a key missing from one has probability 0 there); in [0, 1]."""
+    return 0.5 * sum(abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys())
 
 
 @dataclass(frozen=True, slots=True)

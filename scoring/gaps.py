@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from scoring.cutting_stock import priced_waste, shadow_prices, shadow_prices_by_model
 from scoring.fit import FitContext
-from scoring.fragmentation import TaskTypes
+from scoring.fragmentation import TaskTypes, total_variation
 from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
 
 SATURATION = 1.0
@@ -226,7 +226,7 @@ def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) 
     share = {cls: cls[0] * n / demand_milli for cls, n in pods.items()}
     gpus = tuple(n for _, _, n in kinds)
     last = _JOINT_SOLVED.get(gpus)
-    if last is not None and _total_variation(last[0], share) <= JOINT_DRIFT:
+    if last is not None and total_variation(last[0], share) <= JOINT_DRIFT:
         return last[1]
     scale = SATURATION * MILLI_PER_GPU * n_gpus / demand_milli
     key = tuple((s, m, round(math.log(n * scale) / math.log(COUNT_STEP))) for (s, m), n in sorted(pods.items()))
@@ -245,10 +245,6 @@ pods on openb ``default-m33``."""
 
 _JOINT_SOLVED: dict[tuple[int, ...], tuple[dict[tuple[int, int], float], GapTables]] = {}
 """The last joint prices per GPUs by kind, with the class shares they were solved for."""
-
-
-def _total_variation(a: dict[tuple[int, int], float], b: dict[tuple[int, int], float]) -> float:
-    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in a.keys() | b.keys())
 
 
 @lru_cache(maxsize=64)

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import ClusterTerms, cluster_terms
-from scoring.fragmentation import TaskTypes
+from scoring.fragmentation import TaskTypes, total_variation
 from scoring.request import PodRequest
 from scoring.scorer import Evaluation, Scorer
 from scoring.state import ClusterState
@@ -119,7 +119,7 @@ def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
         keys = np.stack([t.gpu_count, t.gpu_milli, t.cpu_milli, t.memory_mib, mask, gpu_mem], axis=1).tolist()
         return dict(zip(map(tuple, keys), t.popularity.tolist(), strict=True))
 
-    return max(_total_variation(keyed(a), keyed(b)), _total_variation(_demand_share(a), _demand_share(b)))
+    return max(total_variation(keyed(a), keyed(b)), total_variation(_demand_share(a), _demand_share(b)))
 
 
 def _demand_share(t: TaskTypes) -> dict[tuple[int, ...], float]:
@@ -127,10 +127,6 @@ def _demand_share(t: TaskTypes) -> dict[tuple[int, ...], float]:
         return {}
     total = sum(c for *_, c in t.demand)
     return {(k, r, m): c / total for k, r, m, c in t.demand}
-
-
-def _total_variation(pa: dict[tuple[int, ...], float], pb: dict[tuple[int, ...], float]) -> float:
-    return 0.5 * sum(abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys())
 
 
 def effective_pressure(pressure: float) -> float:
