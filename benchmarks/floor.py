@@ -32,6 +32,26 @@ that accept ``j``, and a whole pod takes ``k`` bins of one model it accepts::
 Pricing then runs one knapsack per model over the classes it may hold. Every GPU of a
 pod list without ``gpu_spec`` is of one kind, which is the first LP.
 
+**The work-conserving floor** (``work_conserving_floor``) is the same LP for schedulers that
+place every pod some GPU can hold: they may not choose which pods fail. Pods never leave, so
+free share only shrinks. Take a threshold ``theta`` and let ``a`` be the number of GPU pods
+that arrive while some GPU still has ``theta`` milli free. Then, GPU share alone:
+
+- a pod of one GPU asking ``<= theta`` that arrives before ``a`` fits on that GPU, so it is
+  placed: ``n_s(<a)`` bounds pods of size ``s`` from below;
+- a pod asking ``>= theta`` per GPU that arrives at or after ``a`` fits nowhere, so it fails:
+  ``n_s(<a)`` and ``W_k(<a)`` bound them from above.
+
+Every trajectory of such a scheduler satisfies these bounds for its own ``a``, so the
+smallest LP optimum over ``a = 0..N`` bounds every one of them. It is found by branch and
+bound over intervals of ``a``: for ``a`` in ``[lo, hi]`` the bounds of ``lo`` (below) and
+``hi`` (above) relax every point, and the interval with the lowest bound is split until it is
+one point. An interval whose lower bounds need more than ``G`` GPUs is infeasible. Thresholds
+are the largest fractional share (a whole pod needs ``>= theta`` too) and 1000 (a whole pod
+of one GPU is then bounded below); the larger of the two floors holds. On openb default the
+gap from the first floor is the 810-milli pods: the first floor lets about 240 of them fail
+and packs the rest, a scheduler that places them when they fit cannot.
+
 This is the Gilmore-Gomory cutting-stock LP
 (Gilmore and Gomory, "A Linear Programming Approach to the Cutting-Stock Problem",
 Operations Research 9(6), 1961), solved by column generation: the pricing problem is a
@@ -44,6 +64,7 @@ result stays a valid floor. openb pods of one GPU ask for 50 to 990 milli in ste
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -119,7 +140,7 @@ def arrived_demand(seq: Sequence[trace.TracePod], capacity_milli: int) -> Arrive
     ``capacity_milli`` (the replay's 100 % mark is taken right after that pod); models ignored."""
     frac: Counter[int] = Counter()
     whole: Counter[int] = Counter()
-    for p in _arrived(seq, capacity_milli):
+    for p in arrived_gpu_pods(seq, capacity_milli):
         if p.gpu_milli < MILLI_PER_GPU:
             frac[p.gpu_milli] += 1
         else:
@@ -142,7 +163,7 @@ def arrived_model_demand(seq: Sequence[trace.TracePod], capacity_milli: int,
     """
     frac: Counter[tuple[int, Accepts]] = Counter()
     whole: Counter[tuple[int, Accepts]] = Counter()
-    for p in _arrived(seq, capacity_milli):
+    for p in arrived_gpu_pods(seq, capacity_milli):
         spec = set(p.gpu_spec.split("|")) if p.gpu_spec else None
         accepts = frozenset(b for b, (m, n) in kinds.items() if (spec is None or m in spec) and n >= p.num_gpu)
         if p.gpu_milli < MILLI_PER_GPU:
@@ -152,7 +173,9 @@ def arrived_model_demand(seq: Sequence[trace.TracePod], capacity_milli: int,
     return ModelGpuDemand(dict(frac), dict(whole))
 
 
-def _arrived(seq: Sequence[trace.TracePod], capacity_milli: int) -> list[trace.TracePod]:
+def arrived_gpu_pods(seq: Sequence[trace.TracePod], capacity_milli: int) -> list[trace.TracePod]:
+    """The GPU pods of ``seq``, in order, up to and including the one that brings the GPU share
+    asked to ``capacity_milli`` (milli-GPU)."""
     out = []
     arrived = 0
     for p in seq:
@@ -399,6 +422,180 @@ def model_pattern_lp(columns: Sequence[tuple[int, NDArray[np.int64]]], demand: M
     return float(-res.fun), -res.ineqlin.marginals
 
 
+@dataclass(frozen=True, slots=True)
+class WorkConservingFloor:
+    """``work_conserving_floor``'s answer.
+
+    Attributes
+    ----------
+    unallocated_pct : float
+        Unallocated GPU share at the 100 % point no work-conserving placement goes below, %
+        of capacity.
+    saturated_at : int
+        The ``a`` that attains it: GPU pods (in arrival order) that arrive while some GPU
+        still has ``theta_milli`` free.
+    saturated_arrived_pct : float
+        GPU share those ``a`` pods ask for, % of capacity.
+    theta_milli : int
+        The threshold of the larger floor.
+    lps : int
+        LPs solved (every threshold, every interval).
+    """
+
+    unallocated_pct: float
+    saturated_at: int
+    saturated_arrived_pct: float
+    theta_milli: int
+    lps: int
+
+
+class _BoundedPatternLP:
+    """The module's first LP with bounds below and above on the pods placed, by column generation.
+
+    One column pool serves every call: a column is a valid pattern whatever the bounds.
+    """
+
+    # The cost of one GPU beyond ``G``; above the most a GPU can hold (1000), so it is
+    # used only where the lower bounds cannot be met with ``G`` GPUs.
+    _EXTRA_GPU_COST = 10.0 * MILLI_PER_GPU
+
+    def __init__(self, arrived: Sequence[trace.TracePod], n_gpus: int) -> None:
+        self.n_gpus = n_gpus
+        self.sizes = np.array(sorted({p.gpu_milli for p in arrived if p.gpu_milli < MILLI_PER_GPU}), dtype=np.int64)
+        self.ks = sorted({p.num_gpu for p in arrived if p.gpu_milli >= MILLI_PER_GPU})
+        size_of = {int(r): i for i, r in enumerate(self.sizes)}
+        # Pods of each size (and whole pods of each k) among the first j arrivals, j = 0..N.
+        frac = np.zeros((len(arrived) + 1, self.sizes.shape[0]), dtype=np.int64)
+        whole = np.zeros((len(arrived) + 1, len(self.ks)), dtype=np.int64)
+        for j, p in enumerate(arrived):
+            frac[j + 1], whole[j + 1] = frac[j], whole[j]
+            if p.gpu_milli < MILLI_PER_GPU:
+                frac[j + 1, size_of[p.gpu_milli]] += 1
+            else:
+                whole[j + 1, self.ks.index(p.num_gpu)] += 1
+        self.frac_before, self.whole_before = frac, whole
+        self.step = math.gcd(MILLI_PER_GPU, *self.sizes.tolist()) if self.sizes.size else MILLI_PER_GPU
+        self.columns = [np.eye(self.sizes.shape[0], dtype=np.int64)[s] for s in range(self.sizes.shape[0])]
+        self.solved = 0
+
+    def bounds(self, lo: int, hi: int, theta: int) -> tuple[NDArray[np.int64], NDArray[np.int64],
+                                                            NDArray[np.int64], NDArray[np.int64]]:
+        """Bounds for every ``a`` in ``[lo, hi]`` at threshold ``theta`` (module notes)."""
+        total = self.frac_before[-1]
+        frac_lower = np.where(self.sizes <= theta, self.frac_before[lo], 0)
+        frac_upper = np.where(self.sizes >= theta, self.frac_before[hi], total)
+        whole_lower = np.array([self.whole_before[lo, i] if k == 1 and theta >= MILLI_PER_GPU else 0
+                                for i, k in enumerate(self.ks)], dtype=np.int64)
+        return frac_lower, frac_upper, whole_lower, self.whole_before[hi]
+
+    def max_allocated_milli(self, frac_lower: NDArray[np.int64], frac_upper: NDArray[np.int64],
+                            whole_lower: NDArray[np.int64], whole_upper: NDArray[np.int64],
+                            max_rounds: int = 10_000) -> float | None:
+        """The most GPU share allocatable within the bounds, milli-GPU; None if no placement meets them."""
+        from scipy.optimize import linprog  # the floor extra, as pattern_lp
+
+        s_n, ks = self.sizes.shape[0], np.array(self.ks, dtype=float)
+        for _ in range(max_rounds):
+            a = np.array(self.columns, dtype=float).reshape(len(self.columns), s_n)
+            gain = -np.concatenate([a @ self.sizes, MILLI_PER_GPU * ks, [-self._EXTRA_GPU_COST]])
+            pad = np.zeros((s_n, ks.shape[0] + 1))
+            rows = np.vstack([np.concatenate([np.ones(a.shape[0]), ks, [-1.0]]),
+                              np.hstack([a.T, pad]), np.hstack([-a.T, pad])])
+            res = linprog(gain, A_ub=rows, b_ub=np.concatenate([[self.n_gpus], frac_upper, -frac_lower]),
+                          bounds=([(0, None)] * a.shape[0] + list(zip(whole_lower.tolist(), whole_upper.tolist(), strict=True))
+                                  + [(0, None)]), method="highs")
+            self.solved += 1
+            if res.status != 0 or res.fun is None:
+                raise RuntimeError(f"LP solver failed: {res.message}")
+            duals = -res.ineqlin.marginals
+            if s_n == 0:
+                break
+            value, counts = _best_pattern(self.sizes, self.sizes - duals[1:1 + s_n] + duals[1 + s_n:],
+                                          self.frac_before[-1], self.step)
+            if value - duals[0] <= 1e-6:
+                break
+            self.columns.append(counts)
+        else:
+            raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
+        if float(np.asarray(res.x)[-1]) > 1e-6:  # GPUs beyond G: the lower bounds cannot be met
+            return None
+        return float(-res.fun)
+
+
+def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> WorkConservingFloor:
+    """The floor of the module notes for schedulers that place every pod some GPU can hold.
+
+    Parameters
+    ----------
+    arrived : sequence of TracePod
+        GPU pods in arrival order up to the 100 % point (``arrived_gpu_pods``); GPU share only, no
+        models.
+    n_gpus : int
+        GPUs in the cluster, >= 1.
+
+    Returns
+    -------
+    WorkConservingFloor
+
+    Raises
+    ------
+    RuntimeError
+        If the LP solver fails, column generation does not converge, or no ``a`` is feasible
+        (cannot happen for a real arrival sequence: every greedy placement is one).
+    ModuleNotFoundError
+        Without scipy (the ``floor`` extra).
+    """
+    lp = _BoundedPatternLP(arrived, n_gpus)
+    capacity = MILLI_PER_GPU * n_gpus
+    thresholds = sorted({int(lp.sizes.max()) if lp.sizes.size else MILLI_PER_GPU, MILLI_PER_GPU})
+    best: tuple[float, int, int] | None = None
+    for theta in thresholds:
+        def unallocated(lo: int, hi: int, theta: int = theta) -> float:
+            got = lp.max_allocated_milli(*lp.bounds(lo, hi, theta))
+            return math.inf if got is None else 100.0 * (capacity - got) / capacity
+
+        heap = [(unallocated(0, len(arrived)), 0, len(arrived))]
+        while True:
+            bound, lo, hi = heapq.heappop(heap)
+            if lo == hi:
+                break
+            mid = (lo + hi) // 2
+            for a, b in ((lo, mid), (mid + 1, hi)):
+                heapq.heappush(heap, (unallocated(a, b), a, b))
+        if math.isinf(bound):
+            raise RuntimeError("no saturation point is feasible")
+        if best is None or bound > best[0]:
+            best = (bound, lo, theta)
+    assert best is not None
+    pct, a, theta = best
+    asked = sum(p.gpu_request_milli for p in arrived[:a])
+    return WorkConservingFloor(pct, a, 100.0 * asked / capacity, theta, lp.solved)
+
+
+def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float | None:
+    """``work_conserving_floor`` for one openb pod list and seed; None for a model-constrained list.
+
+    Parameters
+    ----------
+    pods : sequence of TracePod
+    seed : int
+        Arrival-order seed, as in ``python -m benchmarks replay``.
+    n_gpus : int
+        GPUs in the cluster (``bundled_gpu_count()``).
+
+    Returns
+    -------
+    float or None
+        % of capacity. None where some pod has a ``gpu_spec``: "some GPU has ``theta`` free"
+        would have to be per model, which this bound does not do.
+    """
+    if any(p.gpu_spec for p in pods if p.num_gpu):
+        return None
+    capacity = MILLI_PER_GPU * n_gpus
+    seq = trace.arrival_sequence(list(pods), seed, capacity)
+    return work_conserving_floor(arrived_gpu_pods(seq, capacity), n_gpus).unallocated_pct
+
+
 def unallocated_floor_pct(pods: Sequence[trace.TracePod], seed: int,
                           gpus: int | Mapping[tuple[str, int], int]) -> float:
     """The floor for one openb pod list and seed.
@@ -445,13 +642,20 @@ def bundled_gpu_kinds() -> dict[tuple[str, int], int]:
                         for g in s.gpus))
 
 
-def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> str:
-    """Markdown: median (min-max) floor per variant, next to the published FGD."""
+def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
+          work_conserving: Mapping[str, Sequence[float | None]] | None = None) -> str:
+    """Markdown: median (min-max) floor per variant, the work-conserving floor where it applies,
+    next to the published FGD."""
+    def spread(vals: Sequence[float]) -> str:
+        return f"{float(np.median(vals)):.2f} ({min(vals):.2f}-{max(vals):.2f})"
+
     lines = [f"Lower bound on unallocated GPU % at 100 % arrived (cutting-stock LP: GPU share, models, GPUs per node), "
-             f"seeds {seeds[0]}..{seeds[-1]}.", "",
-             "| variant | floor, median (min-max) | published FGD |", "|---|---|---|"]
+             f"seeds {seeds[0]}..{seeds[-1]}. Work-conserving: for schedulers that place every pod some GPU "
+             f"can hold (GPU share only; none for model-constrained lists).", "",
+             "| variant | floor, median (min-max) | work-conserving floor | published FGD |", "|---|---|---|---|"]
     for v, vals in floors.items():
-        lines.append(f"| {v} | {float(np.median(vals)):.2f} ({min(vals):.2f}-{max(vals):.2f}) | "
+        wc = [x for x in (work_conserving or {}).get(v, []) if x is not None]
+        lines.append(f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | "
                      f"{compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |")
     return "\n".join(lines)
 
@@ -468,14 +672,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(e))
     specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
     gpus = bundled_gpu_kinds()
-    floors = {}
+    floors, work_conserving = {}, {}
     for v in variants:
         pods = trace.load_pods(compare.pods_path(v))
         pct = compare.parse_variant(v)[1]  # GPU memory (-g<PCT>) is not in the LP: a valid, weaker floor
         if pct:
             pods = constrain.restrict_models(pods, pct, specs)
         floors[v] = [unallocated_floor_pct(pods, s, gpus) for s in args.seeds]
-    print(table(floors, args.seeds))
+        work_conserving[v] = [work_conserving_floor_pct(pods, s, sum(gpus.values())) for s in args.seeds]
+    print(table(floors, args.seeds, work_conserving))
     return 0
 
 
