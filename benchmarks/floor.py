@@ -69,6 +69,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -188,6 +189,15 @@ def arrived_gpu_pods(seq: Sequence[trace.TracePod], capacity_milli: int) -> list
     return out
 
 
+def _linprog() -> Any:
+    """scipy's ``linprog`` (HiGHS): only this benchmark needs it, so it is imported here."""
+    try:
+        from scipy.optimize import linprog
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
+    return linprog
+
+
 def _best_pattern(sizes: NDArray[np.int64], values: NDArray[np.float64], limit: NDArray[np.int64],
                   step: int) -> tuple[float, NDArray[np.int64]]:
     """Bounded knapsack: the most valuable multiset of ``sizes`` within one GPU.
@@ -291,10 +301,7 @@ def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
     ModuleNotFoundError
         Without scipy (the ``floor`` extra).
     """
-    try:
-        from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
+    linprog = _linprog()
 
     sizes = np.array(sorted(demand.fractional), dtype=float)
     ks = sorted(demand.whole)
@@ -387,10 +394,7 @@ def model_pattern_lp(columns: Sequence[tuple[int, NDArray[np.int64]]], demand: M
     ModuleNotFoundError
         Without scipy.
     """
-    try:
-        from scipy.optimize import linprog  # the LP solver (HiGHS); only this benchmark needs it
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
+    linprog = _linprog()
 
     models = sorted(gpus)
     classes = sorted(demand.fractional, key=lambda c: (c[0], sorted(c[1])))
@@ -453,6 +457,19 @@ class _BoundedPatternLP:
     """The module's first LP with bounds below and above on the pods placed, by column generation.
 
     One column pool serves every call: a column is a valid pattern whatever the bounds.
+
+    Attributes
+    ----------
+    sizes : ndarray of shape (s,), int64
+        Fractional shares of the arrived pods, ascending, milli-GPU.
+    ks : list of int
+        GPUs per whole pod, ascending (``w``: its length).
+    frac_before : ndarray of shape (N + 1, s), int64
+        Pods of each size among the first ``j`` arrivals, ``j = 0..N``.
+    whole_before : ndarray of shape (N + 1, w), int64
+        Whole pods of each ``k`` among the first ``j`` arrivals.
+    solved : int
+        LPs solved so far.
     """
 
     # The cost of one GPU beyond ``G``; above the most a GPU can hold (1000), so it is
@@ -480,7 +497,15 @@ class _BoundedPatternLP:
 
     def bounds(self, lo: int, hi: int, theta: int) -> tuple[NDArray[np.int64], NDArray[np.int64],
                                                             NDArray[np.int64], NDArray[np.int64]]:
-        """Bounds for every ``a`` in ``[lo, hi]`` at threshold ``theta`` (module notes)."""
+        """Bounds for every ``a`` in ``[lo, hi]`` at threshold ``theta`` (module notes).
+
+        Returns
+        -------
+        frac_lower, frac_upper : ndarray of shape (s,), int64
+            Pods of each fractional size that must be / may be placed.
+        whole_lower, whole_upper : ndarray of shape (w,), int64
+            The same for whole pods of each ``k``.
+        """
         total = self.frac_before[-1]
         frac_lower = np.where(self.sizes <= theta, self.frac_before[lo], 0)
         frac_upper = np.where(self.sizes >= theta, self.frac_before[hi], total)
@@ -491,8 +516,19 @@ class _BoundedPatternLP:
     def max_allocated_milli(self, frac_lower: NDArray[np.int64], frac_upper: NDArray[np.int64],
                             whole_lower: NDArray[np.int64], whole_upper: NDArray[np.int64],
                             max_rounds: int = 10_000) -> float | None:
-        """The most GPU share allocatable within the bounds, milli-GPU; None if no placement meets them."""
-        from scipy.optimize import linprog  # the floor extra, as pattern_lp
+        """The most GPU share allocatable within the bounds (``bounds``' arrays).
+
+        Returns
+        -------
+        float or None
+            Milli-GPU; None if the lower bounds need more than ``n_gpus`` GPUs.
+
+        Raises
+        ------
+        RuntimeError
+            If the LP solver fails or column generation does not converge in ``max_rounds``.
+        """
+        linprog = _linprog()
 
         s_n, ks = self.sizes.shape[0], np.array(self.ks, dtype=float)
         for _ in range(max_rounds):
