@@ -257,25 +257,35 @@ def max_allocated_milli(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int =
     """
     if not demand.fractional and not demand.whole:
         return 0.0
+    return _column_generation(demand, n_gpus, max_rounds)[0]
+
+
+def _column_generation(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int,
+                       required: ArrivedGpuDemand | None = None,
+                       columns: list[NDArray[np.int64]] | None = None) -> tuple[float, float]:
+    """``pattern_lp`` over the columns that pricing finds: the optimum and the GPUs beyond
+    ``n_gpus`` that ``required`` needed (0 without it). ``columns`` (patterns over
+    ``sorted(demand.fractional)``) is the pool to start from and grow; one pod per bin
+    if None."""
     sizes = np.array(sorted(demand.fractional), dtype=np.int64)
     avail = np.array([demand.fractional[int(r)] for r in sizes], dtype=np.int64)
     step = math.gcd(MILLI_PER_GPU, *sizes.tolist()) if sizes.size else MILLI_PER_GPU
-    # Start from one pod per bin; every later column is a priced pattern.
-    columns = [np.eye(sizes.shape[0], dtype=np.int64)[s] for s in range(sizes.shape[0])]
+    if columns is None:
+        columns = [np.eye(sizes.shape[0], dtype=np.int64)[s] for s in range(sizes.shape[0])]
     for _ in range(max_rounds):
-        optimum, duals = pattern_lp(np.array(columns, dtype=np.int64).reshape(len(columns), sizes.shape[0]),
-                                    demand, n_gpus)
+        optimum, duals, extra = pattern_lp(np.array(columns, dtype=np.int64).reshape(len(columns), sizes.shape[0]),
+                                           demand, n_gpus, required)
         if sizes.size == 0:
-            return optimum
+            return optimum, extra
         value, counts = _best_pattern(sizes, sizes - duals[1:], avail, step)
         if value - duals[0] <= 1e-6:
-            return optimum
+            return optimum, extra
         columns.append(counts)
     raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
 
 
-def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
-               n_gpus: int) -> tuple[float, NDArray[np.float64]]:
+def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand, n_gpus: int,
+               required: ArrivedGpuDemand | None = None) -> tuple[float, NDArray[np.float64], float]:
     """The LP of the module notes restricted to the given bin patterns.
 
     Parameters
@@ -284,15 +294,23 @@ def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
         Pods of each fractional size (``sorted(demand.fractional)``, ascending) per pattern;
         each row fits one GPU.
     demand : ArrivedGpuDemand
+        The most pods of each size (and whole pods of each ``k``) that may be placed.
     n_gpus : int
         GPUs in the cluster, >= 0.
+    required : ArrivedGpuDemand, optional
+        The fewest that must be placed (the work-conserving floor); its sizes and ``k`` are
+        among ``demand``'s. Where they need more than ``n_gpus`` GPUs, the LP buys the rest
+        at ``_EXTRA_GPU_COST`` each, above what a GPU can hold, so it does only then.
 
     Returns
     -------
     optimum : float
-        Most GPU share allocatable with these patterns, milli-GPU.
+        Most GPU share allocatable with these patterns, milli-GPU (less the extra GPUs' cost).
     duals : ndarray of shape (1 + s,), float64
-        >= 0: the value of one more GPU, then of one more pod of each size.
+        The value of one more GPU (>= 0), then of one more pod of each size allowed (>= 0
+        without ``required``; net of the lower bound's with it).
+    extra_gpus : float
+        GPUs beyond ``n_gpus`` that ``required`` needed; 0 without it.
 
     Raises
     ------
@@ -309,13 +327,31 @@ def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand,
     gain = -np.concatenate([a @ sizes, [MILLI_PER_GPU * k for k in ks]])
     gpus_row = np.concatenate([np.ones(a.shape[0]), np.array(ks, dtype=float)])
     size_rows = np.hstack([a.T, np.zeros((sizes.shape[0], len(ks)))])
-    res = linprog(gain, A_ub=np.vstack([gpus_row, size_rows]),
-                  b_ub=np.concatenate([[n_gpus], [demand.fractional[int(r)] for r in sizes]]),
-                  bounds=[(0, None)] * a.shape[0] + [(0, demand.whole[k]) for k in ks],
+    rows, limits = [gpus_row, size_rows], [[n_gpus], [demand.fractional[int(r)] for r in sizes]]
+    whole_least = [0] * len(ks)
+    if required is not None:
+        # One more column, the extra GPUs (in the GPU row at -1), and a row per size for -placed <= -required.
+        gain = np.append(gain, _EXTRA_GPU_COST)
+        rows = [np.append(gpus_row, -1.0), np.hstack([size_rows, np.zeros((sizes.shape[0], 1))]),
+                -np.hstack([size_rows, np.zeros((sizes.shape[0], 1))])]
+        limits.append([-required.fractional.get(int(r), 0) for r in sizes])
+        whole_least = [required.whole.get(k, 0) for k in ks]
+    res = linprog(gain, A_ub=np.vstack(rows), b_ub=np.concatenate(limits),
+                  bounds=([(0, None)] * a.shape[0] + [(lo, demand.whole[k]) for lo, k in zip(whole_least, ks, strict=True)]
+                          + ([(0, None)] if required is not None else [])),
                   method="highs")
     if res.status != 0 or res.fun is None:
         raise RuntimeError(f"LP solver failed: {res.message}")
-    return float(-res.fun), -res.ineqlin.marginals
+    duals = -res.ineqlin.marginals
+    if required is None:
+        return float(-res.fun), duals, 0.0
+    s_n = sizes.shape[0]
+    return float(-res.fun), duals[:1 + s_n] - np.concatenate([[0.0], duals[1 + s_n:]]), float(np.asarray(res.x)[-1])
+
+
+_EXTRA_GPU_COST = 10.0 * MILLI_PER_GPU
+"""What ``pattern_lp`` pays for one GPU beyond ``n_gpus`` to meet ``required``: above the most
+one GPU can hold (1000), so extra GPUs are bought only where the lower bounds need them."""
 
 
 def max_allocated_milli_by_model(demand: ModelGpuDemand, gpus: Mapping[str, int],
@@ -442,21 +478,19 @@ class WorkConservingFloor:
         GPU share those ``a`` pods ask for, % of capacity.
     theta_milli : int
         The threshold of the larger floor.
-    lps : int
-        LPs solved (every threshold, every interval).
+    intervals : int
+        Intervals of ``a`` bounded (every threshold), each one column generation.
     """
 
     unallocated_pct: float
     saturated_at: int
     saturated_arrived_pct: float
     theta_milli: int
-    lps: int
+    intervals: int
 
 
-class _BoundedPatternLP:
-    """The module's first LP with bounds below and above on the pods placed, by column generation.
-
-    One column pool serves every call: a column is a valid pattern whatever the bounds.
+class _SaturationBounds:
+    """The bounds of the module notes for one arrival sequence, for any ``a`` and ``theta``.
 
     Attributes
     ----------
@@ -468,20 +502,12 @@ class _BoundedPatternLP:
         Pods of each size among the first ``j`` arrivals, ``j = 0..N``.
     whole_before : ndarray of shape (N + 1, w), int64
         Whole pods of each ``k`` among the first ``j`` arrivals.
-    solved : int
-        LPs solved so far.
     """
 
-    # The cost of one GPU beyond ``G``; above the most a GPU can hold (1000), so it is
-    # used only where the lower bounds cannot be met with ``G`` GPUs.
-    _EXTRA_GPU_COST = 10.0 * MILLI_PER_GPU
-
-    def __init__(self, arrived: Sequence[trace.TracePod], n_gpus: int) -> None:
-        self.n_gpus = n_gpus
+    def __init__(self, arrived: Sequence[trace.TracePod]) -> None:
         self.sizes = np.array(sorted({p.gpu_milli for p in arrived if p.gpu_milli < MILLI_PER_GPU}), dtype=np.int64)
         self.ks = sorted({p.num_gpu for p in arrived if p.gpu_milli >= MILLI_PER_GPU})
         size_of = {int(r): i for i, r in enumerate(self.sizes)}
-        # Pods of each size (and whole pods of each k) among the first j arrivals, j = 0..N.
         frac = np.zeros((len(arrived) + 1, self.sizes.shape[0]), dtype=np.int64)
         whole = np.zeros((len(arrived) + 1, len(self.ks)), dtype=np.int64)
         for j, p in enumerate(arrived):
@@ -491,71 +517,21 @@ class _BoundedPatternLP:
             else:
                 whole[j + 1, self.ks.index(p.num_gpu)] += 1
         self.frac_before, self.whole_before = frac, whole
-        self.step = math.gcd(MILLI_PER_GPU, *self.sizes.tolist()) if self.sizes.size else MILLI_PER_GPU
-        self.columns = [np.eye(self.sizes.shape[0], dtype=np.int64)[s] for s in range(self.sizes.shape[0])]
-        self.solved = 0
 
-    def bounds(self, lo: int, hi: int, theta: int) -> tuple[NDArray[np.int64], NDArray[np.int64],
-                                                            NDArray[np.int64], NDArray[np.int64]]:
-        """Bounds for every ``a`` in ``[lo, hi]`` at threshold ``theta`` (module notes).
-
-        Returns
-        -------
-        frac_lower, frac_upper : ndarray of shape (s,), int64
-            Pods of each fractional size that must be / may be placed.
-        whole_lower, whole_upper : ndarray of shape (w,), int64
-            The same for whole pods of each ``k``.
-        """
+    def __call__(self, lo: int, hi: int, theta: int) -> tuple[ArrivedGpuDemand, ArrivedGpuDemand]:
+        """For every ``a`` in ``[lo, hi]`` at threshold ``theta``: what may be placed (every
+        size and ``k`` of the sequence, possibly 0), and what must be (``pattern_lp``'s
+        ``demand`` and ``required``)."""
         total = self.frac_before[-1]
-        frac_lower = np.where(self.sizes <= theta, self.frac_before[lo], 0)
-        frac_upper = np.where(self.sizes >= theta, self.frac_before[hi], total)
-        whole_lower = np.array([self.whole_before[lo, i] if k == 1 and theta >= MILLI_PER_GPU else 0
-                                for i, k in enumerate(self.ks)], dtype=np.int64)
-        return frac_lower, frac_upper, whole_lower, self.whole_before[hi]
-
-    def max_allocated_milli(self, frac_lower: NDArray[np.int64], frac_upper: NDArray[np.int64],
-                            whole_lower: NDArray[np.int64], whole_upper: NDArray[np.int64],
-                            max_rounds: int = 10_000) -> float | None:
-        """The most GPU share allocatable within the bounds (``bounds``' arrays).
-
-        Returns
-        -------
-        float or None
-            Milli-GPU; None if the lower bounds need more than ``n_gpus`` GPUs.
-
-        Raises
-        ------
-        RuntimeError
-            If the LP solver fails or column generation does not converge in ``max_rounds``.
-        """
-        linprog = _linprog()
-
-        s_n, ks = self.sizes.shape[0], np.array(self.ks, dtype=float)
-        for _ in range(max_rounds):
-            a = np.array(self.columns, dtype=float).reshape(len(self.columns), s_n)
-            gain = -np.concatenate([a @ self.sizes, MILLI_PER_GPU * ks, [-self._EXTRA_GPU_COST]])
-            pad = np.zeros((s_n, ks.shape[0] + 1))
-            rows = np.vstack([np.concatenate([np.ones(a.shape[0]), ks, [-1.0]]),
-                              np.hstack([a.T, pad]), np.hstack([-a.T, pad])])
-            res = linprog(gain, A_ub=rows, b_ub=np.concatenate([[self.n_gpus], frac_upper, -frac_lower]),
-                          bounds=([(0, None)] * a.shape[0] + list(zip(whole_lower.tolist(), whole_upper.tolist(), strict=True))
-                                  + [(0, None)]), method="highs")
-            self.solved += 1
-            if res.status != 0 or res.fun is None:
-                raise RuntimeError(f"LP solver failed: {res.message}")
-            duals = -res.ineqlin.marginals
-            if s_n == 0:
-                break
-            value, counts = _best_pattern(self.sizes, self.sizes - duals[1:1 + s_n] + duals[1 + s_n:],
-                                          self.frac_before[-1], self.step)
-            if value - duals[0] <= 1e-6:
-                break
-            self.columns.append(counts)
-        else:
-            raise RuntimeError(f"column generation did not converge in {max_rounds} rounds")
-        if float(np.asarray(res.x)[-1]) > 1e-6:  # GPUs beyond G: the lower bounds cannot be met
-            return None
-        return float(-res.fun)
+        upper = np.where(self.sizes >= theta, self.frac_before[hi], total)
+        lower = np.where(self.sizes <= theta, self.frac_before[lo], 0)
+        sizes = self.sizes.tolist()
+        allowed = ArrivedGpuDemand(dict(zip(sizes, upper.tolist(), strict=True)),
+                                   dict(zip(self.ks, self.whole_before[hi].tolist(), strict=True)))
+        required = ArrivedGpuDemand(dict(zip(sizes, lower.tolist(), strict=True)),
+                                    {1: int(self.whole_before[lo, self.ks.index(1)])}
+                                    if theta >= MILLI_PER_GPU and 1 in self.ks else {})
+        return allowed, required
 
 
 def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> WorkConservingFloor:
@@ -581,14 +557,19 @@ def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> Wor
     ModuleNotFoundError
         Without scipy (the ``floor`` extra).
     """
-    lp = _BoundedPatternLP(arrived, n_gpus)
+    bounds = _SaturationBounds(arrived)
+    columns = [np.eye(bounds.sizes.shape[0], dtype=np.int64)[s] for s in range(bounds.sizes.shape[0])]
     capacity = MILLI_PER_GPU * n_gpus
-    thresholds = sorted({int(lp.sizes.max()) if lp.sizes.size else MILLI_PER_GPU, MILLI_PER_GPU})
+    thresholds = sorted({int(bounds.sizes.max()) if bounds.sizes.size else MILLI_PER_GPU, MILLI_PER_GPU})
     best: tuple[float, int, int] | None = None
+    intervals = 0
     for theta in thresholds:
         def unallocated(lo: int, hi: int, theta: int = theta) -> float:
-            got = lp.max_allocated_milli(*lp.bounds(lo, hi, theta))
-            return math.inf if got is None else 100.0 * (capacity - got) / capacity
+            nonlocal intervals
+            intervals += 1
+            allowed, required = bounds(lo, hi, theta)
+            got, extra = _column_generation(allowed, n_gpus, 10_000, required, columns)
+            return math.inf if extra > 1e-6 else 100.0 * (capacity - got) / capacity
 
         heap = [(unallocated(0, len(arrived)), 0, len(arrived))]
         while True:
@@ -605,7 +586,7 @@ def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> Wor
     assert best is not None
     pct, a, theta = best
     asked = sum(p.gpu_request_milli for p in arrived[:a])
-    return WorkConservingFloor(pct, a, 100.0 * asked / capacity, theta, lp.solved)
+    return WorkConservingFloor(pct, a, 100.0 * asked / capacity, theta, intervals)
 
 
 def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float | None:

@@ -199,9 +199,10 @@ def test_work_conserving_floor_bounds_greedy_schedulers_and_is_the_lowest_satura
     plain = floor.max_allocated_milli(floor.arrived_demand(arrived, capacity), n_gpus)
     assert got.unallocated_pct >= 100 * (capacity - plain) / capacity - 1e-6
     # Branch and bound finds the lowest point: the same as trying every a at that threshold.
-    lp = floor._BoundedPatternLP(arrived, n_gpus)
-    every = [lp.max_allocated_milli(*lp.bounds(a, a, got.theta_milli)) for a in range(len(arrived) + 1)]
-    best = max(x for x in every if x is not None)
+    bounds = floor._SaturationBounds(arrived)
+    every = [floor._column_generation(allowed, n_gpus, 10_000, required)
+             for allowed, required in (bounds(a, a, got.theta_milli) for a in range(len(arrived) + 1))]
+    best = max(value for value, extra in every if extra <= 1e-6)
     assert got.unallocated_pct == pytest.approx(100 * (capacity - best) / capacity, abs=1e-6)
 
 
