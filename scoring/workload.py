@@ -15,6 +15,9 @@ whose classes ignore CPU and memory: there the tail is whole pods restricted to 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TypeVar
+
 import numpy as np
 
 from scoring.fragmentation import TaskTypes
@@ -44,23 +47,10 @@ class WorkloadModel:
 
     def add(self, key: TaskKey, sign: int) -> None:
         """Count (``sign=1``) or uncount (``sign=-1``) one pod of type ``key``."""
-        n = self._counts.get(key, 0) + sign
-        if n > 0:
-            self._counts[key] = n
-        else:
-            self._counts.pop(key, None)
-        k = key[0]
-        share = self._share_by_gpus.get(k, 0) + sign * k * min(key[1], MILLI_PER_GPU)
-        if share > 0:
-            self._share_by_gpus[k] = share
-        else:
-            self._share_by_gpus.pop(k, None)
-        cls = (k, min(key[1], MILLI_PER_GPU), key[4])
-        d = self._demand.get(cls, 0) + sign
-        if d > 0:
-            self._demand[cls] = d
-        else:
-            self._demand.pop(cls, None)
+        k, share = key[0], min(key[1], MILLI_PER_GPU)
+        _bump(self._counts, key, sign)
+        _bump(self._share_by_gpus, k, sign * k * share)
+        _bump(self._demand, (k, share, key[4]), sign)
         self._dirty = True
 
     def share_by_gpu_count(self) -> dict[int, int]:
@@ -93,3 +83,15 @@ class WorkloadModel:
         out._demand = dict(self._demand)
         out._dirty = True
         return out
+
+
+_K = TypeVar("_K", bound=Hashable)
+
+
+def _bump(counts: dict[_K, int], key: _K, delta: int) -> None:
+    """Add ``delta`` to ``counts[key]``; a key whose total is no longer positive is dropped."""
+    n = counts.get(key, 0) + delta
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
