@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import check_placements, replay
+from benchmarks import check_placements, cold_start, replay
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("replay", help="replay an openb trace through the extender's HTTP verbs")
     replay.add_arguments(rep)
     rep.set_defaults(func=_replay)
+
+    cold = sub.add_parser("cold-start", help="a fresh cluster filled with one pod shape: where the next shape fits")
+    cold_start.add_arguments(cold)
+    cold.set_defaults(func=cold_start.run)
 
     chk = sub.add_parser("check-placements", help="independent feasibility check of a placements CSV")
     chk.add_argument("placements", type=Path)

@@ -284,7 +284,7 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
                      "status": {"phase": "Running"}}
             client.pod_events([{"type": "MODIFIED", "object": bound}])
         elif feasible.shape[0]:
-            node = _schedule_with_extender(client, view, cluster, pod, tp, feasible, profile)
+            node = schedule_with_extender(client, view, cluster, pod, tp.cpu_milli, tp.memory_mib, feasible, profile)
             if node >= 0:
                 err = client.bind(pod, names[node])
                 if err:
@@ -350,9 +350,11 @@ class ClusterNames:
                 "NodeNames": None}
 
 
-def _schedule_with_extender(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
-                      pod: dict[str, Any], tp: trace.TracePod, feasible: np.ndarray,
-                      profile: Profile) -> int:
+def schedule_with_extender(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
+                           pod: dict[str, Any], cpu_milli: int, memory_mib: int, feasible: np.ndarray,
+                           profile: Profile) -> int:
+    """kube-scheduler's cycle for one pod after its in-tree filter: ``filter``, ``prioritize``
+    unless one node is left, ``selectHost``; the chosen row, or -1."""
     res = client.filter(cluster.args(pod, feasible))
     if res.get("Error"):
         return -1
@@ -365,7 +367,7 @@ def _schedule_with_extender(client: ExtenderClient | InProcessClient, view: Sche
     nodes = np.fromiter((cluster.pos[n] for n in passed), dtype=np.int64, count=len(passed))
     if nodes.shape[0] == 1:
         return int(nodes[0])  # kube-scheduler skips scoring with one feasible node
-    totals = view.in_tree_scores(nodes, tp.cpu_milli, tp.memory_mib)
+    totals = view.in_tree_scores(nodes, cpu_milli, memory_mib)
     ext = np.zeros(view.n_nodes, dtype=np.int64)
     for h in client.prioritize(cluster.args(pod, nodes)):
         ext[cluster.pos[h["Host"]]] = h["Score"]

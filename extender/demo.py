@@ -33,15 +33,18 @@ NODES = [
 ]
 """Two nodes of four 24 GiB A10s and one of two 80 GiB A100s; 4 time-slicing replicas each."""
 
-# (name, GPUs, annotations): what the pods ask for, in arrival order
+# (name, GPUs, annotations): what the pods ask for, in arrival order. The A100-only LLM
+# server comes first: the shape prior (scoring.workload.ShapePrior) knows GPU shapes, not
+# models, so notebooks arriving first are packed onto the 2-GPU A100 node (to keep the
+# 4-GPU A10 nodes whole) and would leave the LLM server waiting.
 PODS: list[tuple[str, int, dict[str, str]]] = [
+    ("llm-a100", 1, {ann.FRACTION: "0.5", ann.GPU_MODEL: "A100", ann.MEMORY: "40Gi"}),
     ("notebook-1", 1, {ann.FRACTION: "0.25"}),
     ("notebook-2", 1, {ann.FRACTION: "0.25"}),
     ("inference-1", 1, {ann.FRACTION: "0.5", ann.MEMORY: "8Gi", ann.QOS: "guaranteed"}),
     ("inference-2", 1, {ann.FRACTION: "0.5", ann.MEMORY: "8Gi", ann.QOS: "guaranteed"}),
     ("batch-1", 1, {ann.FRACTION: "0.25", ann.QOS: "best-effort"}),
     ("training-1", 2, {}),
-    ("llm-a100", 1, {ann.FRACTION: "0.5", ann.GPU_MODEL: "A100", ann.MEMORY: "40Gi"}),
     ("notebook-3", 1, {ann.FRACTION: "0.25"}),
     ("training-2", 2, {}),
     ("too-big", 1, {ann.GPU_MODEL: "A100", ann.MEMORY: "100Gi"}),

@@ -18,7 +18,8 @@ from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
-from scoring.scorer import ScoringConfig, build_scorer, validate_config
+from scoring.scorer import ScoringConfig, Ties, build_scorer, validate_config
+from scoring.workload import MAX_PRIOR_GPUS, MAX_PRIOR_WEIGHT, ShapePrior
 
 
 class Settings(BaseSettings):
@@ -114,6 +115,43 @@ class ToleranceFile(BaseModel):
     spare_need: float = Field(DEFAULT_TOLERANCE.spare_need, ge=0.0, le=1.0)
 
 
+class PriorShapeFile(BaseModel):
+    """One entry of ``scoring.prior.shapes``: a pod shape the cluster expects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int = Field(1, ge=1, le=MAX_PRIOR_GPUS)
+    """GPUs per pod."""
+    fraction: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    """Share of each GPU (below 1 only for one-GPU pods)."""
+    weight: int = Field(1, ge=1, le=MAX_PRIOR_WEIGHT)
+    """Relative weight among the shapes: pseudo-pods are dealt in proportion."""
+
+    @model_validator(mode="after")
+    def _whole_gpus_for_multi_gpu(self) -> PriorShapeFile:
+        if self.gpus > 1 and self.fraction != 1.0:
+            raise ValueError(f"a pod of {self.gpus} GPUs takes whole GPUs: fraction must be 1, "
+                             f"got {self.fraction:g}")
+        if round(self.fraction * MILLI_PER_GPU) < 1:
+            raise ValueError(f"fraction: at least 0.001 of a GPU, got {self.fraction:g}")
+        return self
+
+
+class PriorFile(BaseModel):
+    """``scoring.prior:``: the shapes the learned workload starts from
+    (``scoring.workload.ShapePrior``); a field left out keeps the preset's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pods: int | None = Field(None, ge=0, le=1_000_000)
+    """Pseudo-pods the prior is worth while few pods are observed (0 with floor 0: no prior)."""
+    floor: float | None = Field(None, ge=0.0, le=0.5, allow_inf_nan=False)
+    """Least share of the counted pods the prior keeps."""
+    shapes: list[PriorShapeFile] | None = Field(None, max_length=64)
+    """Expected shapes; left out or empty: whole and half nodes of every node size, a whole
+    GPU, half and a quarter of one."""
+
+
 class ScoringFile(BaseModel):
     """``scoring:`` section of the admin config file."""
 
@@ -123,6 +161,9 @@ class ScoringFile(BaseModel):
     weights: dict[str, float] = Field(default_factory=dict)
     qos_overrides: dict[str, dict[str, float]] = Field(default_factory=dict)
     tolerance: ToleranceFile = Field(default_factory=ToleranceFile)
+    prior: PriorFile = Field(default_factory=PriorFile)
+    ties: Literal["keep_whole", "row"] | None = None
+    """How nodes of equal score are ordered (``scoring.scorer.Ties``); left out: the preset's."""
 
 
 class QosFile(BaseModel):
@@ -199,6 +240,8 @@ def scoring_config(preset: str, overrides: dict[str, Any] | None = None) -> Scor
     cfg = ScoringConfig(
         weights={**base.weights, **overrides.get("weights", {})},
         qos_overrides={**base.qos_overrides, **overrides.get("qos_overrides", {})},
+        prior=overrides.get("prior", base.prior),
+        ties=Ties(overrides.get("ties", base.ties)),
     )
     errors = validate_config(cfg)
     if errors:
@@ -231,6 +274,14 @@ def _tenant_policy(parsed: AdminConfig) -> TenantPolicy:
     return TenantPolicy(by_ns, default, parsed.tenant_label, tenants)
 
 
+def _prior(base: ShapePrior, given: PriorFile) -> ShapePrior:
+    """The preset's prior with the fields the config gives replaced."""
+    shapes = base.shapes if given.shapes is None else tuple(
+        (s.gpus, round(s.fraction * MILLI_PER_GPU), s.weight) for s in given.shapes)
+    return ShapePrior(shapes, base.pods if given.pods is None else given.pods,
+                      base.floor if given.floor is None else given.floor)
+
+
 def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:
     """Validate the text of an admin config file.
 
@@ -261,7 +312,12 @@ def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:
             f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
         )) from None
     sc = parsed.scoring
-    scoring = scoring_config(sc.preset, {"weights": sc.weights, "qos_overrides": sc.qos_overrides})
+    overrides: dict[str, Any] = {"weights": sc.weights, "qos_overrides": sc.qos_overrides}
+    if sc.preset in PRESETS:
+        overrides["prior"] = _prior(PRESETS[sc.preset].prior, sc.prior)
+    if sc.ties is not None:
+        overrides["ties"] = sc.ties
+    scoring = scoring_config(sc.preset, overrides)
     policy = QosPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
     return AdminPolicy(replace(scoring, qos=policy), _tenant_policy(parsed),

@@ -169,7 +169,7 @@ def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bo
     return tolerance.workload == 0.0 or workload_drift(frozen.tasks, now.tasks) > tolerance.workload
 
 
-_ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib")
+_ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib", "tie_rank")
 """The per-row fields of an ``Evaluation`` that an entry keeps current (``rows`` is fixed)."""
 
 
@@ -195,7 +195,8 @@ def _splice(ev: Evaluation, rows: NDArray[np.int64], part: Evaluation, copy: boo
 
     return Evaluation(ev.request, ev.rows, put(ev.node_fits, part.node_fits), put(ev.reason, part.reason),
                       put(ev.score, part.score), put(ev.chosen_cols, part.chosen_cols),
-                      put(ev.chosen_mem_mib, part.chosen_mem_mib), put(ev.gpu_mem_max_mib, part.gpu_mem_max_mib))
+                      put(ev.chosen_mem_mib, part.chosen_mem_mib), put(ev.gpu_mem_max_mib, part.gpu_mem_max_mib),
+                      put(ev.tie_rank, part.tie_rank))
 
 
 @dataclass(slots=True)

@@ -9,6 +9,11 @@
   reproduce the published numbers under ``benchmarks/scheduler-config-simulator.yaml``;
 - ``packing``, ``spread``: one term each.
 
+gpufrac's own presets learn the workload from a ``ShapePrior`` (``scoring.workload``) and
+break ties by keeping capacity whole (``Ties.KEEP_WHOLE``); the paper baselines learn from
+observed pods only and break ties by node name, as the authors' simulator does, and so
+does ``spread``, whose point is to not pack.
+
 Why each weight is what it is, with the measurements, is in ``docs/decisions/`` (one record
 per decision); ``benchmarks/README.md`` has the runs behind the numbers.
 """
@@ -17,7 +22,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from scoring.scorer import ScoringConfig
+from scoring.scorer import ScoringConfig, Ties
+from scoring.workload import NO_PRIOR
 
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "default": ScoringConfig({"fgd": 1.0, "adaptive_balance": 0.2, "gap_price": 6.0, "priced_stranding": 6.0,
@@ -29,10 +35,10 @@ PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
         "qos_interference": 0.5,
         "multi_gpu_reserve": 3.75,
     }),
-    "random": ScoringConfig({"random": 1.0}),
-    "bestfit": ScoringConfig({"best_fit": 1.0}),
+    "random": ScoringConfig({"random": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
+    "bestfit": ScoringConfig({"best_fit": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
     "packing": ScoringConfig({"node_packing": 1.0}),
-    "spread": ScoringConfig({"spread": 1.0}),
-    "fgd": ScoringConfig({"fgd": 1.0}),
+    "spread": ScoringConfig({"spread": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
+    "fgd": ScoringConfig({"fgd": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
 })
 """Preset name -> ScoringConfig."""

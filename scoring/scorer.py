@@ -14,6 +14,7 @@ those GPUs.
 
 from __future__ import annotations
 
+import enum
 import math
 import types
 from collections.abc import Callable, Mapping
@@ -25,8 +26,9 @@ from numpy.typing import NDArray
 from scoring import strategies
 from scoring.fit import ClusterTerms, FitContext, fit
 from scoring.reduce import mean_at
-from scoring.request import PodRequest, QoSClass, QosPolicy
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
+from scoring.workload import ShapePrior
 
 GpuScoreFn = Callable[[FitContext], NDArray[np.float64]]
 NodeScoreFn = Callable[[FitContext, NDArray[np.bool_]], NDArray[np.float64]]
@@ -77,6 +79,21 @@ STRATEGIES: dict[str, Strategy] = _registry(strategies.modules())
 """Registry: strategy name -> Strategy."""
 
 
+class Ties(enum.StrEnum):
+    """How ``Evaluation.best`` orders nodes whose scores are equal.
+
+    - ``keep_whole``: the classic binpack order, so that capacity stays whole where the
+      scores do not separate candidates: first a node that already holds GPU pods over an
+      empty one, then the fewest wholly free GPUs taken, then the least GPU share left on
+      the node; then the lowest row. For CPU-only pods: the lowest row.
+    - ``row``: the lowest row (node names in order), the tie-break of Weng et al.'s
+      simulator, which the paper baselines need to reproduce the published numbers.
+    """
+
+    KEEP_WHOLE = "keep_whole"
+    ROW = "row"
+
+
 @dataclass(frozen=True)
 class ScoringConfig:
     """Strategy weights, with optional per-QoS-class overrides.
@@ -90,11 +107,17 @@ class ScoringConfig:
         pods of that class.
     qos : QosPolicy
         What each QoS class may share (feasibility, not score).
+    prior : ShapePrior
+        The shapes the learned workload starts from (``scoring.workload.ShapePrior``).
+    ties : Ties
+        How nodes of equal score are ordered.
     """
 
     weights: Mapping[str, float]
     qos_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     qos: QosPolicy = field(default_factory=QosPolicy)
+    prior: ShapePrior = field(default_factory=ShapePrior)
+    ties: Ties = Ties.KEEP_WHOLE
 
 
 def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str]:
@@ -162,6 +185,8 @@ class Evaluation:
     gpu_mem_max_mib : ndarray of shape (m,), int64
         The node's largest GPU memory, MiB (0 without GPUs): a ``gpu_memory_mib`` above it
         is a request no preemption can make room for.
+    tie_rank : ndarray of shape (m,), int64
+        Among nodes of the same score, lower is preferred (``Ties``; then the lowest row).
     context : FitContext or None
         The full feasibility context, as the strategies saw it; None on an evaluation
         kept or sliced by ``scoring.incremental`` or ``take`` (only the fields above are kept).
@@ -175,17 +200,21 @@ class Evaluation:
     chosen_cols: NDArray[np.int64]
     chosen_mem_mib: NDArray[np.int64]
     gpu_mem_max_mib: NDArray[np.int64]
+    tie_rank: NDArray[np.int64]
     context: FitContext | None = None
 
     @classmethod
-    def of(cls, ctx: FitContext, score: NDArray[np.float64], cols: NDArray[np.int64]) -> Evaluation:
-        """The evaluation of a context, its node scores and its GPU choice (-1: none)."""
+    def of(cls, ctx: FitContext, score: NDArray[np.float64], cols: NDArray[np.int64],
+           tie_rank: NDArray[np.int64] | None = None) -> Evaluation:
+        """The evaluation of a context, its node scores, its GPU choice (-1: none) and its
+        tie ranks (all 0, the lowest row wins ties, by default)."""
         if cols.shape[1] and ctx.mem_req_mib.shape[1]:
             mem = np.where(cols >= 0, np.take_along_axis(ctx.mem_req_mib, np.maximum(cols, 0), axis=1), 0)
         else:
             mem = np.zeros(cols.shape, dtype=np.int64)
+        rank = tie_rank if tie_rank is not None else np.zeros(ctx.rows.shape[0], dtype=np.int64)
         return cls(ctx.request, ctx.rows, ctx.node_fits, ctx.reason, score, cols, mem,
-                   ctx.mem_total_mib.max(axis=1, initial=0), ctx)
+                   ctx.mem_total_mib.max(axis=1, initial=0), rank, ctx)
 
     def take(self, positions: NDArray[np.int64]) -> Evaluation:
         """The evaluation restricted to some candidates (node scores do not depend on the set).
@@ -202,28 +231,34 @@ class Evaluation:
         """
         p = positions
         return Evaluation(self.request, self.rows[p], self.node_fits[p], self.reason[p], self.score[p],
-                          self.chosen_cols[p], self.chosen_mem_mib[p], self.gpu_mem_max_mib[p])
+                          self.chosen_cols[p], self.chosen_mem_mib[p], self.gpu_mem_max_mib[p],
+                          self.tie_rank[p])
 
     def best(self) -> int:
         """Position (in the candidate list) of the best feasible node, or -1 if none.
 
-        Ties are broken by the lowest cluster row, so the answer does not depend on the
-        order in which candidates were given.
+        Ties are broken by the lowest ``tie_rank``, then the lowest cluster row, so the answer
+        does not depend on the order in which candidates were given.
         """
         scores = np.where(self.node_fits, np.nan_to_num(self.score, nan=-1.0), -np.inf)  # NaN below any score
         top = scores.max(initial=-np.inf)
         if top == -np.inf:
             return -1
         tied = np.flatnonzero(scores == top)
-        return int(tied[np.argmin(self.rows[tied])])
+        if tied.shape[0] == 1:
+            return int(tied[0])
+        return int(tied[np.lexsort((self.rows[tied], self.tie_rank[tied]))[0]])
 
 
 class Scorer:
     """Weighted combination of registered strategies (build with ``build_scorer``)."""
 
     def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]],
-                 policy: QosPolicy | None = None) -> None:
+                 policy: QosPolicy | None = None, prior: ShapePrior | None = None,
+                 ties: Ties = Ties.KEEP_WHOLE) -> None:
         self.policy = policy if policy is not None else QosPolicy()
+        self.prior = prior if prior is not None else ShapePrior()
+        self.ties = ties
         self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
             qos: tuple((STRATEGIES[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
             for qos, ws in weights_by_qos.items()
@@ -296,7 +331,33 @@ class Scorer:
                 score += w * strat.node_score(ctx, chosen)
         score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
         cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)
-        return Evaluation.of(ctx, score, cols)
+        rank = keep_whole_rank(ctx, cols) if self.ties == Ties.KEEP_WHOLE else None
+        return Evaluation.of(ctx, score, cols, rank)
+
+
+def keep_whole_rank(ctx: FitContext, cols: NDArray[np.int64]) -> NDArray[np.int64]:
+    """``Ties.KEEP_WHOLE``'s order of the candidates as one integer, lower first.
+
+    Parameters
+    ----------
+    ctx : FitContext
+    cols : ndarray of shape (m, k), int64
+        The chosen GPU columns, ``k >= 1``; -1 on infeasible rows.
+
+    Returns
+    -------
+    ndarray of shape (m,), int64
+        ``breaks_empty_node * 2**40 + empty_gpus_taken * 2**24 + free_left_milli``:
+        whether the node holds no GPU share yet, how many of the chosen GPUs are wholly
+        free, and the node's free GPU share after placement (clipped to ``2**24 - 1``).
+    """
+    k = cols.shape[1]
+    taken = np.take_along_axis(ctx.free_milli, np.maximum(cols, 0), axis=1)
+    empty_taken = ((taken >= MILLI_PER_GPU) & (cols >= 0)).sum(axis=1).astype(np.int64)
+    breaks_node = (ctx.node_used_milli == 0).astype(np.int64)
+    left = np.clip(ctx.node_total_milli - ctx.node_used_milli - k * ctx.request.gpu_milli, 0, (1 << 24) - 1)
+    rank: NDArray[np.int64] = (breaks_node << 40) + (np.minimum(empty_taken, (1 << 16) - 1) << 24) + left
+    return rank
 
 
 def build_scorer(config: ScoringConfig) -> Scorer:
@@ -322,4 +383,4 @@ def build_scorer(config: ScoringConfig) -> Scorer:
         qos: {**config.weights, **config.qos_overrides.get(qos.wire_name, {})}
         for qos in QoSClass
     }
-    return Scorer(by_qos, config.qos)
+    return Scorer(by_qos, config.qos, config.prior, config.ties)

@@ -11,11 +11,20 @@ FGD from 5.02 % to 4.87 % unallocated at 100 % arrived (openb seed 42). The
 strategy uses (fewer types keep the kernel cheap; the tail carries little weight). Their
 ``TaskTypes.demand`` counts every pod by (GPUs, share, models) for the cutting-stock prices,
 whose classes ignore CPU and memory: there the tail is whole pods restricted to rare models.
+
+A fresh cluster has seen few shapes: after a thousand quarter-GPU notebooks the learned
+workload is "quarter GPUs only", against which no placement fragments anything, and the
+notebooks spread over every node until the first 8-GPU job fits nowhere (issue 36). So the
+counts start from a ``ShapePrior``: pseudo-pods of the shapes the cluster's nodes can host
+(a whole node and half a node of every node size, a whole GPU, half and a quarter of one),
+which real demand outgrows but never erases (module notes of ``ShapePrior``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -28,13 +37,148 @@ TaskKey = tuple[int, int, int, int, int, int]
 explicit GPU memory per GPU, 0 for a share's proportion."""
 
 
+PRIOR_PODS = 8
+"""Pseudo-pods the default prior is worth while little is observed (see ``ShapePrior``)."""
+
+PRIOR_FLOOR = 0.05
+"""The default prior's least share of the counted pods, however many are observed."""
+
+PRIOR_FRACTIONS_MILLI = (500, 250)
+"""Shares of one GPU the automatic prior expects besides whole GPUs."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShapePrior:
+    """Pseudo-pods added to the learned workload, so that shapes not seen yet still count.
+
+    Parameters
+    ----------
+    shapes : tuple of (int, int, int)
+        ``(gpu_count, gpu_milli, weight)``: GPUs per pod (>= 1), share per GPU in milli-GPU
+        (1..1000; 1000 for whole GPUs) and a relative weight (>= 1). Empty: the automatic
+        prior, resolved against the cluster's node sizes by ``resolve``.
+    pods : int
+        Pseudo-pods the prior is worth while the observed pods are few, >= 0.
+    floor : float
+        Least share, in [0, 0.5], of the counted pods the prior keeps however many are
+        observed.
+
+    Notes
+    -----
+    With ``N`` observed GPU pods (placed and pending) the prior counts
+    ``T = max(pods, ceil(floor * N))`` pseudo-pods, shape ``i`` getting
+    ``max(1, round(T * w_i / sum w))`` of them (``counts``). Its share of the pod count is
+    ``T / (N + T)``: with the defaults (8 pods, floor 1 %) that is 1/2 after 8 observed pods,
+    10 % after 72, and the 1 % floor from 800 pods on. Why these numbers:
+
+    - A pseudo-pod is a pod, not a GPU: FGD weighs task types by pod count (popularity), so
+      a few 8-GPU pseudo-pods among a thousand notebooks are enough for a placement that
+      breaks an empty node to cost more than one that fills a used one (each such break
+      makes the node's whole free share fragment for the 8-GPU type), and the multi-GPU
+      share of the GPU demand (``adaptive_balance``) stays above zero, so the balance term
+      stops drawing light pods onto empty nodes. One 8-GPU pod among 1,000 quarter-GPU
+      pods was enough on the issue-36 cluster (39 nodes touched).
+    - The floor keeps that weight after the cluster has seen many pods of one shape: an
+      8-GPU job that has not come yet is still a job the cluster exists for. At 1 % it moves
+      the learned distribution by at most 0.01 in total variation, the incremental
+      scorer's own tolerance (``scoring.incremental.DEFAULT_TOLERANCE``), so a workload
+      that holds every shape, like openb's, is scored as before within that tolerance.
+    - Real demand of a shape adds to the prior's pseudo-pods of the same shape, so a shape
+      that does arrive is counted as the pods it brings, plus at most the prior's share.
+
+    The pseudo-pods ask for no CPU and no host memory and accept any GPU model: the prior
+    says which GPU shapes will come, not what they bring with them.
+    """
+
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    pods: int = PRIOR_PODS
+    floor: float = PRIOR_FLOOR
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 0:
+            raise ValueError(f"pods: must be an integer >= 0, got {self.pods!r}")
+        if not 0.0 <= self.floor <= 0.5:
+            raise ValueError(f"floor: must be in [0, 0.5], got {self.floor!r}")
+        for i, (k, milli, w) in enumerate(self.shapes):
+            if not 1 <= k <= MAX_PRIOR_GPUS or not 1 <= milli <= MILLI_PER_GPU or not 1 <= w <= MAX_PRIOR_WEIGHT:
+                raise ValueError(f"shapes[{i}]: gpus in 1..{MAX_PRIOR_GPUS}, gpu_milli in 1..{MILLI_PER_GPU} "
+                                 f"and weight in 1..{MAX_PRIOR_WEIGHT}, got {(k, milli, w)!r}")
+            if k > 1 and milli != MILLI_PER_GPU:
+                raise ValueError(f"shapes[{i}]: a pod of {k} GPUs takes whole GPUs (gpu_milli 1000), "
+                                 f"got {milli}")
+
+    @property
+    def off(self) -> bool:
+        """Whether the prior adds nothing."""
+        return self.pods == 0 and self.floor == 0.0
+
+    def resolve(self, node_sizes: Iterable[int]) -> tuple[tuple[int, int, int], ...]:
+        """The shapes, with the automatic prior resolved against the node sizes.
+
+        Parameters
+        ----------
+        node_sizes : iterable of int
+            GPUs per node of the cluster's GPU nodes (repeats allowed).
+
+        Returns
+        -------
+        tuple of (int, int, int)
+            ``(gpu_count, gpu_milli, weight)``, sorted; empty when the prior is off, or
+            automatic on a cluster without GPUs. The automatic prior holds, with weight 1
+            each: ``c`` and ``c // 2`` whole GPUs for every node size ``c``, one whole GPU,
+            and ``PRIOR_FRACTIONS_MILLI`` of one.
+        """
+        if self.off:
+            return ()
+        if self.shapes:
+            return tuple(sorted(self.shapes))
+        sizes = {min(int(c), MAX_PRIOR_GPUS) for c in node_sizes if c > 0}
+        if not sizes:
+            return ()
+        whole = {c for s in sizes for c in (s, s // 2) if c >= 1} | {1}
+        return tuple(sorted([(k, MILLI_PER_GPU, 1) for k in whole]
+                            + [(1, f, 1) for f in PRIOR_FRACTIONS_MILLI]))
+
+    def counts(self, shapes: tuple[tuple[int, int, int], ...], observed: int,
+               seen: tuple[bool, ...] | None = None) -> list[int]:
+        """Pseudo-pods of each of ``shapes`` (``resolve``) after ``observed`` counted pods.
+
+        ``seen``: per shape, whether counted pods already hold its class (``WorkloadModel``);
+        a seen shape keeps one pseudo-pod, an unseen one its weight's part of the total.
+        """
+        if not shapes:
+            return []
+        total = max(self.pods, math.ceil(self.floor * observed))
+        weight = sum(w for _, _, w in shapes)
+        seen = seen if seen is not None else (False,) * len(shapes)
+        return [1 if was_seen else max(1, round(total * w / weight))
+                for (_, _, w), was_seen in zip(shapes, seen, strict=True)]
+
+
+MAX_PRIOR_GPUS = 64
+"""Largest GPUs per pod a prior shape may have (bounds what a config can size)."""
+
+MAX_PRIOR_WEIGHT = 1000
+"""Largest relative weight of a prior shape."""
+
+NO_PRIOR = ShapePrior((), 0, 0.0)
+"""Learn from observed pods only (the paper baselines)."""
+
+
 class WorkloadModel:
     """Counts of task types among GPU pods (placed, and pending ones the cache adds).
 
     Parameters
     ----------
     max_types : int
-        How many of the most frequent types ``task_types`` returns.
+        How many of the most frequent observed types ``task_types`` returns (the prior's
+        shapes come on top: they are few, and rare by construction).
+
+    Notes
+    -----
+    The model depends only on the multiset of counted pods, the prior and the node sizes,
+    never on the order of ``add`` calls (ties in frequency are broken by the type's key):
+    a restarted extender that lists the same pods, and every replica, learn the same one.
     """
 
     def __init__(self, max_types: int = 48) -> None:
@@ -42,6 +186,9 @@ class WorkloadModel:
         self._counts: dict[TaskKey, int] = {}
         self._share_by_gpus: dict[int, int] = {}
         self._demand: dict[tuple[int, int, int], int] = {}
+        self._observed = 0
+        self._prior = NO_PRIOR
+        self._prior_shapes: tuple[tuple[int, int, int], ...] = ()
         self._cached: TaskTypes | None = None
         self._dirty = False
 
@@ -51,36 +198,78 @@ class WorkloadModel:
         _bump(self._counts, key, sign)
         _bump(self._share_by_gpus, k, sign * k * share)
         _bump(self._demand, (k, share, key[4]), sign)
+        self._observed = max(0, self._observed + sign)
         self._dirty = True
 
+    def set_prior(self, prior: ShapePrior, node_sizes: Iterable[int]) -> None:
+        """Use ``prior``, its automatic shapes resolved against ``node_sizes`` (GPUs per node).
+
+        Parameters
+        ----------
+        prior : ShapePrior
+        node_sizes : iterable of int
+            GPUs per GPU node of the cluster.
+        """
+        shapes = prior.resolve(node_sizes)
+        if prior != self._prior or shapes != self._prior_shapes:
+            self._prior, self._prior_shapes = prior, shapes
+            self._dirty = True
+
+    @property
+    def prior(self) -> ShapePrior:
+        """The prior in use (``NO_PRIOR`` until ``set_prior``)."""
+        return self._prior
+
+    def prior_counts(self) -> dict[tuple[int, int], int]:
+        """``(gpu_count, gpu_milli) -> pseudo-pods`` the prior adds now."""
+        fractions = any(share < MILLI_PER_GPU for _, share, _ in self._demand)
+        seen = tuple((k, milli, ANY_MODEL_MASK) in self._demand or any(
+            kk == k and share == milli for kk, share, _ in self._demand) if milli == MILLI_PER_GPU
+            else fractions for k, milli, _ in self._prior_shapes)
+        counts = self._prior.counts(self._prior_shapes, self._observed, seen)
+        return {(k, m): c for (k, m, _), c in zip(self._prior_shapes, counts, strict=True)}
+
     def share_by_gpu_count(self) -> dict[int, int]:
-        """GPU share of every counted pod by GPUs per pod, milli-GPU (all types, not only the
-        ``max_types`` most frequent: a few 8-GPU pods are rare as types and large as demand)."""
-        return dict(self._share_by_gpus)
+        """GPU share of every counted pod and pseudo-pod by GPUs per pod, milli-GPU (all types,
+        not only the ``max_types`` most frequent: a few 8-GPU pods are rare as types and large
+        as demand)."""
+        out = dict(self._share_by_gpus)
+        for (k, milli), c in self.prior_counts().items():
+            out[k] = out.get(k, 0) + c * k * milli
+        return out
 
     def task_types(self) -> TaskTypes | None:
-        """The distribution (None while no GPU pod is placed)."""
+        """The distribution (None while no GPU pod is counted and the prior adds none)."""
         if self._dirty:
             self._dirty = False
-            if not self._counts:
+            top = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
+            merged = dict(top)
+            demand = dict(self._demand)
+            for (k, milli), c in self.prior_counts().items():
+                key: TaskKey = (k, milli, 0, 0, ANY_MODEL_MASK, 0)
+                merged[key] = merged.get(key, 0) + c
+                demand[(k, milli, ANY_MODEL_MASK)] = demand.get((k, milli, ANY_MODEL_MASK), 0) + c
+            if not merged:
                 self._cached = None
             else:
-                top = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
-                rows = np.array([k for k, _ in top], dtype=np.int64)
-                count = np.array([c for _, c in top], dtype=np.int64)
+                items = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
+                rows = np.array([k for k, _ in items], dtype=np.int64)
+                count = np.array([c for _, c in items], dtype=np.int64)
                 masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
                 gpu_mem = rows[:, 5] if (rows[:, 5] != 0).any() else None
-                demand = tuple((k, r, m, c) for (k, r, m), c in sorted(self._demand.items()))
+                demand_rows = tuple((k, r, m, c) for (k, r, m), c in sorted(demand.items()))
                 self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                                         count / count.sum(), count, masks, gpu_mem, demand)
+                                         count / count.sum(), count, masks, gpu_mem, demand_rows)
         return self._cached
 
     def copy(self) -> WorkloadModel:
-        """An independent copy."""
+        """An independent copy (the prior included)."""
         out = WorkloadModel(self.max_types)
         out._counts = dict(self._counts)
         out._share_by_gpus = dict(self._share_by_gpus)
         out._demand = dict(self._demand)
+        out._observed = self._observed
+        out._prior, out._prior_shapes = self._prior, self._prior_shapes
         out._dirty = True
         return out
 

@@ -95,6 +95,11 @@ def _without_usage(node: NodeSpec) -> NodeSpec:
     return replace(node, gpus=tuple(replace(g, memory_used_mib=0) for g in node.gpus))
 
 
+def _node_sizes(state: ClusterState) -> list[int]:
+    """GPUs per node of every node of ``state`` (the shapes the ``ShapePrior`` resolves against)."""
+    return [int(n) for n in state.gpu_exists.sum(axis=1)]
+
+
 class GpuCache:
     """Thread-safe owner of the cluster arrays and pod allocations."""
 
@@ -131,6 +136,7 @@ class GpuCache:
         """
         with self._lock:
             self._scorer = scorer
+            self._state.workload.set_prior(scorer.prior, _node_sizes(self._state))
             self._incremental = IncrementalScorer(
                 scorer, tolerance if tolerance is not None else self._incremental.tolerance)
             self._generation += 1
@@ -212,6 +218,7 @@ class GpuCache:
 
     def _rebuild(self) -> None:
         state = ClusterState.from_nodes(sorted(self._nodes.values(), key=lambda n: n.name))
+        state.workload.set_prior(self._scorer.prior, _node_sizes(state))
         self._candidates = None
         self._state = state
         self._tenancy.clear_usage()

@@ -6,6 +6,7 @@ kube-apiserver and kube-scheduler.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -21,14 +22,18 @@ from podspec import annotations as ann
 from podspec.nodes import node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
+from scoring.workload import NO_PRIOR
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import FakeResponse
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 
 
-def cache_with(*nodes: Any) -> GpuCache:
-    c = GpuCache(build_scorer(scoring_config("default")))
+def cache_with(*nodes: Any, prior: bool = True) -> GpuCache:
+    """A cache of the default preset; ``prior=False``: the workload counts observed pods only
+    (the tests of what is counted; ``tests/scoring/test_shape_prior.py`` tests the prior)."""
+    config = scoring_config("default")
+    c = GpuCache(build_scorer(config if prior else dataclasses.replace(config, prior=NO_PRIOR)))
     c.set_nodes(list(nodes))
     return c
 
@@ -64,7 +69,7 @@ def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
                    tt.memory_mib.tolist(), strict=True)
         return dict(zip(rows, tt.popularity.tolist(), strict=True))
 
-    c = cache_with(gpu_node("n1", 1))
+    c = cache_with(gpu_node("n1", 1), prior=False)
     pending(c, "a", annotations={ann.FRACTION: "0.6"})      # 1 GPU x 600, 1 core, 1 GiB
     pending(c, "b", annotations={ann.FRACTION: "0.6"})
     pending(c, "cpu", gpus=None)                           # CPU-only: not a GPU task
@@ -85,7 +90,7 @@ def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
 
 
 def test_fgd_workload_knows_which_models_a_pod_accepts() -> None:
-    c = cache_with(gpu_node("n1", 1), gpu_node("n2", 1, model="V100M32", memory_mib=32768))
+    c = cache_with(gpu_node("n1", 1), gpu_node("n2", 1, model="V100M32", memory_mib=32768), prior=False)
     pending(c, "v", annotations={ann.GPU_MODEL: "V100M32"})
     c.assume("uid-v", "default", "v", "n2", hold_s=60)
     st = c.state_copy()
@@ -340,7 +345,7 @@ def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
 def test_fgd_workload_knows_the_gpu_memory_a_pod_asks_for() -> None:
     # Waiting and placed, the pod's explicit gpufrac.io/memory is part of its task type; a pod
     # that asks for a share's proportion counts 0 (TaskTypes.gpu_memory_mib).
-    c = cache_with(gpu_node("n1", 1, memory_mib=81920))
+    c = cache_with(gpu_node("n1", 1, memory_mib=81920), prior=False)
     pending(c, "m", annotations={ann.FRACTION: "0.25", ann.MEMORY: "40Gi"})
     pending(c, "p", annotations={ann.FRACTION: "0.25"})
     tt = c.state_copy().workload.task_types()

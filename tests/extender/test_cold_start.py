@@ -1,0 +1,51 @@
+"""A fresh cluster of notebooks keeps whole nodes for its first training job (issue 36).
+
+Through the verbs, as kube-scheduler calls them (``benchmarks.cold_start``: filter,
+prioritize, selectHost, bind, with the shipped scheduler config), on a cluster ten times
+smaller than the benchmark's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks import cold_start
+from extender.cache import GpuCache
+from extender.settings import scoring_config
+from podspec.pods import pod_intent
+from scoring.scorer import build_scorer
+
+
+def test_quarter_notebooks_leave_whole_nodes() -> None:
+    # 50 nodes x 8 A100 = 400 GPUs; 6 % of them is 24 GPUs = floor(0.06 * 400 / 0.25) = 96
+    # quarter-GPU pods, which fill exactly 24 GPUs = 3 nodes (a node takes 8 * 4 = 32 of
+    # them; 32 * 2 cores = 64 of its 96 cores, so CPU does not stop the packing).
+    # Before the shape prior the default spread them over all 50 nodes, one GPU each
+    # at 50 %, and no 8-GPU pod fitted anywhere.
+    r = cold_start.run_one("default", 0.25, 0.06, n_nodes=50, gpus_per_node=8)
+    assert r.placed == r.pods == 96
+    assert r.nodes_touched <= 4
+    assert r.fits_next["8"] >= 46  # 50 - 4
+    spread = cold_start.run_one("kube-scheduler", 0.25, 0.06, n_nodes=50, gpus_per_node=8)
+    assert spread.nodes_touched == 50 and spread.fits_next["8"] == 0  # what the prior is for
+
+
+def test_learned_workload_is_the_same_after_a_restart_and_on_every_replica() -> None:
+    specs = cold_start.cluster(8, 8)
+    scorer = build_scorer(scoring_config("default"))
+    pending = [pod_intent(cold_start.pod(s, f"w{i}")) for i, s in enumerate([0.25, 0.5, 8.0, 0.25])]
+    a, b = GpuCache(scorer), GpuCache(scorer)
+    a.set_nodes(specs)
+    for intent in pending:  # replica a: the watch's events, one by one
+        a.apply_pod_event("ADDED", intent)
+    b.set_pods(reversed(pending))  # replica b (or a restart): the list, in another order
+    b.set_nodes(specs)  # and the nodes after the pods
+    ta, tb = a.state_copy().workload.task_types(), b.state_copy().workload.task_types()
+    assert ta is not None and tb is not None
+    for field in ("gpu_count", "gpu_milli", "cpu_milli", "memory_mib", "count"):
+        assert np.array_equal(getattr(ta, field), getattr(tb, field)), field
+    assert ta.demand == tb.demand
+    names = [s.name for s in specs]
+    probe = pod_intent(cold_start.pod(0.5, "probe"))
+    ea, eb = a.evaluate(probe, names).evaluation, b.evaluate(probe, names).evaluation
+    assert ea.score.tolist() == eb.score.tolist() and ea.best() == eb.best()
