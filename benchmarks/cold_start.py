@@ -64,13 +64,17 @@ def cluster(n_nodes: int, gpus_per_node: int) -> list[NodeSpec]:
         for g in range(gpus_per_node))) for i in range(n_nodes)]
 
 
+def host_requests(shape_gpu: float) -> tuple[int, int]:
+    """CPU (milli-cores) and memory (MiB) of a pod of ``shape_gpu`` GPUs (module notes)."""
+    return max(1000, int(CPU_PER_GPU_MILLI * shape_gpu)), max(4096, int(MEMORY_PER_GPU_MIB * shape_gpu))
+
+
 def pod(shape_gpu: float, name: str) -> dict[str, Any]:
     """The pending Pod JSON of one pod of ``shape_gpu`` GPUs (a share below 1)."""
     whole = shape_gpu >= 1
     gpus = int(shape_gpu) if whole else 1
     annotations = {} if whole else {"gpufrac.io/fraction": f"{shape_gpu:g}"}
-    cpu = max(1000, int(CPU_PER_GPU_MILLI * shape_gpu))
-    mem = max(4096, int(MEMORY_PER_GPU_MIB * shape_gpu))
+    cpu, mem = host_requests(shape_gpu)
     return {
         "metadata": {"name": name, "namespace": "cold", "uid": f"uid-{name}", "annotations": annotations},
         "spec": {"schedulerName": "gpufrac-scheduler", "containers": [{"name": "main", "resources": {
@@ -109,12 +113,12 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
                          np.random.default_rng(seed))
     n_pods = math.floor(load * n_nodes * gpus_per_node / seen_gpu)
     gpus = max(1, int(seen_gpu))
+    cpu, mem = host_requests(seen_gpu)
     placed = 0
     start = time.perf_counter()
     for i in range(n_pods):
         p = pod(seen_gpu, f"seen-{i:06d}")
         client.pod_events([{"type": "ADDED", "object": p}])
-        cpu, mem = _requests(p)
         feasible = view.feasible(cpu, mem, gpus)
         node = replay.schedule_with_extender(client, view, names, p, cpu, mem, feasible, profile)
         if node >= 0 and not client.bind(p, names.names[node]):
@@ -130,11 +134,6 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
         intent, _ = inbound.extender_args(pod(shape, "probe"), None, all_names)
         fits[f"{shape:g}"] = int(client.cache.evaluate(intent, all_names).evaluation.node_fits.sum())
     return ColdStartResult(policy, seen_gpu, load, n_pods, placed, touched, fits, seconds)
-
-
-def _requests(p: dict[str, Any]) -> tuple[int, int]:
-    req = p["spec"]["containers"][0]["resources"]["requests"]
-    return int(req["cpu"].removesuffix("m")), int(req["memory"].removesuffix("Mi"))
 
 
 def table(results: list[ColdStartResult]) -> str:

@@ -146,7 +146,7 @@ class PriorFile(BaseModel):
     pods: int | None = Field(None, ge=0, le=1_000_000)
     """Pseudo-pods the prior is worth while few pods are observed (0 with floor 0: no prior)."""
     floor: float | None = Field(None, ge=0.0, le=0.5, allow_inf_nan=False)
-    """Least share of the counted pods the prior keeps."""
+    """Share of the counted pods the shapes not seen yet hold together."""
     shapes: list[PriorShapeFile] | None = Field(None, max_length=64)
     """Expected shapes; left out or empty: whole and half nodes of every node size, a whole
     GPU, half and a quarter of one."""

@@ -41,7 +41,8 @@ PRIOR_PODS = 8
 """Pseudo-pods the default prior is worth while little is observed (see ``ShapePrior``)."""
 
 PRIOR_FLOOR = 0.05
-"""The default prior's least share of the counted pods, however many are observed."""
+"""The default prior's share of the counted pods for the shapes not seen yet, however many
+pods are observed."""
 
 PRIOR_FRACTIONS_MILLI = (500, 250)
 """Shares of one GPU the automatic prior expects besides whole GPUs."""
@@ -60,31 +61,29 @@ class ShapePrior:
     pods : int
         Pseudo-pods the prior is worth while the observed pods are few, >= 0.
     floor : float
-        Least share, in [0, 0.5], of the counted pods the prior keeps however many are
-        observed.
+        Share, in [0, 0.5], of the counted pods that the shapes not seen yet hold together,
+        however many pods are observed.
 
     Notes
     -----
     With ``N`` observed GPU pods (placed and pending) the prior counts
-    ``T = max(pods, ceil(floor * N))`` pseudo-pods, shape ``i`` getting
-    ``max(1, round(T * w_i / sum w))`` of them (``counts``). Its share of the pod count is
-    ``T / (N + T)``: with the defaults (8 pods, floor 1 %) that is 1/2 after 8 observed pods,
-    10 % after 72, and the 1 % floor from 800 pods on. Why these numbers:
+    ``T = max(pods, ceil(floor * N))`` pseudo-pods. A shape no counted pod holds yet gets
+    ``max(1, round(T * w_i / sum w))`` of them; a shape counted pods already hold keeps one
+    (``counts``; a whole-GPU shape is held by pods of the same GPU count, the fractional
+    shapes by any fractional pod). With the defaults (8 pods, floor 5 %) and five shapes, a
+    cluster that has seen 960 quarter-GPU notebooks counts ``T = 48``, 10 pseudo-pods for
+    each of the whole GPU, 4 and 8 GPUs. Why these numbers:
 
     - A pseudo-pod is a pod, not a GPU: FGD weighs task types by pod count (popularity), so
-      a few 8-GPU pseudo-pods among a thousand notebooks are enough for a placement that
-      breaks an empty node to cost more than one that fills a used one (each such break
-      makes the node's whole free share fragment for the 8-GPU type), and the multi-GPU
-      share of the GPU demand (``adaptive_balance``) stays above zero, so the balance term
-      stops drawing light pods onto empty nodes. One 8-GPU pod among 1,000 quarter-GPU
-      pods was enough on the issue-36 cluster (39 nodes touched).
-    - The floor keeps that weight after the cluster has seen many pods of one shape: an
-      8-GPU job that has not come yet is still a job the cluster exists for. At 1 % it moves
-      the learned distribution by at most 0.01 in total variation, the incremental
-      scorer's own tolerance (``scoring.incremental.DEFAULT_TOLERANCE``), so a workload
-      that holds every shape, like openb's, is scored as before within that tolerance.
-    - Real demand of a shape adds to the prior's pseudo-pods of the same shape, so a shape
-      that does arrive is counted as the pods it brings, plus at most the prior's share.
+      8-GPU pseudo-pods at about 1 % of the pods make a placement that breaks an empty node
+      score 4-5 of FGD's 1/100 steps below one that fills a used one (the break makes the
+      node's whole free share fragment for the 8-GPU type), more than the balance term's
+      preference for the empty node. At 2 pseudo-pods per shape (floor 1 %) it was one step,
+      and 960 notebooks still touched 134 of 500 nodes (``docs/decisions/0011-shape-prior.md``).
+    - Only unseen shapes get the floor: added to every shape, 5 % moved openb default from
+      3.77 % to 3.81 % unallocated (seeds 42-51, in process); openb holds every shape early,
+      so there the prior is one pseudo-pod per shape and the median moved by 0.01 point.
+    - A shape that does arrive is counted as the pods it brings, plus one pseudo-pod.
 
     The pseudo-pods ask for no CPU and no host memory and accept any GPU model: the prior
     says which GPU shapes will come, not what they bring with them.
@@ -189,6 +188,7 @@ class WorkloadModel:
         self._observed = 0
         self._prior = NO_PRIOR
         self._prior_shapes: tuple[tuple[int, int, int], ...] = ()
+        self._prior_counts: dict[tuple[int, int], int] | None = None
         self._cached: TaskTypes | None = None
         self._dirty = False
 
@@ -199,6 +199,7 @@ class WorkloadModel:
         _bump(self._share_by_gpus, k, sign * k * share)
         _bump(self._demand, (k, share, key[4]), sign)
         self._observed = max(0, self._observed + sign)
+        self._prior_counts = None
         self._dirty = True
 
     def set_prior(self, prior: ShapePrior, node_sizes: Iterable[int]) -> None:
@@ -213,6 +214,7 @@ class WorkloadModel:
         shapes = prior.resolve(node_sizes)
         if prior != self._prior or shapes != self._prior_shapes:
             self._prior, self._prior_shapes = prior, shapes
+            self._prior_counts = None
             self._dirty = True
 
     @property
@@ -221,13 +223,16 @@ class WorkloadModel:
         return self._prior
 
     def prior_counts(self) -> dict[tuple[int, int], int]:
-        """``(gpu_count, gpu_milli) -> pseudo-pods`` the prior adds now."""
-        fractions = any(share < MILLI_PER_GPU for _, share, _ in self._demand)
-        seen = tuple((k, milli, ANY_MODEL_MASK) in self._demand or any(
-            kk == k and share == milli for kk, share, _ in self._demand) if milli == MILLI_PER_GPU
-            else fractions for k, milli, _ in self._prior_shapes)
-        counts = self._prior.counts(self._prior_shapes, self._observed, seen)
-        return {(k, m): c for (k, m, _), c in zip(self._prior_shapes, counts, strict=True)}
+        """``(gpu_count, gpu_milli) -> pseudo-pods`` the prior adds now (kept until the
+        counts or the prior change: ``share_by_gpu_count`` asks on every evaluation)."""
+        if self._prior_counts is None:
+            held = {(k, share) for k, share, _ in self._demand}
+            fractional = any(share < MILLI_PER_GPU for _, share in held)
+            seen = tuple((k, milli) in held if milli == MILLI_PER_GPU else fractional
+                         for k, milli, _ in self._prior_shapes)
+            counts = self._prior.counts(self._prior_shapes, self._observed, seen)
+            self._prior_counts = {(k, m): c for (k, m, _), c in zip(self._prior_shapes, counts, strict=True)}
+        return dict(self._prior_counts)
 
     def share_by_gpu_count(self) -> dict[int, int]:
         """GPU share of every counted pod and pseudo-pod by GPUs per pod, milli-GPU (all types,

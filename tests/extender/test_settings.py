@@ -10,6 +10,8 @@ from extender.cli import main
 from extender.settings import ConfigError, load_admin_config, load_policy, scoring_config
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
+from scoring.scorer import Ties
+from scoring.workload import ShapePrior
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -36,6 +38,14 @@ def test_override_on_top_of_preset(tmp_path: Path) -> None:
     ("scoring:\n  tolerance: {cpu_pressure: -0.1}\n", "scoring.tolerance.cpu_pressure: Input should be greater than"),
     ("scoring:\n  tolerance: {cpu_pressure: .nan}\n", "scoring.tolerance.cpu_pressure: Input should be a finite number"),
     ("scoring:\n  tolerance: {worklaod: 0.1}\n", "scoring.tolerance.worklaod: Extra inputs are not permitted"),
+    ("scoring:\n  prior: {floor: 0.9}\n", "scoring.prior.floor: Input should be less than or equal to 0.5"),
+    ("scoring:\n  prior: {pods: -1}\n", "scoring.prior.pods: Input should be greater than or equal to 0"),
+    ("scoring:\n  prior:\n    shapes: [{gpus: 4, fraction: 0.5}]\n",
+     "scoring.prior.shapes.0: Value error, a pod of 4 GPUs takes whole GPUs"),
+    ("scoring:\n  prior:\n    shapes: [{gpus: 65}]\n", "scoring.prior.shapes.0.gpus: Input should be less than or equal to 64"),
+    ("scoring:\n  prior:\n    shapes: [{fraction: 0}]\n", "scoring.prior.shapes.0.fraction: Input should be greater than 0"),
+    ("scoring:\n  prior: {shapse: []}\n", "scoring.prior.shapse: Extra inputs are not permitted"),
+    ("scoring:\n  ties: spread\n", "scoring.ties: Input should be 'keep_whole' or 'row'"),
 ])
 def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
@@ -152,8 +162,6 @@ def test_serve_logs_where_it_listens_and_which_config_it_loaded(tmp_path: Path) 
 
 
 def test_prior_and_ties_from_the_admin_config(tmp_path: Path) -> None:
-    from scoring.scorer import Ties
-    from scoring.workload import ShapePrior
     cfg = load_admin_config(write(tmp_path, (
         "scoring:\n  preset: default\n  ties: row\n  prior:\n    floor: 0.02\n    shapes:\n"
         "    - {gpus: 8, weight: 3}\n    - {fraction: 0.25}\n")))
@@ -163,18 +171,3 @@ def test_prior_and_ties_from_the_admin_config(tmp_path: Path) -> None:
     # Left out: the preset's (the paper baselines have none).
     assert load_admin_config(write(tmp_path, "scoring:\n  preset: fgd\n")).prior == PRESETS["fgd"].prior
 
-
-@pytest.mark.parametrize(("text", "message"), [
-    ("scoring:\n  prior: {floor: 0.9}\n", "scoring.prior.floor: Input should be less than or equal to 0.5"),
-    ("scoring:\n  prior: {pods: -1}\n", "scoring.prior.pods: Input should be greater than or equal to 0"),
-    ("scoring:\n  prior:\n    shapes: [{gpus: 4, fraction: 0.5}]\n",
-     "scoring.prior.shapes.0: Value error, a pod of 4 GPUs takes whole GPUs"),
-    ("scoring:\n  prior:\n    shapes: [{gpus: 65}]\n", "scoring.prior.shapes.0.gpus: Input should be less than or equal to 64"),
-    ("scoring:\n  prior:\n    shapes: [{fraction: 0}]\n", "scoring.prior.shapes.0.fraction: Input should be greater than 0"),
-    ("scoring:\n  prior: {shapse: []}\n", "scoring.prior.shapse: Extra inputs are not permitted"),
-    ("scoring:\n  ties: spread\n", "scoring.ties: Input should be 'keep_whole' or 'row'"),
-])
-def test_invalid_prior_names_the_field(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(ConfigError) as exc:
-        load_admin_config(write(tmp_path, text))
-    assert message in str(exc.value)
