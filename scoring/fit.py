@@ -100,6 +100,8 @@ class FitContext:
         ``ClusterState.gpus_by_kind``: (model id, GPUs of the node, healthy GPUs), cluster-wide.
     spare_need : tuple of (int, float)
         ``ClusterTerms.spare_need``.
+    whole_node_unseen : bool
+        ``ClusterTerms.whole_node_unseen``.
     """
 
     request: PodRequest
@@ -127,6 +129,7 @@ class FitContext:
     gpus_by_model: tuple[int, ...] = ()
     gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
     spare_need: tuple[tuple[int, float], ...] = ()
+    whole_node_unseen: bool = False
 
 
 def gpu_memory_request_mib(
@@ -238,12 +241,17 @@ class ClusterTerms:
         ``cpu_pressure(state)``.
     spare_need : tuple of (int, float)
         ``spare_need``: for each multi-GPU pod size ``k``, the
-        probability that every node with ``k`` wholly free GPUs will be needed.
+        probability that every ``k``-GPU slot will be needed.
+    whole_node_unseen : bool
+        ``not ClusterState.workload.whole_node_seen()``: no counted pod has taken a whole node
+        of the largest size yet (``scoring.scorer.Ties.KEEP_WHOLE`` then keeps empty nodes
+        through near-ties).
     """
 
     tasks: TaskTypes | None
     cpu_pressure: float
     spare_need: tuple[tuple[int, float], ...] = ()
+    whole_node_unseen: bool = False
 
 
 def cluster_terms(state: ClusterState) -> ClusterTerms:
@@ -256,7 +264,8 @@ def cluster_terms(state: ClusterState) -> ClusterTerms:
         whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
         memo = (key, spare_need(shares, float(healthy_free.sum()), whole_free))
         _SPARE_MEMO[state] = memo
-    return ClusterTerms(state.workload.task_types(), cpu_pressure(state), memo[1])
+    return ClusterTerms(state.workload.task_types(), cpu_pressure(state), memo[1],
+                        not state.workload.whole_node_seen())
 
 
 _SPARE_MEMO: WeakKeyDictionary[ClusterState, tuple[tuple[object, ...], tuple[tuple[int, float], ...]]] = (
@@ -366,6 +375,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         gpus_by_model=state.gpus_by_model,
         gpus_by_kind=state.gpus_by_kind,
         spare_need=terms.spare_need,
+        whole_node_unseen=terms.whole_node_unseen,
     )
 
 
@@ -381,7 +391,7 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
     free_share_milli : float
         ``F``: free share of the healthy GPUs, milli-GPU, >= 0.
     whole_free : ndarray of shape (n_nodes,), int64
-        Wholly free healthy GPUs of each node.
+        Wholly free healthy GPUs of each node, >= 0.
 
     Returns
     -------
@@ -394,7 +404,7 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
         if k < 2:
             continue
         mu = share_by_gpus[k] / total * free_share_milli / (MILLI_PER_GPU * k)
-        spare = int((whole_free >= k).sum())
+        spare = int((whole_free // k).sum())
         p = 0.0 if mu <= 0 else 0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2.0 * mu))
         out.append((int(k), min(max(p, 0.0), 1.0)))
     return tuple(out)

@@ -151,6 +151,8 @@ def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bo
 
     The pressure is compared as ``effective_pressure``: outside its band it changes no score.
     """
+    if frozen.whole_node_unseen != now.whole_node_unseen:  # the tie band turns off (or on)
+        return True
     if spare_drift(frozen.spare_need, now.spare_need) > tolerance.spare_need or (
             tolerance.spare_need == 0.0 and frozen.spare_need != now.spare_need):
         return True
@@ -196,7 +198,7 @@ def _splice(ev: Evaluation, rows: NDArray[np.int64], part: Evaluation, copy: boo
     return Evaluation(ev.request, ev.rows, put(ev.node_fits, part.node_fits), put(ev.reason, part.reason),
                       put(ev.score, part.score), put(ev.chosen_cols, part.chosen_cols),
                       put(ev.chosen_mem_mib, part.chosen_mem_mib), put(ev.gpu_mem_max_mib, part.gpu_mem_max_mib),
-                      put(ev.tie_rank, part.tie_rank))
+                      put(ev.tie_rank, part.tie_rank), tie_band=part.tie_band)
 
 
 @dataclass(slots=True)

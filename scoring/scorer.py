@@ -85,13 +85,28 @@ class Ties(enum.StrEnum):
     - ``keep_whole``: the classic binpack order, so that capacity stays whole where the
       scores do not separate candidates: first a node that already holds GPU pods over an
       empty one, then the fewest wholly free GPUs taken, then the least GPU share left on
-      the node; then the lowest row. For CPU-only pods: the lowest row.
+      the node; then the lowest row. For CPU-only pods: the lowest row. And while no
+      counted pod has taken a whole node of the largest size (``ClusterTerms.whole_node_unseen``:
+      the shape is known only from the prior), a near-tie counts too: when the best node is
+      empty and a used node scores within ``KEEP_WHOLE_BAND`` of it, the best used node wins
+      (decision record 0011).
     - ``row``: the lowest row (node names in order), the tie-break of Weng et al.'s
       simulator, which the paper baselines need to reproduce the published numbers.
     """
 
     KEEP_WHOLE = "keep_whole"
     ROW = "row"
+
+
+KEEP_WHOLE_BAND = 1e-3
+"""Score distance (of the [0, 1] node score) within which ``Ties.KEEP_WHOLE`` prefers a used
+node to breaking an empty one, while ``ClusterTerms.whole_node_unseen``. On the cold-start
+benchmark the balance terms put an empty node 1e-4 to 5e-4 ahead of a used one, which
+spread 2,000 one-GPU pods over 463 of 500 nodes (an 8-GPU pod then fitted on 37); 1e-3
+keeps 250 whole (``benchmarks/README.md``, "Cold start")."""
+
+BREAKS_EMPTY_SHIFT = 40
+"""Bit of ``keep_whole_rank`` that says the node holds no GPU share yet."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +205,8 @@ class Evaluation:
     context : FitContext or None
         The full feasibility context, as the strategies saw it; None on an evaluation
         kept or sliced by ``scoring.incremental`` or ``take`` (only the fields above are kept).
+    tie_band : float
+        ``KEEP_WHOLE_BAND`` where ``best`` keeps empty nodes through near-ties, else 0.
     """
 
     request: PodRequest
@@ -202,19 +219,20 @@ class Evaluation:
     gpu_mem_max_mib: NDArray[np.int64]
     tie_rank: NDArray[np.int64]
     context: FitContext | None = None
+    tie_band: float = 0.0
 
     @classmethod
     def of(cls, ctx: FitContext, score: NDArray[np.float64], cols: NDArray[np.int64],
-           tie_rank: NDArray[np.int64] | None = None) -> Evaluation:
-        """The evaluation of a context, its node scores, its GPU choice (-1: none) and its
-        tie ranks (all 0, the lowest row wins ties, by default)."""
+           tie_rank: NDArray[np.int64] | None = None, tie_band: float = 0.0) -> Evaluation:
+        """The evaluation of a context, its node scores, its GPU choice (-1: none), its
+        tie ranks (all 0, the lowest row wins ties, by default) and tie band."""
         if cols.shape[1] and ctx.mem_req_mib.shape[1]:
             mem = np.where(cols >= 0, np.take_along_axis(ctx.mem_req_mib, np.maximum(cols, 0), axis=1), 0)
         else:
             mem = np.zeros(cols.shape, dtype=np.int64)
         rank = tie_rank if tie_rank is not None else np.zeros(ctx.rows.shape[0], dtype=np.int64)
         return cls(ctx.request, ctx.rows, ctx.node_fits, ctx.reason, score, cols, mem,
-                   ctx.mem_total_mib.max(axis=1, initial=0), rank, ctx)
+                   ctx.mem_total_mib.max(axis=1, initial=0), rank, ctx, tie_band)
 
     def take(self, positions: NDArray[np.int64]) -> Evaluation:
         """The evaluation restricted to some candidates (node scores do not depend on the set).
@@ -232,19 +250,29 @@ class Evaluation:
         p = positions
         return Evaluation(self.request, self.rows[p], self.node_fits[p], self.reason[p], self.score[p],
                           self.chosen_cols[p], self.chosen_mem_mib[p], self.gpu_mem_max_mib[p],
-                          self.tie_rank[p])
+                          self.tie_rank[p], tie_band=self.tie_band)
 
     def best(self) -> int:
         """Position (in the candidate list) of the best feasible node, or -1 if none.
 
         Ties are broken by the lowest ``tie_rank``, then the lowest cluster row, so the answer
-        does not depend on the order in which candidates were given.
+        does not depend on the order in which candidates were given. With a ``tie_band``, an
+        empty best node gives way to the best used node within the band (``Ties``).
         """
         scores = np.where(self.node_fits, np.nan_to_num(self.score, nan=-1.0), -np.inf)  # NaN below any score
         top = scores.max(initial=-np.inf)
         if top == -np.inf:
             return -1
-        tied = np.flatnonzero(scores == top)
+        pick = self._first(np.flatnonzero(scores == top))
+        if self.tie_band > 0 and (self.tie_rank[pick] >> BREAKS_EMPTY_SHIFT) & 1:
+            used = np.flatnonzero((scores >= top - self.tie_band)
+                                  & ((self.tie_rank >> BREAKS_EMPTY_SHIFT) & 1 == 0))
+            if used.shape[0]:
+                return self._first(used[scores[used] == scores[used].max()])
+        return pick
+
+    def _first(self, tied: NDArray[np.intp]) -> int:
+        """Of candidates of equal score, the lowest ``tie_rank``, then the lowest row."""
         if tied.shape[0] == 1:
             return int(tied[0])
         return int(tied[np.lexsort((self.rows[tied], self.tie_rank[tied]))[0]])
@@ -331,8 +359,10 @@ class Scorer:
                 score += w * strat.node_score(ctx, chosen)
         score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
         cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)
-        rank = keep_whole_rank(ctx, cols) if self.ties == Ties.KEEP_WHOLE else None
-        return Evaluation.of(ctx, score, cols, rank)
+        if self.ties != Ties.KEEP_WHOLE:
+            return Evaluation.of(ctx, score, cols)
+        band = KEEP_WHOLE_BAND if ctx.whole_node_unseen else 0.0
+        return Evaluation.of(ctx, score, cols, keep_whole_rank(ctx, cols), band)
 
 
 def keep_whole_rank(ctx: FitContext, cols: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -356,7 +386,7 @@ def keep_whole_rank(ctx: FitContext, cols: NDArray[np.int64]) -> NDArray[np.int6
     empty_taken = ((taken >= MILLI_PER_GPU) & (cols >= 0)).sum(axis=1).astype(np.int64)
     breaks_node = (ctx.node_used_milli == 0).astype(np.int64)
     left = np.clip(ctx.node_total_milli - ctx.node_used_milli - k * ctx.request.gpu_milli, 0, (1 << 24) - 1)
-    rank: NDArray[np.int64] = (breaks_node << 40) + (np.minimum(empty_taken, (1 << 16) - 1) << 24) + left
+    rank: NDArray[np.int64] = (breaks_node << BREAKS_EMPTY_SHIFT) + (np.minimum(empty_taken, (1 << 16) - 1) << 24) + left
     return rank
 
 

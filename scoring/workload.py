@@ -189,6 +189,7 @@ class WorkloadModel:
         self._prior = NO_PRIOR
         self._prior_shapes: tuple[tuple[int, int, int], ...] = ()
         self._prior_counts: dict[tuple[int, int], int] | None = None
+        self._largest_node = 0
         self._cached: TaskTypes | None = None
         self._dirty = False
 
@@ -211,7 +212,9 @@ class WorkloadModel:
         node_sizes : iterable of int
             GPUs per GPU node of the cluster.
         """
-        shapes = prior.resolve(node_sizes)
+        sizes = list(node_sizes)
+        self._largest_node = max(sizes, default=0)
+        shapes = prior.resolve(sizes)
         if prior != self._prior or shapes != self._prior_shapes:
             self._prior, self._prior_shapes = prior, shapes
             self._prior_counts = None
@@ -233,6 +236,13 @@ class WorkloadModel:
             counts = self._prior.counts(self._prior_shapes, self._observed, seen)
             self._prior_counts = {(k, m): c for (k, m, _), c in zip(self._prior_shapes, counts, strict=True)}
         return dict(self._prior_counts)
+
+    def whole_node_seen(self) -> bool:
+        """Whether a counted pod takes every GPU of the cluster's largest node, whole (as
+        ``set_prior`` last saw the node sizes; True before it is called, and on a cluster
+        without GPUs): until then the only sign that such pods will come is the prior."""
+        big = self._largest_node
+        return big == 0 or any(k >= big and share >= MILLI_PER_GPU for k, share, _ in self._demand)
 
     def share_by_gpu_count(self) -> dict[int, int]:
         """GPU share of every counted pod and pseudo-pod by GPUs per pod, milli-GPU (all types,
@@ -275,6 +285,7 @@ class WorkloadModel:
         out._demand = dict(self._demand)
         out._observed = self._observed
         out._prior, out._prior_shapes = self._prior, self._prior_shapes
+        out._largest_node = self._largest_node
         out._dirty = True
         return out
 

@@ -1,4 +1,4 @@
-"""Spare nodes: keep as many nodes with ``k`` free GPUs as the ``k``-GPU pods still to come need.
+"""Spare nodes: keep as many ``k``-GPU slots free as the ``k``-GPU pods still to come need.
 
 Notes
 -----
@@ -12,21 +12,29 @@ could have used the T4s had broken the 8-GPU nodes first.
 With the learned workload's share of GPU demand from ``k``-GPU pods ``phi_k`` (``n_t`` pods of
 type ``t``, ``k_t`` GPUs of share ``r_t``; every type counted, not only the most frequent
 ones FGD and ``gap_price`` see: 8-GPU pods are rare as types and large as demand), the cluster's free GPU share ``F`` (milli, healthy
-GPUs) and ``E_k`` the nodes with at least ``k`` wholly free GPUs::
+GPUs), ``c_i`` the wholly free GPUs of node ``i`` and ``E_k = sum_i floor(c_i / k)`` the
+``k``-GPU pods the free GPUs can still take (slots)::
 
     phi_k  = sum_{t: k_t = k} n_t k_t r_t / sum_t n_t k_t r_t
     mu_k   = phi_k * F / (1000 k)                 (k-GPU pods to come while the free share fills)
-    P_k    = P(Poisson(mu_k) >= E_k)               (every spare node will be needed)
+    P_k    = P(Poisson(mu_k) >= E_k)               (every slot will be needed)
 
 ``P_k`` is computed once per evaluation from the whole cluster (``scoring.fit.spare_need``),
 with the normal approximation ``1/2 erfc((E_k - 1/2 - mu_k) / sqrt(2 mu_k))``. A placement
 that leaves a node with ``c'`` wholly free GPUs out of ``c`` costs, in the units of
 ``gap_price``::
 
-    cost  = sum_{k: c' < k <= c} 1000 k P_k          (milli-GPU of k-GPU pods expected to fail)
-    score = 1/2 - cost / 2000                         (clipped to [0, 1])
+    cost  = sum_k (floor(c / k) - floor(c' / k)) 1000 k P_k   (milli-GPU of k-GPU pods expected to fail)
+    score = 1/2 - cost / 2000                                 (clipped to [0, 1])
 
-so every other placement scores 1/2. This is the reservation view of online bin packing with
+so a placement that closes no slot scores 1/2. Slots, not nodes: counting the nodes with at
+least ``k`` free GPUs made a second 4-GPU pod on a half-used 8-GPU node cost a whole spare
+node while the same pod on an empty node cost nothing for ``k = 4`` (8 -> 4 free keeps it
+spare), so 4-GPU pods spread one per node (cold-start benchmark, 60 pods of 4 GPUs on 500
+empty nodes: 59 nodes touched, an 8-GPU pod fits on 441; with slots 30 and 470, as bestfit).
+On openb the two counts give the same median (seeds 42-51: 3.778 % against 3.777 %).
+
+This is the reservation view of online bin packing with
 items of several sizes (keep capacity for the large items in proportion to their expected
 arrivals; e.g. the "Harmonic" family's separate bins per size class, Lee and Lee, JACM 32(3),
 1985); the Poisson tail is ours. Pods restricted to some models are not told apart here: a
@@ -70,6 +78,6 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     after = before - (whole & chosen).sum(axis=1)
     cost = np.zeros(m)
     for k, p in ctx.spare_need:
-        cost += np.where((after < k) & (before >= k), MILLI_PER_GPU * k * p, 0.0)
+        cost += (before // k - after // k) * (MILLI_PER_GPU * k * p)
     score: NDArray[np.float64] = np.clip(0.5 - cost / 2000.0, 0.0, 1.0)
     return score

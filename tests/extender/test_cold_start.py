@@ -30,6 +30,28 @@ def test_quarter_notebooks_leave_whole_nodes() -> None:
     assert spread.nodes_touched == 50 and spread.fits_next["8"] == 0  # what the prior is for
 
 
+def test_half_full_of_one_gpu_pods_keeps_half_the_nodes_whole() -> None:
+    # 50 % of 50 x 8 GPUs: 200 one-GPU pods = 25 nodes' worth. Bestfit fills 25 nodes and
+    # leaves 25 empty; so must the default. Before the keep-whole band the balance terms put
+    # an empty node 1e-4 to 5e-4 ahead of a used one, and the pods spread over nearly every
+    # node (on 500 nodes: 463 touched, an 8-GPU pod fitted on 37 against bestfit's 250).
+    # The band holds only while no whole-node pod has been counted: then the prior alone
+    # speaks for 8-GPU pods.
+    default = cold_start.run_one("default", 1.0, 0.5, n_nodes=50, gpus_per_node=8)
+    bestfit = cold_start.run_one("bestfit", 1.0, 0.5, n_nodes=50, gpus_per_node=8)
+    assert default.placed == bestfit.placed == 200
+    assert bestfit.nodes_touched == 25 and bestfit.fits_next["8"] == 25
+    assert default.nodes_touched == 25 and default.fits_next == bestfit.fits_next
+
+
+def test_four_gpu_pods_pair_up_on_nodes() -> None:
+    # 60 % of 50 x 8 GPUs in 4-GPU pods: 60 pods, two per node = 30 nodes. spare_nodes
+    # counts 4-GPU slots (floor(free / 4) per node): a second pod on a half-used node closes
+    # one slot, as the first pod on an empty node does, so they no longer spread one per node.
+    r = cold_start.run_one("default", 4.0, 0.6, n_nodes=50, gpus_per_node=8)
+    assert r.placed == 60 and r.nodes_touched == 30 and r.fits_next["8"] == 20
+
+
 def test_learned_workload_is_the_same_after_a_restart_and_on_every_replica() -> None:
     specs = cold_start.cluster(8, 8)
     scorer = build_scorer(scoring_config("default"))

@@ -212,10 +212,9 @@ def _spare_nodes_score(state: ClusterState, row: int, req: PodRequest, cols: tup
         if k < 2:
             continue
         mu = demand[k] / total * free / (MILLI_PER_GPU * k)
-        spare = sum(1 for r in range(state.n_nodes) if sum(whole[r]) >= k)
+        spare = sum(sum(whole[r]) // k for r in range(state.n_nodes))  # k-GPU slots
         p = 0.0 if mu <= 0 else min(max(0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2 * mu)), 0.0), 1.0)
-        if after < k <= before:
-            cost += MILLI_PER_GPU * k * p
+        cost += (before // k - after // k) * MILLI_PER_GPU * k * p
     return min(max(0.5 - cost / 2000.0, 0.0), 1.0)
 
 

@@ -178,6 +178,11 @@ def test_drifted_is_strict_at_zero_and_bounded_otherwise() -> None:
     assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, p2), EXACT)
     assert not drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, p2), Tolerance(0.01, 0.01, 0.01))
     assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((8, 0.12),)), Tolerance(0.01, 0.01, 0.01))
+    # The keep-whole band turning off (the first whole-node pod counted) drops every entry,
+    # whatever the tolerance: a kept row must not break ties by the other rule.
+    loose = Tolerance(1.0, 1e9, 1.0)
+    assert drifted(ClusterTerms(a, 0.5, p1, True), ClusterTerms(a, 0.5, p1, False), loose)
+    assert not drifted(ClusterTerms(a, 0.5, p1, True), ClusterTerms(a, 0.5, p1, True), loose)
     assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((4, 0.02), (8, 0.1))), Tolerance(0.01, 0.01, 0.01))
     assert not drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((4, 0.0), (8, 0.1))), Tolerance(0.01, 0.01, 0.01))
 

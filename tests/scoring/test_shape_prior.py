@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,15 @@ import pytest
 from scoring.fit import cluster_terms, fit
 from scoring.presets import PRESETS
 from scoring.request import ANY_MODEL_MASK, PodRequest, QoSClass
-from scoring.scorer import ScoringConfig, Ties, build_scorer, keep_whole_rank
+from scoring.scorer import (
+    BREAKS_EMPTY_SHIFT,
+    KEEP_WHOLE_BAND,
+    Evaluation,
+    ScoringConfig,
+    Ties,
+    build_scorer,
+    keep_whole_rank,
+)
 from scoring.state import Allocation, ClusterState
 from scoring.workload import NO_PRIOR, ShapePrior, WorkloadModel
 from tests.conftest import gpu_node
@@ -124,6 +133,32 @@ def test_keep_whole_prefers_the_used_node_on_a_tie() -> None:
     assert keep.tie_rank.tolist() == [2**40 + 2**24 + 3750, 3500]
     assert keep.best() == 1  # b: the empty node stays whole
     assert row.best() == 0  # the simulator's rule: the lowest row
+
+
+def test_keep_whole_band_holds_until_a_whole_node_pod_is_counted() -> None:
+    # Best node empty (a), a used node (b) 4e-4 behind: inside KEEP_WHOLE_BAND (1e-3), so b
+    # wins while no counted pod has taken a whole node of the largest size (4 GPUs here).
+    rank = np.array([(1 << BREAKS_EMPTY_SHIFT) + 7, 3, (1 << BREAKS_EMPTY_SHIFT)], dtype=np.int64)
+    ev = Evaluation(PodRequest(1, 250), np.arange(3), np.ones(3, dtype=bool), np.zeros(3, dtype=np.int8),
+                    np.array([0.5004, 0.5000, 0.4]), np.zeros((3, 1), dtype=np.int64),
+                    np.zeros((3, 1), dtype=np.int64), np.zeros(3, dtype=np.int64), rank,
+                    tie_band=KEEP_WHOLE_BAND)
+    assert ev.best() == 1
+    assert replace(ev, tie_band=0.0).best() == 0  # no band: the higher score
+    far = replace(ev, score=np.array([0.5004, 0.4990, 0.4]))  # 1.4e-3 behind: outside
+    assert far.best() == 0
+    assert ev.take(np.array([2, 1, 0])).best() == 1  # the order of the candidates is irrelevant
+
+    state = ClusterState.from_nodes([gpu_node("a", 4), gpu_node("b", 2)])
+    state.workload.set_prior(ShapePrior(), [4, 2])
+    assert cluster_terms(state).whole_node_unseen
+    state.apply(Allocation("b", (0, 1), 1000, (0, 0), QoSClass.BURSTABLE, 1000, 1024))  # 2 GPUs: not 4
+    assert cluster_terms(state).whole_node_unseen
+    state.apply(Allocation("a", (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 1000, 1024))
+    assert not cluster_terms(state).whole_node_unseen
+    scorer = build_scorer(PRESETS["default"])
+    req = PodRequest(gpu_count=1, gpu_milli=250, cpu_milli=1000, memory_mib=1024)
+    assert scorer.evaluate(state, req, np.arange(2)).tie_band == 0.0
 
 
 def test_keep_whole_rank_counts_empty_gpus_and_share_left() -> None:

@@ -74,3 +74,34 @@ def test_poisson_tail_is_the_normal_approximation() -> None:
     mu = 4 / 7 * 10000 / 8000
     assert 0.5 * math.erfc((1 - 0.5 - mu) / math.sqrt(2 * mu)) == pytest.approx(0.600, abs=5e-4)
     assert 1 - math.exp(-mu) == pytest.approx(0.510, abs=5e-4)
+
+
+def test_spare_nodes_counts_slots_not_nodes() -> None:
+    # Workload: 4-GPU pods only (two placed on h and f0). h holds one (4 whole GPUs free),
+    # e0..e2 are empty, f0 holds one too. Slots of 4: h 1, f0 1, e_i 2 each: E_4 = 8.
+    # F = 4000 + 4000 + 3 * 8000 = 32000, mu_4 = 1 * 32000 / 4000 = 8,
+    # P_4 = 1/2 erfc((8 - 0.5 - 8) / 4) = 1/2 erfc(-0.125) = 0.570.
+    # The next 4-GPU pod on h closes h's one slot (1 -> 0): cost 4000 * P_4 = 2281;
+    # on an empty node it closes one of two (2 -> 1): the same cost. Counting nodes with
+    # >= 4 free GPUs instead, h would lose its spare node and the empty node none (8 -> 4
+    # free keeps it spare): the empty node would win and 4-GPU pods would spread.
+    st = ClusterState.from_nodes([gpu_node("h", 8), gpu_node("f0", 8),
+                                  *(gpu_node(f"e{i}", 8) for i in range(3))])
+    for node in ("h", "f0"):
+        st.apply(Allocation(node, (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 4000, 4096))
+    terms = cluster_terms(st)
+    assert [k for k, _ in terms.spare_need] == [4]
+    p4 = terms.spare_need[0][1]
+    assert p4 == pytest.approx(0.5 * math.erfc(-0.125), abs=1e-9)
+    assert p4 == pytest.approx(0.570, abs=5e-4)
+    req = PodRequest(4, 1000, gpu_memory_mib=0)
+    ctx = fit(st, req, np.arange(st.n_nodes), terms=terms)
+    chosen = np.zeros((st.n_nodes, 8), dtype=bool)
+    chosen[:2, 4:] = True
+    chosen[2:, :4] = True
+    score = spare_nodes.node_score(ctx, chosen)
+    expected = 0.5 - 4000 * p4 / 2000  # -0.64: clipped to 0 on every node
+    np.testing.assert_allclose(score, [max(expected, 0.0)] * 5)
+    for row in (0, 2):
+        cols = tuple(int(c) for c in np.flatnonzero(chosen[row]))
+        assert _spare_nodes_score(st, row, req, cols) == pytest.approx(score[row])
