@@ -106,7 +106,9 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
     base = Profile.from_file(replay.DEFAULT_SCHEDULER_CONFIG)
     spread = policy == "kube-scheduler"
     profile = Profile(**{**base.__dict__, "extender_weight": 0 if spread else base.extender_weight})
-    client = replay.InProcessClient(specs, AdminPolicy(scoring_config("default" if spread else policy)))
+    # Spread: every feasible node must reach kube-scheduler's scoring (gpufrac decides nothing).
+    client = replay.InProcessClient(specs, AdminPolicy(scoring_config("default" if spread else policy)),
+                                    decision="prioritize" if spread else "filter")
     names = replay.ClusterNames.build(specs, profile.node_cache_capable)
     view = SchedulerView(np.array([s.cpu_milli for s in specs]), np.array([s.memory_mib for s in specs]),
                          np.array([sum(g.replicas for g in s.gpus) for s in specs]), profile,

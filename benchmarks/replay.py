@@ -107,9 +107,10 @@ class InProcessClient:
     replay's and a seed takes seconds: this is the pure-core replay used to explore weights.
     """
 
-    def __init__(self, specs: list[NodeSpec], policy: AdminPolicy) -> None:
+    def __init__(self, specs: list[NodeSpec], policy: AdminPolicy, decision: str = "filter") -> None:
         self.cache = GpuCache(build_scorer(policy.scoring), policy.tolerance)
         self.cache.set_nodes(specs)
+        self.decide = decision == "filter"
 
     def pod_events(self, events: list[dict[str, Any]]) -> None:
         """Apply watch events in order (as ``/standalone/pod-events``)."""
@@ -119,7 +120,7 @@ class InProcessClient:
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
-        return cast(dict[str, Any], filter(self.cache, ExtenderArgs.model_validate(args)).body)
+        return cast(dict[str, Any], filter(self.cache, ExtenderArgs.model_validate(args), self.decide).body)
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``."""
@@ -186,7 +187,8 @@ READY_TIMEOUT_S = 600.0
 
 
 def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None = None,
-                   ready_timeout_s: float = READY_TIMEOUT_S) -> tuple[subprocess.Popen[bytes], ExtenderClient]:
+                   ready_timeout_s: float = READY_TIMEOUT_S,
+                   decision: str = "filter") -> tuple[subprocess.Popen[bytes], ExtenderClient]:
     """Start ``gpufrac serve`` (standalone) on a free loopback port; poll ``/readyz`` until it
     answers 200, at most ``ready_timeout_s``.
 
@@ -201,7 +203,8 @@ def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None 
     port = free_port()
     token = secrets.token_urlsafe(24)
     cmd = [sys.executable, "-m", "extender", "serve", "--cluster-file", str(nodes),
-           "--preset", policy, "--port", str(port), "--replicas-per-gpu", str(replicas)]
+           "--preset", policy, "--port", str(port), "--replicas-per-gpu", str(replicas),
+           "--decision", decision]
     if config is not None:
         cmd += ["--config", str(config)]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
@@ -478,6 +481,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pure-core replay: the extender's cache and translation in this process, "
                         "no HTTP (same decisions, seconds per seed)")
     p.add_argument("--scheduler-config", type=Path, default=DEFAULT_SCHEDULER_CONFIG)
+    p.add_argument("--decision", choices=("filter", "prioritize"), default="filter",
+                   help="the extender's --decision: filter returns only the chosen node (default), "
+                        "prioritize passes every feasible node and ranks them")
     p.add_argument("--replicas-per-gpu", type=int, default=20)
     p.add_argument("--node-cache-capable", choices=("true", "false"),
                    help="override the scheduler config's nodeCacheCapable")
@@ -511,10 +517,11 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     client: ExtenderClient | InProcessClient
     if args.in_process:
         policy = load_policy(args.config) if args.config else AdminPolicy(scoring_config(args.policy))
-        client = InProcessClient(specs, policy)
+        client = InProcessClient(specs, policy, args.decision)
     else:
         if args.url is None:
-            proc, client = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config)
+            proc, client = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config,
+                                          decision=args.decision)
         else:
             client = ExtenderClient(args.url, events_token=os.environ.get("GPUFRAC_EVENTS_TOKEN"))
     try:

@@ -28,6 +28,7 @@ def _serve(args: argparse.Namespace) -> int:
         "config_file": args.config, "preset": args.preset, "kubeconfig": args.kubeconfig,
         "health_port": args.health_port, "health_host": args.health_host,
         "replicas_per_gpu": args.replicas_per_gpu, "log_level": args.log_level,
+        "decision": args.decision,
         "inventory_stale_after_s": args.inventory_stale_after_s,
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
         "fence_namespace": args.fence_namespace, "claim_ttl_s": args.claim_ttl_s,
@@ -197,6 +198,9 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     serve.add_argument("--fence-namespace", help="cluster mode: fence binds with per-node claim ledgers "
                        "in this namespace (needed for more than one replica)")
     serve.add_argument("--claim-ttl-s", type=float, help="cluster mode, fenced: seconds a claim counts (60)")
+    serve.add_argument("--decision", choices=("filter", "prioritize"),
+                       help="filter: filter returns only the chosen node (kube-scheduler skips scoring); "
+                            f"prioritize: every feasible node passes, prioritize ranks {_default('decision')}")
     serve.add_argument("--log-level", help=f"debug, info, warning, error {_default('log_level')}")
     serve.add_argument("--host", help=f"address of the verb listener {_default('host')}")
     serve.add_argument("--port", type=int, help=f"port of the verb listener {_default('port')}")

@@ -43,6 +43,14 @@ class Settings(BaseSettings):
     config_poll_s: float = Field(2.0, gt=0)
     preset: str = "default"
     """Weight preset used when no config file is given (``scoring.presets.PRESETS``)."""
+    decision: Literal["filter", "prioritize"] = "filter"
+    """Where gpufrac's node choice reaches kube-scheduler. ``filter``: ``filter`` returns only
+    the chosen node, so kube-scheduler skips ``prioritize`` and its own score plugins (one
+    call a pod fewer, no scoring phase); soft constraints (preferred affinities, topology
+    spread ``ScheduleAnyway``) then no longer rank GPU pods' nodes. ``prioritize``: every
+    feasible node passes ``filter`` and ``prioritize`` gives the chosen one 10 (with the
+    extender weight of ``scheduler-config.yaml`` kube-scheduler's scores cannot overturn it,
+    but break gpufrac's ties among nodes it gave equal rank). Same placements either way."""
     log_level: str = "warning"
     kubeconfig: Path | None = None
     """Cluster mode: kubeconfig file; the in-cluster service account when absent."""

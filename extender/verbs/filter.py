@@ -5,6 +5,13 @@ Request ``ExtenderArgs``; reply ``ExtenderFilterResult`` (``extender/v1``): pass
 the others in ``FailedNodes`` or, where preemption cannot help, ``FailedAndUnresolvableNodes``,
 each with the reason kube-scheduler shows in the pod's FailedScheduling event. A pod that
 cannot be read gets ``Error`` naming the field and the rule.
+
+With ``decide`` (``Settings.decision == "filter"``, the default) only gpufrac's chosen node
+(``Evaluation.best``) passes: kube-scheduler then skips ``prioritize`` and its own score
+plugins ("When only one node after predicate, just use it", ``schedule_one.go``), as HAMi's
+filter does. The other feasible nodes are left out of the reply, not failed: they did not
+fail, and kube-scheduler shows no reason for them. Still no side effect: ``bind`` chooses
+and records the GPUs.
 """
 
 from __future__ import annotations
@@ -49,8 +56,15 @@ def error_reply(message: str) -> ExtenderFilterResult:
             "Error": message}
 
 
-def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the verb's name
+def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  # noqa: A001 - the verb's name
     """Answer ``filter`` from one evaluation of the pod on the candidates.
+
+    Parameters
+    ----------
+    cache : GpuCache
+    args : ExtenderArgs
+    decide : bool
+        Pass only the chosen node (module notes); False: every feasible node.
 
     Returns
     -------
@@ -71,6 +85,8 @@ def filter(cache: GpuCache, args: ExtenderArgs) -> Reply:  # noqa: A001 - the ve
     else:
         names_or_array = ce.names if ce.names_array is None else ce.names_array
         passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, names_or_array)
+        if decide and len(passed) > 1:
+            passed = [ce.names[ce.evaluation.best()]]
         unknown = ce.unknown
     failed.update(dict.fromkeys(unknown, outbound.NODE_UNKNOWN_MESSAGE))
     nodes: dict[str, Any] | None = None

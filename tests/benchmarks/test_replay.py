@@ -67,6 +67,20 @@ def test_in_process_replay_places_exactly_as_the_http_replay(replay_out: Path, t
     assert (tmp_path / "placements-42.csv").read_text() == http_rows
 
 
+def test_deciding_in_filter_places_exactly_as_deciding_in_prioritize(tmp_path: Path) -> None:
+    # The whole of seed 42 (about 8,000 pods), in process: with --decision filter only the
+    # chosen node passes filter and kube-scheduler's scoring is skipped; with prioritize
+    # every feasible node passes and gpufrac's 10 at weight 200 decides. Same placements.
+    outs = {}
+    for decision in ("filter", "prioritize"):
+        outs[decision] = tmp_path / decision
+        assert main(["replay", "--seeds", "42", "--in-process", "--decision", decision,
+                     "--out", str(outs[decision]), "--no-progress"]) == 0
+    rows = (outs["filter"] / "placements-42.csv").read_bytes()
+    assert rows.count(b"\n") > 7000
+    assert (outs["prioritize"] / "placements-42.csv").read_bytes() == rows
+
+
 def test_python_m_benchmarks_runs_seeds_in_worker_processes(tmp_path: Path) -> None:
     # As README command 1 runs it: `python -m benchmarks`, two seeds in two spawned worker
     # processes (each pickles the parsed arguments; a handler defined in __main__ could not

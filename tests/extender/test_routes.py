@@ -199,7 +199,7 @@ def test_bound_pod_event_with_assigned_gpus_rebuilds_allocation() -> None:
 
 
 def test_node_cache_capable_false_returns_node_objects() -> None:
-    with client_for(NODES) as (client, _):
+    with client_for(NODES, decision="prioritize") as (client, _):
         pod = pod_json("p", annotations={"gpufrac.io/gpu-model": "T4"})
         add(client, pod)
         items = [{"metadata": {"name": n}, "status": {}} for n in NAMES]
@@ -207,6 +207,31 @@ def test_node_cache_capable_false_returns_node_objects() -> None:
     assert f["NodeNames"] is None
     assert [i["metadata"]["name"] for i in f["Nodes"]["items"]] == ["a", "b"]
     assert "c" in f["FailedAndUnresolvableNodes"]
+
+
+def test_filter_decides_only_the_chosen_node_passes() -> None:
+    # --decision filter (the default): of the nodes that fit, filter passes only the one
+    # prioritize would give 10, so kube-scheduler skips scoring; the others are neither
+    # passed nor failed. Nodes that do not fit keep their reasons for the pod's event.
+    pod = pod_json("p", annotations={"gpufrac.io/gpu-model": "T4", "gpufrac.io/fraction": "0.5"})
+    replies = {}
+    for decision in ("filter", "prioritize"):
+        with client_for(NODES, decision=decision) as (client, _):
+            add(client, pod)
+            f = client.post("/filter", json={"Pod": pod, "NodeNames": NAMES}).json()
+            s = client.post("/prioritize", json={"Pod": pod, "NodeNames": ["a", "b"]}).json()
+            items = [{"metadata": {"name": n}, "status": {}} for n in NAMES]
+            objects = client.post("/filter", json={"Pod": pod, "Nodes": {"items": items}}).json()
+        replies[decision] = (f, s, objects)
+    decided, s, objects = replies["filter"]
+    every, s_every, _ = replies["prioritize"]
+    assert sorted(every["NodeNames"]) == ["a", "b"]
+    top = next(h["Host"] for h in s_every if h["Score"] == 10)
+    assert decided["NodeNames"] == [top] and s == s_every
+    assert decided["FailedNodes"] == every["FailedNodes"] == {}
+    assert set(decided["FailedAndUnresolvableNodes"]) == {"c"}
+    assert decided["FailedAndUnresolvableNodes"] == every["FailedAndUnresolvableNodes"]
+    assert [i["metadata"]["name"] for i in objects["Nodes"]["items"]] == [top]
 
 
 def test_health_readiness_and_metrics() -> None:
@@ -253,3 +278,29 @@ def test_verbs_refuse_to_decide_until_the_cache_has_listed_every_pod() -> None:
         state.ready = lambda: True  # synced: business as usual
         assert client.post("/bind", json=binding).json() == {"Error": ""}
         assert cache.summary()["gpu_allocated_milli"] == 500
+
+
+def test_small_filters_run_on_the_event_loop_large_ones_in_a_worker_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A thread hop costs more than a 50-node filter; a filter over more than
+    # INLINE_MAX_CANDIDATES names (a full evaluation may take tens of milliseconds) still
+    # leaves the event loop free for /healthz and /metrics.
+    from extender.routes import verbs as routes
+    from extender.verbs.filter import filter as real
+
+    threads: list[str] = []
+
+    def spy(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(routes, "filter", spy)
+    many = [f"ghost-{i}" for i in range(routes.INLINE_MAX_CANDIDATES + 1)]
+    with client_for(NODES) as (client, _):
+        pod = pod_json("p")
+        add(client, pod)
+        small = client.post("/filter", json={"Pod": pod, "NodeNames": NAMES}).json()
+        large = client.post("/filter", json={"Pod": pod, "NodeNames": ["a", *many]}).json()
+        loop_thread = threads[0]
+    assert small["NodeNames"] and large["NodeNames"] == ["a"]
+    assert len(threads) == 2 and threads[1] != loop_thread

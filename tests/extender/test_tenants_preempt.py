@@ -110,7 +110,7 @@ def test_qos_above_the_ceiling_fails_every_node_unresolvably(tenants_file: Path)
         # the same pod at the ceiling, and the unlisted namespace's default tenant (best-effort)
         b = pod("b", "research", "0.5", "burstable")
         add(client, b)
-        assert filter_(client, b, ["a", "b"])["NodeNames"] == ["a", "b"]
+        assert filter_(client, b, ["a", "b"])["NodeNames"] == ["a"]  # admitted: the chosen node passes
         other = pod("o", "scratch", "0.5", "burstable")
         add(client, other)
         assert "tenant 'batch' may ask for QoS class best-effort" in \

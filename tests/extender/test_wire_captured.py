@@ -37,11 +37,12 @@ def test_captures_cover_every_verb() -> None:
 @pytest.mark.parametrize("path", [p for p in CAPTURES if verb_of(p) in VERBS],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 @pytest.mark.parametrize("rewrite", [False, True], ids=["as-captured", "gpufrac-pod"])
-def test_captured_request_gets_well_formed_reply(path: Path, rewrite: bool) -> None:
+@pytest.mark.parametrize("decision", ["filter", "prioritize"])
+def test_captured_request_gets_well_formed_reply(path: Path, rewrite: bool, decision: str) -> None:
     capture = json.loads(path.read_text())
     body = as_gpufrac(capture["body"]) if rewrite else capture["body"]
     verb = verb_of(path)
-    with client_for(FAKE_NODES) as (client, cache):
+    with client_for(FAKE_NODES, decision=decision) as (client, cache):
         if verb == "bind":
             pod = {"metadata": {"name": body["PodName"], "namespace": body["PodNamespace"],
                                 "uid": body["PodUID"]},
@@ -56,7 +57,12 @@ def test_captured_request_gets_well_formed_reply(path: Path, rewrite: bool) -> N
             sent = body["NodeNames"] or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
             got = reply["NodeNames"] if body["NodeNames"] is not None else [
                 n["metadata"]["name"] for n in reply["Nodes"]["items"]]
-            assert set(got) | set(reply["FailedNodes"]) | set(reply["FailedAndUnresolvableNodes"]) == set(sent)
+            failed = set(reply["FailedNodes"]) | set(reply["FailedAndUnresolvableNodes"])
+            assert not set(got) & failed and set(got) | failed <= set(sent)
+            if decision == "prioritize":  # every node is passed or failed
+                assert set(got) | failed == set(sent)
+            else:  # only the chosen node passes; the other feasible ones are left out
+                assert len(got) == (1 if len(failed) < len(set(sent)) else 0)
             if body["NodeNames"] is None:
                 assert reply["NodeNames"] is None
                 # passing Node objects are echoed whole, as kube-scheduler expects
