@@ -190,6 +190,7 @@ class WorkloadModel:
         self._prior_shapes: tuple[tuple[int, int, int], ...] = ()
         self._prior_counts: dict[tuple[int, int], int] | None = None
         self._largest_node = 0
+        self._whole_node_seen: bool | None = None
         self._cached: TaskTypes | None = None
         self._dirty = False
 
@@ -201,6 +202,7 @@ class WorkloadModel:
         _bump(self._demand, (k, share, key[4]), sign)
         self._observed = max(0, self._observed + sign)
         self._prior_counts = None
+        self._whole_node_seen = None
         self._dirty = True
 
     def set_prior(self, prior: ShapePrior, node_sizes: Iterable[int]) -> None:
@@ -214,6 +216,7 @@ class WorkloadModel:
         """
         sizes = list(node_sizes)
         self._largest_node = max(sizes, default=0)
+        self._whole_node_seen = None
         shapes = prior.resolve(sizes)
         if prior != self._prior or shapes != self._prior_shapes:
             self._prior, self._prior_shapes = prior, shapes
@@ -240,9 +243,13 @@ class WorkloadModel:
     def whole_node_seen(self) -> bool:
         """Whether a counted pod takes every GPU of the cluster's largest node, whole (as
         ``set_prior`` last saw the node sizes; True before it is called, and on a cluster
-        without GPUs): until then the only sign that such pods will come is the prior."""
-        big = self._largest_node
-        return big == 0 or any(k >= big and share >= MILLI_PER_GPU for k, share, _ in self._demand)
+        without GPUs): until then the only sign that such pods will come is the prior. Kept
+        until the counts or the node sizes change: ``cluster_terms`` asks on every evaluation."""
+        if self._whole_node_seen is None:
+            big = self._largest_node
+            self._whole_node_seen = big == 0 or any(
+                k >= big and share >= MILLI_PER_GPU for k, share, _ in self._demand)
+        return self._whole_node_seen
 
     def share_by_gpu_count(self) -> dict[int, int]:
         """GPU share of every counted pod and pseudo-pod by GPUs per pod, milli-GPU (all types,
