@@ -5,7 +5,7 @@ kube-scheduler binds by itself. Same stack as gpufrac (FastAPI, uvicorn, orjson)
 difference between this and gpufrac in ``bench_scheduler`` is gpufrac's own work.
 
 With ``--bind KUBECONFIG`` it also answers ``bind``, the way any extender that binds must: one
-Binding per pod through the ``kubernetes`` client (as ``extender.cluster.KubeBinder``, without
+Binding per pod written as ``extender.cluster.KubeBinder`` writes it (``podspec.kubeio.write_json``, without
 the allocation annotations, the choice of GPUs or a pod watch). ``bench_scheduler`` runs it as
 "no-op binder": the cost of the bind verb itself, which gpufrac's design (kube-scheduler calls
 the extender's bind, the extender writes the Binding with the allocation) cannot avoid.
@@ -25,7 +25,7 @@ from fastapi import FastAPI, Request, Response
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from podspec.kubeio import drain, kube_api
+from podspec.kubeio import core_path, kube_api, write_json
 
 app = FastAPI(title="no-op extender")
 
@@ -56,12 +56,12 @@ def add_bind(api: client.CoreV1Api) -> None:
 
     @app.post("/bind")
     def bind(body: dict[str, Any]) -> Response:
-        target = client.V1ObjectReference(api_version="v1", kind="Node", name=body["Node"])
-        binding = client.V1Binding(metadata=client.V1ObjectMeta(name=body["PodName"], uid=body["PodUID"]),
-                                   target=target)
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": body["PodName"], "namespace": body["PodNamespace"], "uid": body["PodUID"]},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": body["Node"]}}
         try:
-            drain(api.create_namespaced_pod_binding(body["PodName"], body["PodNamespace"], binding,
-                                                    _preload_content=False))
+            write_json(api, "POST", core_path("namespaces", body["PodNamespace"], "pods", body["PodName"], "binding"),
+                       binding)
         except ApiException as exc:
             return _json({"Error": f"{exc.status} {exc.reason}"})
         return _json({"Error": ""})

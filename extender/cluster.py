@@ -35,7 +35,7 @@ from extender.cache import BindError, ClaimedAllocation, EventType, GpuCache
 from extender.fence import CLAIMS_LABEL, ClaimFence, FenceConflict, Ledger
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
-from podspec.kubeio import drain, response_json
+from podspec.kubeio import core_path, drain, response_json, write_json
 from podspec.nodes import NodeObservation, node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent, quote
 from scoring.state import Allocation
@@ -556,13 +556,12 @@ class KubeBinder:
         # pkg/registry/core/pod/storage/storage.go). A pod is never bound without its
         # allocation record, nor annotated without being bound, so a failure leaves nothing
         # to undo in the API. metadata.uid makes it fail rather than bind a recreated pod.
-        body = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid,
-                                         annotations=dict(annotations)),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
-        # Not deserialized: the API answers a Status, which the client would misread as a
-        # V1Binding and reject.
-        drain(self._api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                             "annotations": dict(annotations)},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        # The API answers a Status, which is not read further.
+        write_json(self._api, "POST", core_path("namespaces", namespace, "pods", name, "binding"), body)
 
     def _bound_there(self, uid: str, namespace: str, name: str, node: str) -> bool:
         """After a 409: True when the pod is bound to ``node`` already. The cache then counts

@@ -50,7 +50,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from extender.cache import ClaimedAllocation
-from podspec.kubeio import response_json
+from podspec.kubeio import core_path, response_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -277,20 +277,20 @@ class ClaimFence:
             "metadata": {"name": ledger_name(claim.node), "namespace": self.namespace,
                          "labels": {CLAIMS_LABEL: "true"}, "annotations": {NODE_ANNOTATION: claim.node}},
             "data": {DATA_KEY: json.dumps([c.to_json() for c in claims], separators=(",", ":"))}}
+        base = core_path("namespaces", self.namespace, "configmaps")
         try:
             if seen.resource_version is None:
-                resp = self._api.create_namespaced_config_map(self.namespace, body, _preload_content=False)
+                got = write_json(self._api, "POST", base, body)
             else:
                 body["metadata"]["resourceVersion"] = seen.resource_version
-                resp = self._api.replace_namespaced_config_map(ledger_name(claim.node), self.namespace, body,
-                                                               _preload_content=False)
+                got = write_json(self._api, "PUT", f"{base}/{ledger_name(claim.node)}", body)
         except ApiException as exc:
             if exc.status == HTTP_CONFLICT:  # 409: replaced meanwhile, or created meanwhile
                 self.refresh(claim.node)
                 raise FenceConflict(f"node {claim.node}'s claim ledger moved past version "
                                     f"{seen.resource_version or '(none)'}") from None
             raise
-        written = parse_ledger(response_json(resp)) or Ledger(claim.node, None, claims)
+        written = parse_ledger(got) or Ledger(claim.node, None, claims)
         return self._keep(written)
 
     def claim_of(self, uid: str, namespace: str, name: str, node: str, gpu_uuids: Iterable[str],

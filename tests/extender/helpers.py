@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http import HTTPStatus
+from types import SimpleNamespace
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -46,6 +48,34 @@ def infeasible(allocations: list[dict[str, Any]], nodes: list[NodeSpec]) -> list
             mem[uuid] += m
             pods[uuid] += 1
     return [u for u, g in gpus.items() if share[u] > 1000 or mem[u] > g.memory_mib or pods[u] > g.replicas]
+
+
+Route = Callable[[str, str, Any], tuple[int, dict[str, Any]]]
+"""``route(method, path, json_body) -> (status, json_reply)``: a fake API server's writes."""
+
+
+class FakeApiClient:
+    """What ``podspec.kubeio.write_json`` uses of ``kubernetes.client.ApiClient``: host,
+    credentials, default headers and the urllib3 pool, the pool answering through ``route``.
+    ``requests`` keeps (method, path, headers) of every write."""
+
+    HOST = "https://fake-apiserver:6443"
+
+    def __init__(self, route: Route) -> None:
+        self.configuration = SimpleNamespace(
+            host=self.HOST, auth_settings=lambda: {"BearerToken": {
+                "in": "header", "key": "authorization", "value": "Bearer fake-token"}})
+        self.default_headers: dict[str, str] = {}
+        self.rest_client = SimpleNamespace(pool_manager=SimpleNamespace(request=self._request))
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self._route = route
+
+    def _request(self, method: str, url: str, body: bytes, headers: dict[str, str], **kw: Any) -> Any:
+        assert url.startswith(self.HOST), url
+        path = url.removeprefix(self.HOST)
+        self.requests.append((method, path, headers))
+        status, reply = self._route(method, path, json.loads(body))
+        return SimpleNamespace(status=status, reason=HTTPStatus(status).phrase, data=json.dumps(reply).encode())
 
 
 class FakeResponse:

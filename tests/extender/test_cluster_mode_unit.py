@@ -13,18 +13,19 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
+import urllib3
 
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder
 from extender.settings import scoring_config
 from podspec import annotations as ann
+from podspec.kubeio import core_path
 from podspec.nodes import node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
 from scoring.workload import NO_PRIOR
 from tests.conftest import gpu_node, pod_json
-from tests.extender.helpers import FakeResponse
+from tests.extender.helpers import FakeApiClient, FakeResponse
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -228,7 +229,7 @@ def test_allocation_annotations_round_trip() -> None:
 # -- binder against a fake API -----------------------------------------------------------
 
 class FakeApi:
-    """Records Binding calls; ``fail`` is the ApiException status the Binding raises."""
+    """Records Binding calls; ``fail`` is the HTTP status the API answers a Binding with."""
 
     def __init__(self, fail: int | None = None, bound_to: str = "",
                  annotations: dict[str, str] | None = None) -> None:
@@ -237,11 +238,14 @@ class FakeApi:
         self.annotations = annotations
         self.bindings: list[tuple[str, dict[str, str]]] = []
 
-    def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
-        self.bindings.append((body.target.name, body.metadata.annotations))
+        self.api_client = FakeApiClient(self._write)
+
+    def _write(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        assert (method, path) == ("POST", f"/api/v1/namespaces/default/pods/{body['metadata']['name']}/binding")
+        self.bindings.append((body["target"]["name"], body["metadata"]["annotations"]))
         if self.fail is not None:
-            raise ApiException(status=self.fail, reason="Injected")
-        return FakeResponse()
+            return self.fail, {"kind": "Status", "code": self.fail}
+        return 201, {"kind": "Status", "status": "Success"}
 
     def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
         """The pod as the API has it: bound to ``bound_to`` with ``annotations``."""
@@ -270,6 +274,34 @@ def test_binding_failure_gives_the_share_back() -> None:
     # The pod is pending again: a later bind may place it.
     KubeBinder(FakeApi(), c, 60).bind("uid-a", "default", "a", "n1")
     assert c.summary()["gpu_allocated_milli"] == 500
+
+
+def test_the_binding_is_one_post_with_the_token_and_a_name_stays_one_path_segment() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi()
+    KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")
+    ((method, path, headers),) = api.api_client.requests
+    assert (method, path) == ("POST", "/api/v1/namespaces/default/pods/a/binding")
+    assert headers["authorization"] == "Bearer fake-token"
+    assert headers["Content-Type"] == "application/json"
+    # A name from a request body is quoted into one segment: it cannot reach another path.
+    assert core_path("namespaces", "default", "pods", "../../nodes/x", "binding") == \
+        "/api/v1/namespaces/default/pods/..%2F..%2Fnodes%2Fx/binding"
+
+
+def test_no_answer_from_the_api_server_refuses_the_bind_and_gives_the_share_back() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi()
+
+    def reset(method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        raise urllib3.exceptions.ProtocolError("Connection aborted.")
+
+    api.api_client = FakeApiClient(reset)
+    with pytest.raises(BindError, match=r"binding pod default/a to n1: 0 no answer from the API server"):
+        KubeBinder(api, c, 60).bind("uid-a", "default", "a", "n1")
+    assert c.summary()["gpu_allocated_milli"] == 0
 
 
 def test_retried_bind_that_already_went_through_is_a_success() -> None:

@@ -22,7 +22,7 @@ from podspec import annotations as ann
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
-from tests.extender.helpers import FakeResponse
+from tests.extender.helpers import FakeApiClient, FakeResponse
 
 NOW = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -35,40 +35,43 @@ class CasApi:
         self.rv = 0
         self.pods: dict[str, dict[str, Any]] = {}
         self.bindings: list[tuple[str, str]] = []
+        self.api_client = FakeApiClient(self._write)
 
-    def _bump(self, body: dict[str, Any]) -> FakeResponse:
+    def _bump(self, body: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1
-        obj = json.loads(json.dumps(body))
+        obj: dict[str, Any] = json.loads(json.dumps(body))
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.maps[obj["metadata"]["name"]] = obj
-        return FakeResponse(obj)
+        return obj
 
     def read_namespaced_config_map(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
         if name not in self.maps:
             raise ApiException(status=404, reason="Not Found")
         return FakeResponse(self.maps[name])
 
-    def create_namespaced_config_map(self, namespace: str, body: dict[str, Any], **kw: Any) -> FakeResponse:
-        if body["metadata"]["name"] in self.maps:
-            raise ApiException(status=409, reason="AlreadyExists")
-        return self._bump(body)
-
-    def replace_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any],
-                                      **kw: Any) -> FakeResponse:
+    def _write(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST creates a ConfigMap (409 when it exists), PUT replaces one when its
+        ``metadata.resourceVersion`` is current (409 otherwise), POST .../binding binds."""
+        if path.endswith("/binding"):
+            self.bindings.append((body["metadata"]["name"], body["target"]["name"]))
+            return 201, {"kind": "Status", "status": "Success"}
+        name = body["metadata"]["name"]
+        if method == "POST":
+            assert path == "/api/v1/namespaces/gpufrac/configmaps"
+            if name in self.maps:
+                return 409, {"kind": "Status", "reason": "AlreadyExists"}
+            return 201, self._bump(body)
+        assert (method, path) == ("PUT", f"/api/v1/namespaces/gpufrac/configmaps/{name}")
         if name not in self.maps:
-            raise ApiException(status=404, reason="Not Found")
+            return 404, {"kind": "Status", "reason": "NotFound"}
         if body["metadata"].get("resourceVersion") != self.maps[name]["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
-        return self._bump(body)
+            return 409, {"kind": "Status", "reason": "Conflict"}
+        return 200, self._bump(body)
 
     def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> FakeResponse:
         if name not in self.pods:
             raise ApiException(status=404, reason="Not Found")
         return FakeResponse(self.pods[name])
-
-    def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kw: Any) -> FakeResponse:
-        self.bindings.append((name, body.target.name))
-        return FakeResponse()
 
 
 def claim(uid: str = "u1", at_s: float = 1000.0, owner: str = "a", node: str = "n1") -> Claim:
