@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -82,8 +83,17 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def json_response(body: Any, status_code: int = 200) -> Response:
-    """Serialize a plain JSON body (dicts, lists, strings, numbers) with orjson."""
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+    """Serialize a plain JSON body (dicts, lists, strings, numbers) with orjson.
+
+    A body echoing what a request sent (``filter`` returns the node items it was given)
+    may hold an integer beyond 64 bits, which orjson cannot write: then the standard
+    library writes it, exactly as received.
+    """
+    try:
+        data = orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        data = json.dumps(body, separators=(",", ":")).encode()
+    return Response(data, status_code=status_code, media_type="application/json")
 
 
 class BodyLimitMiddleware:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,10 +33,11 @@ from kubernetes.client.rest import ApiException
 
 from extender.cache import BindError, ClaimedAllocation, EventType, GpuCache
 from extender.fence import CLAIMS_LABEL, ClaimFence, FenceConflict, Ledger
+from extender.gpu_owners import GpuOwners, rank
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.kubeio import core_path, drain, response_json, write_json
-from podspec.nodes import NodeObservation, node_observation
+from podspec.nodes import MAX_CLOCK_SKEW_S, NodeObservation, node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent, quote
 from scoring.state import Allocation
 
@@ -126,6 +127,8 @@ class ClusterSync:
         self._now = now
         self._stop = threading.Event()
         self._observations: dict[str, NodeObservation] = {}
+        self._owners = GpuOwners()
+        self._flagged_gpus: dict[str, set[str]] = {}
         self._obs_lock = threading.Lock()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
@@ -241,14 +244,13 @@ class ClusterSync:
         """Seconds since each node's inventory heartbeat (None: no valid inventory), for metrics."""
         now = self._now()
         with self._obs_lock:
-            return {name: None if obs.heartbeat is None or obs.problem else (now - obs.heartbeat).total_seconds()
-                    for name, obs in self._observations.items()}
+            return {name: obs.age_s(now) for name, obs in self._observations.items()}
 
     def housekeeping(self) -> None:
         """Re-judge inventory staleness and expire assumed allocations (one pass)."""
         now = self._now()
         with self._obs_lock:
-            specs = [obs.spec(now, self._opts.inventory_stale_after_s)
+            specs = [self._usable(obs).spec(now, self._opts.inventory_stale_after_s)
                      for obs in self._observations.values()]
         self._cache.upsert_nodes(specs)
         for key in self._cache.expire_assumed():
@@ -308,12 +310,20 @@ class ClusterSync:
     # -- nodes ---------------------------------------------------------------------------
 
     def _observe(self, obj: Mapping[str, Any]) -> NodeObservation | None:
-        """The node as gpufrac reads it; None (quarantined) when it has no usable name."""
+        """The node as gpufrac reads it; None (quarantined) when it has no usable name.
+
+        An unusable inventory, or a heartbeat more than ``MAX_CLOCK_SKEW_S`` ahead of this
+        clock, quarantines the node (kind ``node``); it keeps its CPU and memory and takes
+        no GPU pod.
+        """
         try:
             obs = node_observation(obj)
         except ValueError as exc:
             self.quarantine.reject("node", _object_key(obj, namespaced=False), str(exc))
             return None
+        if obs.heartbeat is not None and not obs.problem and obs.age_s(self._now()) is None:
+            obs = replace(obs, problem=f"{ann.INVENTORY}.heartbeat: {obs.heartbeat.isoformat()} is more than "
+                                       f"{MAX_CLOCK_SKEW_S:.0f} s ahead of this clock")
         if obs.problem and not obs.problem.startswith("no "):
             self.quarantine.reject("node", obs.name, obs.problem)
         else:
@@ -322,28 +332,86 @@ class ClusterSync:
                 log.info("node %s: no usable GPUs: %s", obs.name, obs.problem)
         return obs
 
+    def _usable(self, obs: NodeObservation) -> NodeObservation:
+        """``obs`` without the GPUs another node keeps (``extender.gpu_owners``); under
+        ``_obs_lock``."""
+        lost = self._owners.lost(obs.name)
+        return replace(obs, gpus=tuple(g for g in obs.gpus if g.uuid not in lost)) if lost else obs
+
+    def _judge_gpus(self, name: str) -> None:
+        """Quarantine ``name``'s GPUs with impossible readings or a UUID another node keeps
+        (kind ``gpu``, key ``node/UUID``), and clear its entries that no longer hold; under
+        ``_obs_lock``."""
+        obs = self._observations.get(name)
+        entries: dict[str, str] = {}
+        if obs is not None:
+            field = f"{ann.INVENTORY}.gpus"
+            for uuid, why in obs.flagged:
+                entries[f"{name}/{uuid}"] = f"{field}[{quote(uuid)}].{why}; the GPU takes no pods"
+            for uuid, keeper in self._owners.lost(name).items():
+                entries[f"{name}/{uuid}"] = (
+                    f"{field}[{quote(uuid)}].uuid: also listed by node {quote(keeper)}, which keeps it "
+                    f"(the older Node); not usable on this node until one of the two stops listing it")
+        for key in self._flagged_gpus.pop(name, set()) - entries.keys():
+            self.quarantine.clear("gpu", key)
+        for key, message in entries.items():
+            self.quarantine.reject("gpu", key, message)
+        if entries:
+            self._flagged_gpus[name] = set(entries)
+
     def _list_and_watch_nodes(self) -> None:
         data = response_json(self._api.list_node(_preload_content=False))
         now = self._now()
-        observations = [o for o in map(self._observe, data.get("items", [])) if o is not None]
+        observations = {o.name: o for o in map(self._observe, data.get("items", [])) if o is not None}
+        listed = {_object_key(obj, namespaced=False) for obj in data.get("items", [])}
         with self._obs_lock:
-            self._observations = {o.name: o for o in observations}
-        self._cache.set_nodes([o.spec(now, self._opts.inventory_stale_after_s) for o in observations])
+            gone = set(self._observations) - set(observations)
+            self._observations = observations
+            self._owners.clear()
+            for o in observations.values():
+                self._owners.put(o.name, rank(o.name, o.created), (g.uuid for g in o.gpus))
+            for name in set(observations) | set(self._flagged_gpus):
+                self._judge_gpus(name)
+            specs = [self._usable(o).spec(now, self._opts.inventory_stale_after_s) for o in observations.values()]
+        # Nodes deleted while the watch was down are no longer quarantined.
+        self.quarantine.retain("node", listed)
+        if gone:
+            log.info("relist: %d nodes gone", len(gone))
+        self._cache.set_nodes(specs)
         self.nodes_synced.set()
         for kind, obj in self._stream(self._api.list_node, data["metadata"]["resourceVersion"]):
-            if kind == "DELETED":
-                name = _object_key(obj, namespaced=False)
-                self.quarantine.clear("node", name)
-                with self._obs_lock:
-                    self._observations.pop(name, None)
-                self._cache.remove_node(name)
-                continue
+            self._apply_node(kind, obj)
+
+    def _apply_node(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """One node watch event; the nodes sharing a GPU UUID with it are updated with it."""
+        if kind == "DELETED":
+            name = _object_key(obj, namespaced=False)
+            self.quarantine.clear("node", name)
+            with self._obs_lock:
+                self._observations.pop(name, None)
+                touched = self._owners.remove(name)
+                self._judge_gpus(name)
+            self._cache.remove_node(name)
+        else:
             obs = self._observe(obj)
             if obs is None:
-                continue
+                return
             with self._obs_lock:
                 self._observations[obs.name] = obs
-            self._cache.upsert_node(obs.spec(self._now(), self._opts.inventory_stale_after_s))
+                touched = self._owners.put(obs.name, rank(obs.name, obs.created), (g.uuid for g in obs.gpus))
+        now = self._now()
+        with self._obs_lock:
+            for name in touched:
+                self._judge_gpus(name)
+            specs = [self._usable(self._observations[n]).spec(now, self._opts.inventory_stale_after_s)
+                     for n in sorted(touched) if n in self._observations]
+        try:
+            # One batch: a UUID moving from one node to another never shows on both.
+            self._cache.upsert_nodes(specs)
+        except Exception as exc:  # noqa: BLE001 - one node must never stop the watch
+            log.exception("node update failed: %s", sorted(touched))
+            for n in touched:
+                self.quarantine.reject("node", n, f"internal: {type(exc).__name__}: {exc}")
 
     # -- pods ----------------------------------------------------------------------------
 
@@ -391,6 +459,8 @@ class ClusterSync:
     def _list_and_watch_pods(self) -> None:
         data = response_json(self._api.list_pod_for_all_namespaces(_preload_content=False))
         intents = [i for i in map(self._read_pod, data.get("items", [])) if i is not None]
+        # Pods deleted while the watch was down are no longer quarantined.
+        self.quarantine.retain("pod", {_object_key(obj) for obj in data.get("items", [])})
         self._cache.set_pods(intents, on_error=self._reject_failed)
         self.pods_synced.set()
         for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,

@@ -86,6 +86,13 @@ class Quarantine:
         with self._lock:
             self._entries.pop((kind, key), None)
 
+    def retain(self, kind: str, keys: set[str]) -> None:
+        """After a full list: forget the ``kind`` entries whose object was not listed (it
+        was deleted while no watch ran)."""
+        with self._lock:
+            for k in [k for k in self._entries if k[0] == kind and k[1] not in keys]:
+                del self._entries[k]
+
     def entries(self) -> list[Rejected]:
         """What is quarantined now, oldest first."""
         with self._lock:

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from podspec import annotations as ann
 from podspec.pods import MAX_CORES, MAX_MEMORY_BYTES, MIB, PodSpecError, item_name, quantity, quote
 from scoring.state import GpuSpec, NodeSpec
+
+MAX_CLOCK_SKEW_S = 300.0
+"""How far in the future a timestamp read from an object may lie, seconds. Beyond it the
+timestamp is invalid (a heartbeat of year 9999 would otherwise keep a node fresh forever);
+within it, clocks of the agent's node and the extender's may simply disagree."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,12 @@ class NodeObservation:
         The inventory's heartbeat (timezone-aware); None when absent or invalid.
     problem : str
         Why the inventory is unusable (``""`` when it is fine), for logs.
+    flagged : tuple of (str, str)
+        GPUs whose readings are impossible, as (UUID, "field: why"): kept in ``gpus`` as unhealthy,
+        so nothing is placed there and the pods already there are still counted.
+    created : datetime or None
+        ``metadata.creationTimestamp`` (set by the API server); None when absent or
+        unreadable. Decides which of two nodes listing one GPU UUID keeps it.
     """
 
     name: str
@@ -38,12 +49,36 @@ class NodeObservation:
     gpus: tuple[GpuSpec, ...]
     heartbeat: datetime | None
     problem: str = ""
+    flagged: tuple[tuple[str, str], ...] = ()
+    created: datetime | None = None
+
+    def age_s(self, now: datetime) -> float | None:
+        """Seconds since the heartbeat, never negative (a heartbeat up to ``MAX_CLOCK_SKEW_S``
+        ahead reads 0); None without a usable inventory or with a heartbeat further ahead."""
+        if self.heartbeat is None or self.problem:
+            return None
+        age = (now - self.heartbeat).total_seconds()
+        return None if age < -MAX_CLOCK_SKEW_S else max(age, 0.0)
 
     def spec(self, now: datetime, stale_after_s: float) -> NodeSpec:
-        """The node for the core: ready only with a valid inventory at most ``stale_after_s`` old."""
-        fresh = (self.heartbeat is not None and not self.problem
-                 and (now - self.heartbeat).total_seconds() <= stale_after_s)
+        """The node for the core: ready only with a valid inventory at most ``stale_after_s``
+        old, and not more than ``MAX_CLOCK_SKEW_S`` in the future."""
+        age = self.age_s(now)
+        fresh = age is not None and age <= stale_after_s
         return NodeSpec(self.name, self.cpu_milli, self.memory_mib, self.gpus, ready=fresh)
+
+
+def _judged(g: ann.GpuInventory) -> tuple[GpuSpec, str]:
+    """The GPU for the core, and why its readings are impossible (``""`` when they are not):
+    memory used above total, or pods using more than the GPU has. Such a GPU is unhealthy."""
+    pods_used = sum(p.memory_used_mib for p in g.pods)
+    why = ""
+    if g.memory_used_mib > g.memory_mib:
+        why = f"memory_used_mib: {g.memory_used_mib} MiB is above memory_mib {g.memory_mib} MiB"
+    elif pods_used > g.memory_mib:
+        why = f"pods[].memory_used_mib: {pods_used} MiB in all is above memory_mib {g.memory_mib} MiB"
+    return GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy and not why,
+                   min(g.memory_used_mib, g.memory_mib)), why
 
 
 def node_observation(node: Mapping[str, Any]) -> NodeObservation:
@@ -62,7 +97,23 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
     if name is None:
         raise ValueError("Node.metadata.name: missing")
     meta = node["metadata"]
-    status = node.get("status")
+    created = _timestamp(meta.get("creationTimestamp"))
+    obs = _observation(name, meta, node.get("status"))
+    return obs if created is None else replace(obs, created=created)
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as a timezone-aware datetime; None when it is not one."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _observation(name: str, meta: Mapping[str, Any], status: Any) -> NodeObservation:
     alloc = (status.get("allocatable") if isinstance(status, Mapping) else None) or {}
     annotations = meta.get("annotations") or {}
     if not isinstance(alloc, Mapping) or not isinstance(annotations, Mapping):
@@ -86,8 +137,8 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
     if inv.node != name:
         return NodeObservation(name, cpu_milli, memory_mib, (), None,
                                f"{ann.INVENTORY}: published for node {quote(inv.node)}")
-    gpus = tuple(GpuSpec(g.index, g.uuid, g.model, g.memory_mib, g.replicas, g.healthy,
-                         g.memory_used_mib)
-                 for g in sorted(inv.gpus, key=lambda g: g.index))
+    judged = [_judged(g) for g in sorted(inv.gpus, key=lambda g: g.index)]
+    flagged = tuple((spec.uuid, why) for spec, why in judged if why)
     heartbeat = inv.heartbeat if inv.heartbeat.tzinfo else inv.heartbeat.replace(tzinfo=UTC)
-    return NodeObservation(name, cpu_milli, memory_mib, gpus, heartbeat)
+    return NodeObservation(name, cpu_milli, memory_mib, tuple(spec for spec, _ in judged), heartbeat,
+                           flagged=flagged)

@@ -178,8 +178,13 @@ class GpuCache:
     def set_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """Replace the node set; allocations on nodes that are gone are dropped."""
         with self._lock:
+            old = self._nodes
             self._nodes = {n.name: n for n in nodes}
-            self._rebuild()
+            try:
+                self._rebuild()
+            except Exception:
+                self._nodes = old  # nothing half-applied: the arrays were never replaced
+                raise
 
     def upsert_node(self, node: NodeSpec) -> None:
         """Add a node or replace its spec (inventory or allocatable changed)."""
@@ -193,22 +198,30 @@ class GpuCache:
         place, so the node watch and the staleness check may call this freely.
         """
         with self._lock:
-            changed = False
-            for node in nodes:
-                old = self._nodes.get(node.name)
-                if old == node:
-                    continue
-                self._nodes[node.name] = node
-                if old is not None and not changed and _without_usage(old) == _without_usage(node):
-                    # Only NVML's used memory moved (every agent heartbeat on a busy GPU):
-                    # patch that column in place instead of rebuilding every array.
-                    self._state.set_nvml_used_mib(self._state.node_index[node.name], [
-                        g.memory_used_mib for g in sorted(node.gpus, key=lambda g: g.index)])
-                    self._generation += 1
-                    continue
-                changed = True
-            if changed:
-                self._rebuild()
+            before = dict(self._nodes)
+            try:
+                self._upsert_nodes(nodes)
+            except Exception:
+                self._nodes = before  # nothing half-applied: the arrays were never replaced
+                raise
+
+    def _upsert_nodes(self, nodes: Iterable[NodeSpec]) -> None:
+        changed = False
+        for node in nodes:
+            old = self._nodes.get(node.name)
+            if old == node:
+                continue
+            self._nodes[node.name] = node
+            if old is not None and not changed and _without_usage(old) == _without_usage(node):
+                # Only NVML's used memory moved (every agent heartbeat on a busy GPU):
+                # patch that column in place instead of rebuilding every array.
+                self._state.set_nvml_used_mib(self._state.node_index[node.name], [
+                    g.memory_used_mib for g in sorted(node.gpus, key=lambda g: g.index)])
+                self._generation += 1
+                continue
+            changed = True
+        if changed:
+            self._rebuild()
 
     def remove_node(self, name: str) -> None:
         """Forget a node and the allocations on it."""
