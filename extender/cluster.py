@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -46,6 +48,11 @@ log = logging.getLogger(__name__)
 HTTP_GONE = 410
 HTTP_CONFLICT = 409
 MERGE_PATCH = "application/merge-patch+json"
+CLAIM_READ_BUDGET_S = 2.0
+"""Most time one fenced bind spends reading claimed pods the pod watch has not shown yet
+(kube-scheduler's bind timeout is longer); a ledger naming more is read over several tries."""
+MAX_ABSENT = 4096
+"""Claimed pods remembered as gone (not read again while their claim lives), at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,12 +233,30 @@ class ClusterSync:
 
         data = response_json(listing(_preload_content=False))
         for obj in data.get("items", []):
-            if (ledger := fence.observe("ADDED", obj)) is not None:
-                binder.fold(ledger)
+            self._apply_ledger("ADDED", obj)
+        self.quarantine.retain("claims", {_object_key(obj) for obj in data.get("items", [])})
         self.claims_synced.set()
         for kind, obj in self._stream(listing, data["metadata"]["resourceVersion"]):
-            if (ledger := fence.observe(kind, obj)) is not None:
+            self._apply_ledger(kind, obj)
+
+    def _apply_ledger(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """One ledger event: folded into the cache; what was skipped of it quarantined
+        (kind ``claims``, ``namespace/name``). Never raises: one ledger never stops the watch."""
+        binder = self._binder
+        assert binder is not None and binder.fence is not None
+        key = _object_key(obj)
+        try:
+            ledger = binder.fence.observe(kind, obj)
+            if ledger is not None:
                 binder.fold(ledger)
+        except Exception as exc:  # noqa: BLE001 - one ledger must never stop the watch
+            log.exception("claim ledger %s: fold failed", key)
+            self.quarantine.reject("claims", key, f"internal: {type(exc).__name__}: {exc}")
+            return
+        if kind == "DELETED" or ledger is None or not ledger.problem:
+            self.quarantine.clear("claims", key)
+        else:
+            self.quarantine.reject("claims", key, ledger.problem)
 
     def _run_housekeeping(self) -> None:
         while not self._stop.wait(self._opts.housekeeping_s):
@@ -514,25 +539,43 @@ class KubeBinder:
         self.fence = fence
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._absent: dict[str, float] = {}
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(node, threading.Lock())
 
     def _ensure_known(self, uid: str, namespace: str, name: str) -> None:
-        """Bind may come before the pod watch delivered the pod: read it once."""
+        """Bind may come before the pod watch delivered the pod: read it once.
+
+        Raises
+        ------
+        BindError
+            The pod cannot be read, is not the pod ``uid`` (recreated), or does not parse.
+        """
         if self._cache.knows_pod(uid):
             return
         try:
             obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException as exc:
             raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
-        if obj.get("metadata", {}).get("uid") != uid:
+        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+            raise BindError(f"gpufrac: reading pod {namespace}/{name}: {type(exc).__name__}") from None
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or meta.get("uid") != uid:
             raise BindError(f"gpufrac: pod {namespace}/{name} has another UID than {uid} (recreated)")
-        self._cache.apply_pod_event("ADDED", pod_intent(obj))
+        try:
+            intent = pod_intent(obj)
+        except ValueError as exc:
+            raise BindError(f"gpufrac: pod {namespace}/{name}: {exc}") from None
+        self._cache.apply_pod_event("ADDED", intent)
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> None:
         """Bind one pod to ``node`` with the GPUs gpufrac chooses there.
+
+        Fenced, every API read (the ledger the first time, claimed pods the pod watch has
+        not shown yet) happens before the node lock is taken; under it, only the claim's
+        compare-and-swap write.
 
         Raises
         ------
@@ -541,6 +584,8 @@ class KubeBinder:
             API, or the Binding failed; nothing stays held, and nothing was written.
         """
         self._ensure_known(uid, namespace, name)
+        if self.fence is not None:
+            self._read_claimed_pods(node)
         with self._node_lock(node):
             # Choose and hold: serialized per node here and by the cache lock inside, so
             # of two binds racing for the last share exactly one gets it.
@@ -563,15 +608,23 @@ class KubeBinder:
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
 
-    def _live_claims(self, node: str) -> tuple[Ledger, list[ClaimedAllocation]]:
-        """``node``'s ledger as last seen, and its live claims by other instances, for
-        ``GpuCache.assume`` to count under its lock. A claimed pod the cache has not seen
-        is read from the API first (a deleted or recreated one holds nothing).
+    def _unseen_claims(self, ledger: Ledger) -> list[ClaimedAllocation]:
+        """Live foreign claims of pods neither the cache knows nor a read found absent."""
+        now = time.monotonic()
+        return [c for c in self._claimed(ledger)
+                if not self._cache.knows_pod(c.uid) and self._absent.get(c.uid, 0.0) <= now]
+
+    def _read_claimed_pods(self, node: str) -> None:
+        """Before the node lock: read ``node``'s ledger if never seen, and the pods its live
+        claims name that the cache has not seen (newest first, for at most
+        ``CLAIM_READ_BUDGET_S``). A pod that is gone or recreated holds nothing, and is not
+        read again while its claim lives.
 
         Raises
         ------
         BindError
-            The ledger cannot be read.
+            The ledger cannot be read, or the budget ran out with pods left to read (the
+            next try goes on where this one stopped).
         """
         fence = self.fence
         assert fence is not None
@@ -579,22 +632,46 @@ class KubeBinder:
             ledger = fence.view(node)
         except ApiException as exc:
             raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
-        claims = self._claimed(ledger)
-        for c in claims:
-            if not self._cache.knows_pod(c.uid):
-                try:
-                    self._ensure_known(c.uid, c.namespace, c.name)
-                except BindError:
-                    pass  # deleted or recreated: counted as nothing (ClaimHold.UNKNOWN)
-        return ledger, claims
+        unseen = self._unseen_claims(ledger)
+        deadline = time.monotonic() + CLAIM_READ_BUDGET_S
+        for i, c in enumerate(reversed(unseen)):
+            if time.monotonic() > deadline:
+                raise BindError(f"gpufrac: the claim ledger of {node} names {len(unseen) - i} pods not read yet "
+                                f"(read {i} in {CLAIM_READ_BUDGET_S:.0f} s); kube-scheduler retries the pod")
+            try:
+                self._ensure_known(c.uid, c.namespace, c.name)
+            except BindError:
+                # Deleted or recreated: counted as nothing (ClaimHold.UNKNOWN).
+                if len(self._absent) >= MAX_ABSENT:
+                    self._absent = {u: t for u, t in list(self._absent.items()) if t > time.monotonic()}
+                self._absent[c.uid] = time.monotonic() + c.hold_s
+
+    def _live_claims(self, node: str) -> tuple[Ledger, list[ClaimedAllocation]]:
+        """Under the node lock, no API call: ``node``'s ledger as last seen, and its live
+        claims by other instances, for ``GpuCache.assume`` to count under its lock.
+
+        Raises
+        ------
+        BindError
+            A live claim names a pod that was neither read nor found absent (its claim
+            arrived after ``_read_claimed_pods``): counting nothing for it could
+            over-commit, so the bind is refused and retried.
+        """
+        fence = self.fence
+        assert fence is not None
+        ledger = fence.view(node)  # kept since _read_claimed_pods: no API read
+        if unseen := self._unseen_claims(ledger):
+            c = unseen[-1]
+            raise BindError(f"gpufrac: the claim ledger of {node} names pod {c.namespace}/{c.name}, "
+                            "not seen yet; kube-scheduler retries the pod")
+        return ledger, self._claimed(ledger)
 
     def _claimed(self, ledger: Ledger) -> list[ClaimedAllocation]:
         """The live claims of ``ledger`` made by other instances (ours are held by our own
         assume, or were given back when their Binding failed)."""
         fence = self.fence
         assert fence is not None
-        now = fence.now_s()
-        return [c.counted(now, fence.ttl_s) for c in ledger.live(now, fence.ttl_s) if c.owner != fence.identity]
+        return [c.counted(left) for c, left in fence.live(ledger) if c.owner != fence.identity]
 
     def fold(self, ledger: Ledger) -> None:
         """Count other instances' live claims of ``ledger`` in the cache now (the claims

@@ -27,8 +27,14 @@ watch shows the pod bound, or the bind failed). One extra write per bind, per no
 different nodes never contend.
 
 The ledger is in ``extender.cluster`` terms an API object like the others: plain JSON, read
-by ``ClaimFence.observe`` from a watch, never trusted beyond its shape (a malformed claim is
-skipped, and only gpufrac's service account can write gpufrac's namespace).
+by ``ClaimFence.observe`` from a watch, never trusted beyond its shape and bounds: a claim
+holds at most ``MAX_GPUS_PER_NODE`` GPUs, a share of 0-1000 milli and at most
+``MAX_GPU_MEMORY_MIB`` per GPU (the bounds of the ``assigned-*`` annotations), a ledger is
+read up to ``MAX_LEDGER_BYTES`` and its newest ``MAX_CLAIMS`` claims; anything else is
+skipped and named in ``Ledger.problem`` (quarantined by the claims watch). A claim's
+``at`` is written for people and never read as a time: its ``ttl_s`` runs from when this
+instance first saw it, so neither a clock ahead nor a forged ``at`` can keep a claim alive
+longer (after a restart a claim counts for at most one more ``ttl_s``).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from extender.cache import ClaimedAllocation
+from podspec.annotations import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 from podspec.kubeio import core_path, response_json, write_json
 
 log = logging.getLogger(__name__)
@@ -60,7 +67,13 @@ NODE_ANNOTATION = "gpufrac.io/node"
 """The ledger's node, in full (the name may be shortened)."""
 DATA_KEY = "claims.json"
 MAX_CLAIMS = 512
-"""At most this many claims kept per ledger (the newest); a node holds far fewer pods."""
+"""At most this many claims kept per ledger, written or read (the newest); a node holds far
+fewer pods."""
+MAX_LEDGER_BYTES = 256 * 1024
+"""Largest ``claims.json`` read (512 claims of 8 GPUs take about 150 KiB); a larger one is
+read as empty and quarantined."""
+MAX_FIELD_CHARS = 253
+"""Longest name, UID or owner in a claim."""
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -89,10 +102,11 @@ class Claim:
     owner: str
     at_s: float
 
-    def counted(self, now_s: float, ttl_s: float) -> ClaimedAllocation:
-        """The claim as the cache counts it, with the seconds it has left at ``now_s``."""
+    def counted(self, hold_s: float) -> ClaimedAllocation:
+        """The claim as the cache counts it, for the ``hold_s`` seconds it has left
+        (``ClaimFence.live``)."""
         return ClaimedAllocation(self.uid, self.namespace, self.name, self.node, self.gpu_uuids, self.gpu_milli,
-                                 self.gpu_memory_mib, self.owner, ttl_s - (now_s - self.at_s))
+                                 self.gpu_memory_mib, self.owner, hold_s)
 
     def to_json(self) -> dict[str, Any]:
         """The claim as stored in the ledger."""
@@ -114,31 +128,53 @@ class Claim:
         try:
             if not isinstance(obj["gpus"], list) or not isinstance(obj["memoryMiB"], list):
                 raise TypeError("gpus and memoryMiB must be lists")
+            if not 1 <= len(obj["gpus"]) <= MAX_GPUS_PER_NODE:
+                raise ValueError(f"gpus: {len(obj['gpus'])} entries, must be 1-{MAX_GPUS_PER_NODE}")
+            texts = [obj[k] for k in ("uid", "namespace", "name", "node", "owner")]
+            if not all(isinstance(t, str) and 0 < len(t) <= MAX_FIELD_CHARS for t in texts):
+                raise ValueError(f"uid, namespace, name, node and owner: strings of 1-{MAX_FIELD_CHARS} characters")
             gpus = tuple(obj["gpus"])
+            if not all(isinstance(g, str) and 0 < len(g) <= 128 for g in gpus):
+                raise ValueError("gpus: UUIDs of 1-128 characters")
+            if not all(_is_int(m) and 0 <= m <= MAX_GPU_MEMORY_MIB for m in obj["memoryMiB"]):
+                raise ValueError(f"memoryMiB: integers in [0, {MAX_GPU_MEMORY_MIB}]")
+            if not _is_int(obj["milli"]) or not 0 <= obj["milli"] <= 1000:
+                raise ValueError("milli: an integer in [0, 1000]")
+            at = obj["at"]
+            if not isinstance(at, int | float) or isinstance(at, bool) or not math.isfinite(at):
+                raise ValueError("at: a finite number")
             mem = tuple(int(m) for m in obj["memoryMiB"])
-            claim = Claim(str(obj["uid"]), str(obj["namespace"]), str(obj["name"]), str(obj["node"]),
-                          gpus, int(obj["milli"]), mem, str(obj["owner"]), float(obj["at"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            uid, namespace, name, node, owner = texts
+            claim = Claim(uid, namespace, name, node, gpus, int(obj["milli"]), mem, owner, float(at))
+        except KeyError as exc:
+            raise ValueError(f"bad claim: missing {exc}") from None
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"bad claim: {exc}") from None
-        if (not all(isinstance(g, str) for g in gpus) or len(mem) != len(gpus) or min(mem, default=0) < 0
-                or not 0 <= claim.gpu_milli <= 1000):
-            raise ValueError("bad claim: gpus, memoryMiB and milli disagree")
-        if not math.isfinite(claim.at_s):  # an infinite time would never expire
-            raise ValueError("bad claim: 'at' is not a finite time")
+        if len(mem) != len(gpus):
+            raise ValueError("bad claim: gpus and memoryMiB disagree")
         return claim
+
+
+def _claim_key(c: Claim) -> tuple[Any, ...]:
+    """What identifies one claim across rewrites of its ledger by other instances (who copy
+    it as read); a new claim of the same pod by the same instance has a new ``at``."""
+    return (c.uid, c.owner, c.at_s, c.gpu_uuids)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
-    """A node's ledger as last seen: its ``resourceVersion`` (None: not created yet) and claims."""
+    """A node's ledger as last seen: its ``resourceVersion`` (None: not created yet) and the
+    claims that passed the bounds (``ClaimFence.live`` says which still count)."""
 
     node: str
     resource_version: str | None
     claims: tuple[Claim, ...] = ()
-
-    def live(self, now_s: float, ttl_s: float) -> tuple[Claim, ...]:
-        """The claims younger than ``ttl_s`` at ``now_s`` (wall clock, seconds)."""
-        return tuple(c for c in self.claims if now_s - c.at_s < ttl_s)
+    problem: str = ""
+    """What was skipped on read (``""``: nothing), for the quarantine."""
 
 
 def default_instance_id() -> str:
@@ -166,19 +202,31 @@ def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
     if not isinstance(node, str) or not node:
         return None
     raw = data.get(DATA_KEY, "[]") if isinstance(data, Mapping) else "[]"
+    rv = meta.get("resourceVersion")
+    rv = rv if isinstance(rv, str) else None
+    if isinstance(raw, str) and len(raw) > MAX_LEDGER_BYTES:
+        return Ledger(node, rv, (), f"{DATA_KEY}: {len(raw)} characters, over {MAX_LEDGER_BYTES}; read as empty")
     try:
         items = json.loads(raw) if isinstance(raw, str) else []
-    except ValueError:
-        log.warning("ledger of node %s: claims are not JSON; read as empty", node)
-        items = []
+    except (ValueError, RecursionError):
+        return Ledger(node, rv, (), f"{DATA_KEY}: not JSON; read as empty")
+    items = items if isinstance(items, list) else []
+    problems = []
+    if len(items) > MAX_CLAIMS:
+        problems.append(f"{DATA_KEY}: {len(items)} claims, over {MAX_CLAIMS}; the newest {MAX_CLAIMS} read")
+        items = items[-MAX_CLAIMS:]
     claims = []
-    for item in items if isinstance(items, list) else []:
+    skipped = 0
+    for item in items:
         try:
             claims.append(Claim.from_json(item))
         except ValueError as exc:
-            log.warning("ledger of node %s: %s; skipped", node, exc)
-    rv = meta.get("resourceVersion")
-    return Ledger(node, rv if isinstance(rv, str) else None, tuple(claims))
+            skipped += 1
+            if skipped == 1:
+                problems.append(f"{DATA_KEY}[]: {exc}")
+    if skipped > 1:
+        problems.append(f"{skipped} claims skipped in all")
+    return Ledger(node, rv, tuple(claims), "; ".join(problems))
 
 
 class ClaimFence:
@@ -192,9 +240,11 @@ class ClaimFence:
     identity : str
         This instance, written into its claims.
     ttl_s : float
-        How long a claim counts (seconds); longer than a bind plus the pod watch's lag.
+        How long a claim counts (seconds) from when this instance first saw it; longer
+        than a bind plus the pod watch's lag.
     clock : callable returning float, optional
-        Wall clock, seconds since the epoch (claims from other instances carry theirs).
+        Wall clock, seconds since the epoch: stamps this instance's claims (``at``, for
+        people) and times first sightings.
     """
 
     def __init__(self, api: client.CoreV1Api, namespace: str, identity: str, ttl_s: float = 60.0,
@@ -205,6 +255,7 @@ class ClaimFence:
         self.ttl_s = ttl_s
         self._clock = clock
         self._ledgers: dict[str, Ledger] = {}
+        self._first_seen: dict[str, dict[tuple[Any, ...], float]] = {}
         self._lock = threading.Lock()
 
     def now_s(self) -> float:
@@ -239,13 +290,25 @@ class ClaimFence:
         return self._keep(ledger)
 
     def _keep(self, ledger: Ledger) -> Ledger:
+        now = self.now_s()
         with self._lock:
             old = self._ledgers.get(ledger.node)
             # A watch event older than a write this instance made itself must not undo it.
             if old is not None and _older(ledger.resource_version, old.resource_version):
                 return old
             self._ledgers[ledger.node] = ledger
+            seen = self._first_seen.get(ledger.node, {})
+            self._first_seen[ledger.node] = {k: seen.get(k, now) for k in map(_claim_key, ledger.claims)}
             return ledger
+
+    def live(self, ledger: Ledger) -> list[tuple[Claim, float]]:
+        """The claims of ``ledger`` that still count, with the seconds each has left:
+        ``ttl_s`` from when this instance first saw the claim (never from its ``at``)."""
+        now = self.now_s()
+        with self._lock:
+            seen = self._first_seen.get(ledger.node, {})
+            left = [(c, self.ttl_s - (now - seen.get(_claim_key(c), now))) for c in ledger.claims]
+        return [(c, s) for c, s in left if s > 0]
 
     def commit(self, seen: Ledger, claim: Claim) -> Ledger:
         """Write ``claim`` into the node's ledger, if the ledger is still ``seen``.
@@ -266,10 +329,9 @@ class ClaimFence:
         kubernetes.client.rest.ApiException
             Any other API failure.
         """
-        now = self.now_s()
         # Another instance's claim of the same pod stays: when two schedulers bind one pod,
         # the API decides which Binding lands, and until then both must count.
-        keep = [c for c in seen.live(now, self.ttl_s)
+        keep = [c for c, _ in self.live(seen)
                 if (c.uid, c.owner) != (claim.uid, claim.owner)][-(MAX_CLAIMS - 1):]
         claims = (*keep, claim)
         body: dict[str, Any] = {

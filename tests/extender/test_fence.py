@@ -97,15 +97,109 @@ def test_a_malformed_claim_is_skipped_and_the_others_kept() -> None:
                     '"gpus": ["GPU-n1-0"], "milli": 100, "memoryMiB": [1], "owner": "a", "at": Infinity}]'}}
     ledger = parse_ledger(obj)
     assert ledger is not None and ledger.resource_version == "7"
-    # u4: a string is not a GPU list; u5: negative memory; u6: a claim that would never expire
+    # u4: a string is not a GPU list; u5: negative memory; u6: not a finite number
     assert [c.uid for c in ledger.claims] == ["u1"]
+    assert ledger.problem == "claims.json[]: bad claim: missing 'gpus'; 6 claims skipped in all"
     assert parse_ledger({"metadata": {}}) is None  # names no node: not a ledger
     # Wrong shapes anywhere are no ledger, or an empty one, never an exception in the watch.
     assert parse_ledger({"metadata": {"annotations": ["gpufrac.io/node"]}}) is None
     assert parse_ledger({"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": ["x"]}) == \
         Ledger("n1", None, ())
     garbage = {"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": {"claims.json": "{not json"}}
-    assert parse_ledger(garbage) == Ledger("n1", None, ())
+    assert parse_ledger(garbage) == Ledger("n1", None, (), "claims.json: not JSON; read as empty")
+
+
+def ledger_obj(claims: list[dict[str, Any]], node: str = "n1", rv: str = "5") -> dict[str, Any]:
+    """A ledger ConfigMap as the API serves it."""
+    return {"metadata": {"name": ledger_name(node), "namespace": "gpufrac", "resourceVersion": rv,
+                         "labels": {CLAIMS_LABEL: "true"}, "annotations": {"gpufrac.io/node": node}},
+            "data": {"claims.json": json.dumps(claims)}}
+
+
+# -- issue 38: a ledger is as untrusted as any object ----------------------------------------
+
+def test_claims_are_bounded_like_the_assigned_annotations() -> None:
+    good = claim().to_json()
+    bad = {"memoryMiB": [10**30], "milli": 10**30, "gpus": ["GPU-x"] * 65, "uid": "u" * 254,
+           "owner": ["a"], "at": True}
+    for key, value in bad.items():
+        extra = {"memoryMiB": [1] * 65} if key == "gpus" else {}
+        ledger = parse_ledger(ledger_obj([good, {**good, key: value, **extra}]))
+        assert ledger is not None and [c.uid for c in ledger.claims] == ["u1"], key
+        assert ledger.problem.startswith("claims.json[]: bad claim: "), ledger.problem
+
+
+def test_an_absurd_claim_is_quarantined_and_the_claims_watch_and_binds_go_on() -> None:
+    # Was: memoryMiB = 10**30 made /bind answer 500 (OverflowError in scoring/state.py), the
+    # claims watch crash-looped and the half-applied update leaked share for good.
+    from extender.cluster import ClusterSync, SyncOptions
+
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+    huge = {**claim("uid-a", owner="a").to_json(), "name": "a", "memoryMiB": [10**30]}
+    sync = ClusterSync(api, cache_b, SyncOptions(), binder=b)
+    sync._apply_ledger("ADDED", api._bump(ledger_obj([huge])))
+    (entry,) = sync.quarantine.entries()
+    assert (entry.kind, entry.key) == ("claims", "gpufrac/gpufrac-claims-n1")
+    assert "memoryMiB: integers in [0, 16777216]" in entry.message
+    assert cache_b.summary()["gpu_allocated_milli"] == 0  # nothing half-counted
+    b.bind("uid-b", "default", "b", "n1")
+    assert cache_b.summary()["gpu_allocated_milli"] == 600
+    # A fixed ledger leaves the quarantine.
+    sync._apply_ledger("MODIFIED", api._bump(ledger_obj([])))
+    assert sync.quarantine.entries() == []
+
+
+def test_a_claim_dated_far_ahead_expires_ttl_after_it_was_first_seen() -> None:
+    # Was: a claim whose 'at' is 10**9 s ahead never expired: 1000 milli held for a pod that
+    # is not bound, other pods refused on that GPU.
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+    assert b.fence is not None
+    now = [1000.0]
+    b.fence._clock = lambda: now[0]
+    ahead = {**claim("uid-a", owner="a", at_s=1000.0 + 1e9).to_json(), "name": "a", "milli": 1000}
+    api._bump(ledger_obj([ahead]))
+    ledger = b.fence.refresh("n1")
+    assert [left for _, left in b.fence.live(ledger)] == [60.0]
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        b.bind("uid-b", "default", "b", "n1")
+    now[0] = 1030.0  # rewritten by another instance, the claim copied as it was: same age
+    assert [left for _, left in b.fence.live(b.fence.observe("MODIFIED", api._bump(ledger_obj([ahead]))))] == [30.0]
+    now[0] = 1061.0
+    assert b.fence.live(b.fence.view("n1")) == []
+    cache_b.expire_assumed(now=float("inf"))  # the cache's own hold of the claim ran out too
+    b.bind("uid-b", "default", "b", "n1")
+    assert api.bindings == [("b", "n1")]
+
+
+def test_a_huge_ledger_is_read_as_empty_and_claimed_pods_are_read_outside_the_node_lock() -> None:
+    # Was: a ledger of 5,000 claims of unknown pods (873 KB) made a bind read each pod
+    # while holding the node's lock; kube-scheduler's timeout fired twice.
+    unknown = [{**claim(f"ghost-{i}", owner="z").to_json(), "gpus": [f"GPU-{i:036d}"]} for i in range(5000)]
+    ledger = parse_ledger(ledger_obj(unknown))
+    assert ledger is not None and ledger.claims == ()
+    assert "over 262144; read as empty" in ledger.problem
+
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+    reads: list[str] = []
+    locked: list[bool] = []
+    plain_read = api.read_namespaced_pod
+
+    def read(name: str, namespace: str, **kw: Any) -> FakeResponse:
+        reads.append(name)
+        locked.append(b._node_lock("n1").locked())
+        return plain_read(name, namespace, **kw)
+
+    api.read_namespaced_pod = read  # type: ignore[method-assign]
+    api._bump(ledger_obj(unknown[:300]))  # under the bounds: 300 claims read
+    b.bind("uid-b", "default", "b", "n1")
+    assert len(reads) == 300 and not any(locked)
+    # Gone pods are remembered while their claims live: the next bind reads none again.
+    cache_b.forget("uid-b")
+    b.bind("uid-b", "default", "b", "n1")
+    assert len(reads) == 300
 
 
 def test_commit_creates_then_swaps_and_refuses_a_stale_version() -> None:

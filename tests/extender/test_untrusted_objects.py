@@ -179,3 +179,18 @@ def test_filter_echoes_a_node_item_with_a_huge_integer() -> None:
         r = client.post("/filter", content=json.dumps(body), headers={"Content-Type": "application/json"})
         assert r.status_code == 200, r.text
         assert json.loads(r.text)["Nodes"]["items"][0]["spec"]["weird"] == 2**70
+
+
+# -- row 2 (the verb's side): a bind that fails inside is answered and counted -----------------
+
+def test_an_internal_error_in_bind_is_an_error_reply_counted_as_error() -> None:
+    from extender.verbs.bind import ExtenderBindingArgs, bind
+
+    def overflowing(uid: str, namespace: str, name: str, node: str) -> None:
+        raise OverflowError("Python int too large to convert to C long")
+
+    args = ExtenderBindingArgs(PodName="p", PodNamespace="default", PodUID="uid-p", Node="n1")
+    reply = bind(overflowing, args)
+    # Was: HTTP 500, and gpufrac_bind_total{result="error"} did not move.
+    assert reply.status == 200 and reply.result == "error"
+    assert reply.body == {"Error": "gpufrac: internal error binding pod default/p: OverflowError; see gpufrac's log"}
