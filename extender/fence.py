@@ -194,7 +194,7 @@ def ledger_name(node: str) -> str:
 def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
     """A ledger from its ConfigMap JSON; None when it names no node. Malformed claims are
     skipped (logged), so one bad entry never hides the others."""
-    meta = obj.get("metadata")
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping):
         return None
     annotations, data = meta.get("annotations"), obj.get("data")
@@ -347,7 +347,8 @@ class ClaimFence:
                 body["metadata"]["resourceVersion"] = seen.resource_version
                 got = write_json(self._api, "PUT", f"{base}/{ledger_name(claim.node)}", body)
         except ApiException as exc:
-            if exc.status == HTTP_CONFLICT:  # 409: replaced meanwhile, or created meanwhile
+            # 409: replaced or created meanwhile; 404: deleted meanwhile (replace of a gone map)
+            if exc.status == HTTP_CONFLICT or (exc.status == HTTP_NOT_FOUND and seen.resource_version is not None):
                 self.refresh(claim.node)
                 raise FenceConflict(f"node {claim.node}'s claim ledger moved past version "
                                     f"{seen.resource_version or '(none)'}") from None
