@@ -165,7 +165,8 @@ def test_a_claim_dated_far_ahead_expires_ttl_after_it_was_first_seen() -> None:
     with pytest.raises(BindError, match="insufficient GPU share"):
         b.bind("uid-b", "default", "b", "n1")
     now[0] = 1030.0  # rewritten by another instance, the claim copied as it was: same age
-    assert [left for _, left in b.fence.live(b.fence.observe("MODIFIED", api._bump(ledger_obj([ahead]))))] == [30.0]
+    rewritten = b.fence.observe("MODIFIED", api._bump(ledger_obj([ahead])))
+    assert rewritten is not None and [left for _, left in b.fence.live(rewritten)] == [30.0]
     now[0] = 1061.0
     assert b.fence.live(b.fence.view("n1")) == []
     cache_b.expire_assumed(now=float("inf"))  # the cache's own hold of the claim ran out too
