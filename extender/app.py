@@ -73,8 +73,9 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             raise ValueError("cluster mode needs a Kubernetes API client")
         fence = (None if settings.fence_namespace is None else ClaimFence(
             kube_api, settings.fence_namespace, settings.instance_id or default_instance_id(),
-            settings.claim_ttl_s))
-        kube_binder = KubeBinder(kube_api, cache, settings.assume_ttl_s, fence=fence)
+            settings.claim_ttl_s, api_timeout_s=settings.bind_api_timeout_s))
+        kube_binder = KubeBinder(kube_api, cache, settings.assume_ttl_s, fence=fence,
+                                 api_timeout_s=settings.bind_api_timeout_s)
         sync = ClusterSync(kube_api, cache, SyncOptions(
             inventory_stale_after_s=settings.inventory_stale_after_s,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,

@@ -32,6 +32,7 @@ def _serve(args: argparse.Namespace) -> int:
         "inventory_stale_after_s": args.inventory_stale_after_s,
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
         "fence_namespace": args.fence_namespace, "claim_ttl_s": args.claim_ttl_s,
+        "bind_api_timeout_s": args.bind_api_timeout_s,
         "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
         "tls_client_ca_file": args.tls_client_ca_file,
         "events_token": (args.events_token_file.read_text().strip() if args.events_token_file
@@ -198,6 +199,9 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     serve.add_argument("--fence-namespace", help="cluster mode: fence binds with per-node claim ledgers "
                        "in this namespace (needed for more than one replica)")
     serve.add_argument("--claim-ttl-s", type=float, help="cluster mode, fenced: seconds a claim counts (60)")
+    serve.add_argument("--bind-api-timeout-s", type=float,
+                       help=f"cluster mode: limit of each API call of a bind, seconds, below kube-scheduler's "
+                            f"httpTimeout {_default('bind_api_timeout_s')}")
     serve.add_argument("--decision", choices=("filter", "prioritize"),
                        help="filter: filter returns only the chosen node (kube-scheduler skips scoring); "
                             f"prioritize: every feasible node passes, prioritize ranks {_default('decision')}")

@@ -278,8 +278,11 @@ class ClusterSync:
             specs = [self._usable(obs).spec(now, self._opts.inventory_stale_after_s)
                      for obs in self._observations.values()]
         self._cache.upsert_nodes(specs)
-        for key in self._cache.expire_assumed():
+        expired = self._cache.expire_assumed()
+        for key in expired:
             log.warning("assumed allocation expired: pod %s never showed up bound", key)
+        if expired:
+            self._released.set()  # share freed: pending pods are retried (_run_requeue)
 
     def _run_requeue(self) -> None:
         """Requeue pending GPU pods in kube-scheduler after GPU share is freed.
@@ -527,12 +530,15 @@ class KubeBinder:
     fence : ClaimFence, optional
         Fence every bind with a claim on the node's ledger first (two writes per bind).
         None: one write, safe only while one instance binds.
+    api_timeout_s : float, optional
+        Limit of each API call a bind makes, seconds (``Settings.bind_api_timeout_s``).
     """
 
     def __init__(self, api: client.CoreV1Api, cache: GpuCache, assume_ttl_s: float,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 fence: ClaimFence | None = None) -> None:
+                 fence: ClaimFence | None = None, api_timeout_s: float = 4.0) -> None:
         self._api = api
+        self._timeout_s = api_timeout_s
         self._cache = cache
         self._ttl = assume_ttl_s
         self._now = now
@@ -556,7 +562,8 @@ class KubeBinder:
         if self._cache.knows_pod(uid):
             return
         try:
-            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False))
+            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False,
+                                                               _request_timeout=self._timeout_s))
         except ApiException as exc:
             raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
         except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
@@ -708,16 +715,17 @@ class KubeBinder:
                              "annotations": dict(annotations)},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         # The API answers a Status, which is not read further.
-        write_json(self._api, "POST", core_path("namespaces", namespace, "pods", name, "binding"), body)
+        write_json(self._api, "POST", core_path("namespaces", namespace, "pods", name, "binding"), body,
+                   timeout_s=self._timeout_s)
 
     def _bound_there(self, uid: str, namespace: str, name: str, node: str) -> bool:
         """After a 409: True when the pod is bound to ``node`` already. The cache then counts
         the allocation record the pod carries (another instance's Binding of the same pod
         may have landed first, on other GPUs)."""
         try:
-            intent = pod_intent(response_json(self._api.read_namespaced_pod(name, namespace,
-                                                                            _preload_content=False)))
-        except (ApiException, ValueError):
+            intent = pod_intent(response_json(self._api.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout_s)))
+        except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
             return False
         if intent.uid != uid or intent.node_name != node:
             return False

@@ -245,11 +245,14 @@ class ClaimFence:
     clock : callable returning float, optional
         Wall clock, seconds since the epoch: stamps this instance's claims (``at``, for
         people) and times first sightings.
+    api_timeout_s : float, optional
+        Limit of each ledger read or write, seconds.
     """
 
     def __init__(self, api: client.CoreV1Api, namespace: str, identity: str, ttl_s: float = 60.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, api_timeout_s: float = 4.0) -> None:
         self._api = api
+        self._timeout_s = api_timeout_s
         self.namespace = namespace
         self.identity = identity
         self.ttl_s = ttl_s
@@ -272,7 +275,7 @@ class ClaimFence:
         """Read the node's ledger from the API (after a conflict, or the first time)."""
         try:
             obj = response_json(self._api.read_namespaced_config_map(
-                ledger_name(node), self.namespace, _preload_content=False))
+                ledger_name(node), self.namespace, _preload_content=False, _request_timeout=self._timeout_s))
             ledger = parse_ledger(obj) or Ledger(node, None)
         except ApiException as exc:
             if exc.status != HTTP_NOT_FOUND:
@@ -342,10 +345,11 @@ class ClaimFence:
         base = core_path("namespaces", self.namespace, "configmaps")
         try:
             if seen.resource_version is None:
-                got = write_json(self._api, "POST", base, body)
+                got = write_json(self._api, "POST", base, body, timeout_s=self._timeout_s)
             else:
                 body["metadata"]["resourceVersion"] = seen.resource_version
-                got = write_json(self._api, "PUT", f"{base}/{ledger_name(claim.node)}", body)
+                got = write_json(self._api, "PUT", f"{base}/{ledger_name(claim.node)}", body,
+                                 timeout_s=self._timeout_s)
         except ApiException as exc:
             # 409: replaced or created meanwhile; 404: deleted meanwhile (replace of a gone map)
             if exc.status == HTTP_CONFLICT or (exc.status == HTTP_NOT_FOUND and seen.resource_version is not None):

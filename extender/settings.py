@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     bind first writes its claim there by compare-and-swap, so several replicas never commit
     colliding allocations (deploy sets it to gpufrac's own namespace). Unset: no fence, for
     one replica only."""
+    bind_api_timeout_s: float = Field(4.0, gt=0, le=300)
+    """Cluster mode: limit of each API call a bind makes (reading the pod or the claim
+    ledger, writing the claim, the Binding), seconds. Below kube-scheduler's ``httpTimeout``
+    (5 s as shipped), after which it abandons the bind anyway: a bind the API server cannot
+    answer (etcd down) is refused with a message instead of holding a worker thread."""
     claim_ttl_s: float = Field(60.0, gt=0)
     """Cluster mode, fenced: how long a claim counts, seconds (longer than a bind plus the
     pod watch's lag)."""

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 WRITE_TIMEOUT_S = 30.0
-"""Connect plus read limit of one ``write_json`` call, seconds: a write the API server does
-not answer fails instead of holding a bind's worker thread forever."""
+"""Default connect plus read limit of one ``write_json`` call, seconds: a write the API
+server does not answer fails instead of holding a worker thread forever."""
 
 
 def response_json(resp: Any) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def core_path(*segments: str) -> str:
     return "/api/v1/" + "/".join(urllib.parse.quote(s, safe="") for s in segments)
 
 
-def write_json(api: Any, method: str, path: str, body: Any) -> dict[str, Any]:
+def write_json(api: Any, method: str, path: str, body: Any, timeout_s: float = WRITE_TIMEOUT_S) -> dict[str, Any]:
     """Send one JSON write (``POST``/``PUT``) through ``api``'s connection pool and credentials.
 
     The same request the client's typed call makes, without its parameter and model
@@ -62,6 +62,8 @@ def write_json(api: Any, method: str, path: str, body: Any) -> dict[str, Any]:
         API path, e.g. ``/api/v1/namespaces/ns/pods/name/binding``.
     body : object
         JSON-serializable body (``orjson``).
+    timeout_s : float
+        Connect plus read limit, seconds.
 
     Returns
     -------
@@ -88,7 +90,7 @@ def write_json(api: Any, method: str, path: str, body: Any) -> dict[str, Any]:
     try:
         resp = client.rest_client.pool_manager.request(
             method, cfg.host + path, body=orjson.dumps(body), headers=headers,
-            timeout=urllib3.Timeout(total=WRITE_TIMEOUT_S))
+            timeout=urllib3.Timeout(total=timeout_s))
     except urllib3.exceptions.HTTPError as exc:
         raise ApiException(status=0, reason=f"no answer from the API server: {exc}") from None
     if not 200 <= resp.status <= 299:

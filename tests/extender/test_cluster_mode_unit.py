@@ -16,7 +16,7 @@ import pytest
 import urllib3
 
 from extender.cache import BindError, GpuCache
-from extender.cluster import KubeBinder
+from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.kubeio import core_path
@@ -340,7 +340,6 @@ def test_the_watch_corrects_an_assumed_allocation_when_the_pod_is_bound_on_other
 
 
 def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
-    from extender.cluster import ClusterSync, SyncOptions
 
     c = cache_with(gpu_node("n1", 1))
     record = allocation_annotations(["GPU-n1-0"], 1000, [16384], NOW)
@@ -372,6 +371,19 @@ def test_freed_share_requeues_pending_pods_of_our_profile_only() -> None:
     assert [name for name, _ in api.patched] == ["waiting"]
     body = api.patched[0][1]
     assert body["metadata"]["uid"] == "uid-waiting" and ann.REQUEUE in body["metadata"]["annotations"]
+
+
+def test_an_expired_hold_requeues_the_waiting_pods() -> None:
+    # A hold that expires (a replica died between its claim and its Binding, a Binding
+    # lost) frees share like a deletion: the pods waiting for it are retried at once, not
+    # after kube-scheduler's 5-minute flush (found by tests/e2e/test_faults_e2e.py).
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "held", annotations={ann.FRACTION: "1"})
+    c.assume("uid-held", "default", "held", "n1", hold_s=0.0)
+    sync = ClusterSync(object(), c, SyncOptions())
+    assert not sync._released.is_set()
+    sync.housekeeping()
+    assert sync._released.is_set() and c.summary()["gpu_allocated_milli"] == 0
 
 
 def test_fgd_workload_knows_the_gpu_memory_a_pod_asks_for() -> None:

@@ -285,6 +285,8 @@ class Proc:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``; by PID (the process group)."""
@@ -320,7 +322,7 @@ def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None =
     popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                              env={**os.environ, **(env or {})})
     fh.close()
-    return Proc(name, popen, log)
+    return Proc(name, popen, log, list(cmd), env)
 
 
 def wait_until(check: Any, timeout_s: float, what: str, proc: Proc | None = None,
@@ -512,6 +514,25 @@ class ControlPlane:
             f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--v=2"], self.workdir))
         wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 60, f"{name} /healthz", proc)
         return proc
+
+    def proc(self, name: str) -> Proc:
+        """The newest started process called ``name``."""
+        return next(p for p in reversed(self.procs) if p.name == name)
+
+    def restart(self, name: str, down_s: float = 0.0, kill: bool = False) -> Proc:
+        """Stop the process ``name`` (SIGTERM, or SIGKILL with ``kill``), wait ``down_s``
+        seconds, start it again with the same command line and data, and wait until the API
+        server answers ``/readyz`` (fault injection: an API server restart, an etcd outage).
+        """
+        old = self.proc(name)
+        old.kill() if kill else old.stop()
+        self.procs.remove(old)
+        time.sleep(down_s)
+        new = self.track(start(name, old.cmd, self.workdir, old.env))
+        api = self.proc("kube-apiserver")
+        wait_until(lambda: self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
+                   120, "kube-apiserver /readyz after a restart", api, interval_s=0.5)
+        return new
 
     def down(self) -> None:
         """Stop every started process, newest first, by PID."""
