@@ -33,15 +33,14 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from extender.cache import BindError, ClaimedAllocation, EventType, GpuCache
-from extender.fence import CLAIMS_LABEL, ClaimFence, FenceConflict, Ledger
+from extender.cache import BindError, ClaimedAllocation, EventType, GpuCache, PodRecord
+from extender.fence import CLAIMS_LABEL, Claim, ClaimFence, FenceConflict, Ledger
 from extender.gpu_owners import GpuOwners, rank
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.kubeio import core_path, drain, response_json, write_json
 from podspec.nodes import MAX_CLOCK_SKEW_S, NodeObservation, node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent, quote
-from scoring.state import Allocation
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,8 @@ CLAIM_READ_BUDGET_S = 2.0
 (kube-scheduler's bind timeout is longer); a ledger naming more is read over several tries."""
 MAX_ABSENT = 4096
 """Claimed pods remembered as gone (not read again while their claim lives), at most."""
+WATERMARK_WAIT_S = 1.0
+"""Most time a fenced bind waits for the pod watch to reach a ledger's watermark."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,10 @@ class ClusterSync:
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self._released = threading.Event()
+        self._pods_rv: int | None = None
+        self._bound_rv: dict[str, int] = {}
+        if self._binder is not None:
+            self._binder.pods_rv, self._binder.bound_rv = self.pods_rv, self.bound_rv
 
     @property
     def synced(self) -> bool:
@@ -462,12 +467,22 @@ class ClusterSync:
         self.quarantine.reject("pod", intent.key, f"internal: {type(exc).__name__}: {exc}")
 
     def _apply_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
+        try:
+            self._apply_pod_event(kind, obj)
+        finally:
+            # Applied (or skipped): the watch has passed this revision (extender.fence).
+            if (rv := _revision(obj)) is not None:
+                self._pods_rv = rv
+
+    def _apply_pod_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
             meta = obj.get("metadata") if isinstance(obj, Mapping) else None
             uid = meta.get("uid") if isinstance(meta, Mapping) else None
             self.quarantine.clear("pod", _object_key(obj))
-            if isinstance(uid, str) and self._cache.remove_pod(uid):
-                self._released.set()
+            if isinstance(uid, str):
+                self._bound_rv.pop(uid, None)
+                if self._cache.remove_pod(uid):
+                    self._released.set()
             return
         intent = self._read_pod(obj)
         if intent is None:
@@ -481,19 +496,46 @@ class ClusterSync:
             log.exception("pod %s: cache update failed", intent.key)
             self._reject_failed(intent, exc)
             return
+        if intent.node_name and (rv := _revision(obj)) is not None:
+            self._bound_rv.setdefault(intent.uid, rv)
         if released:
             self._released.set()
 
+    def pods_rv(self) -> int | None:
+        """The revision of the last pod event (or pod list) applied; None before the first
+        list or when revisions are not integers."""
+        return self._pods_rv
+
+    def bound_rv(self, uid: str) -> int | None:
+        """The revision of the pod event that first showed pod ``uid`` bound; None when
+        none has (or the pod is deleted)."""
+        return self._bound_rv.get(uid)
+
     def _list_and_watch_pods(self) -> None:
         data = response_json(self._api.list_pod_for_all_namespaces(_preload_content=False))
-        intents = [i for i in map(self._read_pod, data.get("items", [])) if i is not None]
+        items = data.get("items", [])
+        intents = [i for i in map(self._read_pod, items) if i is not None]
         # Pods deleted while the watch was down are no longer quarantined.
-        self.quarantine.retain("pod", {_object_key(obj) for obj in data.get("items", [])})
+        self.quarantine.retain("pod", {_object_key(obj) for obj in items})
         self._cache.set_pods(intents, on_error=self._reject_failed)
+        bound = {i.uid for i in intents if i.node_name}
+        self._bound_rv = {obj["metadata"]["uid"]: rv for obj in items
+                          if (rv := _revision(obj)) is not None and obj["metadata"].get("uid") in bound}
+        self._pods_rv = _revision(data)
         self.pods_synced.set()
         for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,
                                       data["metadata"]["resourceVersion"]):
             self._apply_pod(kind, obj)
+
+
+def _revision(obj: Any) -> int | None:
+    """An object's (or list's) ``metadata.resourceVersion`` as an integer (an etcd revision),
+    or None when it is not one."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    if isinstance(rv, str) and rv.isascii() and rv.isdigit() and len(rv) <= 20:
+        return int(rv)
+    return None
 
 
 def _object_key(obj: Any, namespaced: bool = True) -> str:
@@ -514,6 +556,29 @@ def _namespace_labels(obj: Any) -> tuple[str, dict[str, str]] | None:
     labels = meta.get("labels")
     labels = labels if isinstance(labels, Mapping) else {}
     return meta["name"], {str(k): str(v) for k, v in labels.items()}
+
+
+@dataclass(eq=False)
+class _Queued:
+    """One fenced bind waiting in its node's group commit."""
+
+    uid: str
+    namespace: str
+    name: str
+    done: bool = False
+    record: PodRecord | None = None
+    error: BindError | None = None
+
+
+class _NodeGroup:
+    """A node's group commit: binds queued for the next claim write, and whether one is
+    being written (``cond`` guards both and is the node's lock for fenced binds)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.queue: list[_Queued] = []
+        self.writing = False
 
 
 class KubeBinder:
@@ -546,6 +611,11 @@ class KubeBinder:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._absent: dict[str, float] = {}
+        self._groups: dict[str, _NodeGroup] = {}
+        # The pod watch's progress (set by ClusterSync): fenced binds wait for a ledger's
+        # watermark, and drop claims of pods it shows bound (extender.fence).
+        self.pods_rv: Callable[[], int | None] = lambda: None
+        self.bound_rv: Callable[[str], int | None] = lambda uid: None
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._locks_guard:
@@ -593,15 +663,14 @@ class KubeBinder:
         self._ensure_known(uid, namespace, name)
         if self.fence is not None:
             self._read_claimed_pods(node)
-        with self._node_lock(node):
-            # Choose and hold: serialized per node here and by the cache lock inside, so
-            # of two binds racing for the last share exactly one gets it.
-            seen, claims = self._live_claims(node) if self.fence is not None else (None, [])
-            rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl, claims=claims)
-            alloc = rec.allocation
-            assert alloc is not None
-            if seen is not None:  # fenced
-                self._commit_claim(seen, rec.intent, node, rec.gpu_uuids, alloc)
+            rec = self._assume_and_claim(uid, namespace, name, node)
+        else:
+            with self._node_lock(node):
+                # Choose and hold: serialized per node here and by the cache lock inside,
+                # so of two binds racing for the last share exactly one gets it.
+                rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
+        alloc = rec.allocation
+        assert alloc is not None
         # The Binding runs outside the node lock: the share is already held (and claimed),
         # and binds of other pods to the same node proceed in parallel.
         record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
@@ -639,6 +708,13 @@ class KubeBinder:
             ledger = fence.view(node)
         except ApiException as exc:
             raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
+        deadline = time.monotonic() + WATERMARK_WAIT_S
+        while not self._reached(ledger):  # the watch moves on in its own thread
+            if time.monotonic() > deadline:
+                raise BindError(f"gpufrac: the pod watch is behind the claim ledger of {node} (revision "
+                                f"{self.pods_rv()} < {ledger.watermark}); kube-scheduler retries the pod")
+            time.sleep(0.002)
+            ledger = fence.view(node)
         unseen = self._unseen_claims(ledger)
         deadline = time.monotonic() + CLAIM_READ_BUDGET_S
         for i, c in enumerate(reversed(unseen)):
@@ -652,6 +728,22 @@ class KubeBinder:
                 if len(self._absent) >= MAX_ABSENT:
                     self._absent = {u: t for u, t in list(self._absent.items()) if t > time.monotonic()}
                 self._absent[c.uid] = time.monotonic() + c.hold_s
+
+    def _reached(self, ledger: Ledger) -> bool:
+        """True when this instance's pod watch has applied every pod event up to the
+        ledger's watermark, so the claims dropped below it are counted by the pods."""
+        if ledger.watermark == 0:
+            return True
+        rv = self.pods_rv()
+        return rv is not None and rv >= ledger.watermark
+
+    def _shown_bound(self, claim: Claim) -> int | None:
+        """The pod-event revision at which the pod watch showed ``claim`` bound as claimed;
+        None while it has not (the claim stays in the ledger)."""
+        rv = self.bound_rv(claim.uid)
+        if rv is None or not self._cache.shows_bound(claim.uid, claim.node, claim.gpu_uuids):
+            return None
+        return rv
 
     def _live_claims(self, node: str) -> tuple[Ledger, list[ClaimedAllocation]]:
         """Under the node lock, no API call: ``node``'s ledger as last seen, and its live
@@ -667,6 +759,9 @@ class KubeBinder:
         fence = self.fence
         assert fence is not None
         ledger = fence.view(node)  # kept since _read_claimed_pods: no API read
+        if not self._reached(ledger):
+            raise BindError(f"gpufrac: the claim ledger of {node} moved past this instance's pod watch; "
+                            "kube-scheduler retries the pod")
         if unseen := self._unseen_claims(ledger):
             c = unseen[-1]
             raise BindError(f"gpufrac: the claim ledger of {node} names pod {c.namespace}/{c.name}, "
@@ -686,22 +781,90 @@ class KubeBinder:
         for c in self._claimed(ledger):
             self._cache.hold_claim(c)
 
-    def _commit_claim(self, seen: Ledger, intent: PodIntent, node: str, uuids: tuple[str, ...],
-                      alloc: Allocation) -> None:
-        """Write our claim if ``node``'s ledger is still ``seen``; else give the hold back."""
+    def _assume_and_claim(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
+        """Fenced: choose and hold the pod's GPUs, and commit its claim, in a group commit.
+
+        Binds to one node queue up; the first one not waiting on a write becomes the
+        leader and, under the node lock, assumes every queued pod against one view of the
+        ledger (each counting the others' holds), then writes all their claims in one
+        compare-and-swap with the lock released, so binds arriving meanwhile queue for the
+        next write. One write covers every bind that came while the previous one was in
+        flight, and the choice is the same as one bind at a time: each pod was assumed
+        against the ledger version the write is conditioned on. A conflict refuses the
+        whole group (each is retried by kube-scheduler); a pod that no longer fits is
+        refused alone.
+
+        Raises
+        ------
+        BindError
+            The pod does not fit, or its group's claim could not be written.
+        """
+        group = self._group(node)
+        me = _Queued(uid, namespace, name)
+        with group.cond:
+            group.queue.append(me)
+            while not me.done:
+                if group.writing:
+                    group.cond.wait()
+                    continue
+                group.writing = True
+                batch, group.queue = group.queue, []
+                try:
+                    self._commit_group(node, group, batch)
+                finally:
+                    for q in batch:
+                        q.done = True
+                    group.writing = False
+                    group.cond.notify_all()
+        if me.error is not None:
+            raise me.error
+        assert me.record is not None
+        return me.record
+
+    def _commit_group(self, node: str, group: _NodeGroup, batch: list[_Queued]) -> None:
+        """Assume ``batch`` against one view of ``node``'s ledger and write their claims;
+        called with ``group.cond`` held, released around the write only."""
         fence = self.fence
         assert fence is not None
-        claim = fence.claim_of(intent.uid, intent.namespace, intent.name, node, uuids, alloc.gpu_milli,
-                               alloc.gpu_memory_mib)
         try:
-            fence.commit(seen, claim)
+            seen, claims = self._live_claims(node)
+        except BindError as exc:
+            for q in batch:
+                q.error = exc
+            return
+        for q in batch:
+            try:
+                q.record = self._cache.assume(q.uid, q.namespace, q.name, node, hold_s=self._ttl, claims=claims)
+            except BindError as exc:
+                q.error = exc
+        assumed = [q for q in batch if q.error is None]
+        if not assumed:
+            return
+        ours = []
+        for q in assumed:
+            rec = q.record
+            assert rec is not None and rec.allocation is not None
+            ours.append(fence.claim_of(q.uid, q.namespace, q.name, node, rec.gpu_uuids,
+                                       rec.allocation.gpu_milli, rec.allocation.gpu_memory_mib))
+        failed: BindError | None = None
+        group.cond.release()
+        try:
+            fence.commit_all(seen, ours, bound_rv=self._shown_bound)
         except FenceConflict as exc:
-            self._cache.forget(intent.uid)
-            raise BindError(f"gpufrac: {exc}: another gpufrac instance bound there first; "
-                            "kube-scheduler retries the pod", "conflict") from None
+            failed = BindError(f"gpufrac: {exc}: another gpufrac instance bound there first; "
+                               "kube-scheduler retries the pod", "conflict")
         except ApiException as exc:
-            self._cache.forget(intent.uid)
-            raise BindError(f"gpufrac: writing the claim ledger of {node}: {exc.status} {exc.reason}") from None
+            failed = BindError(f"gpufrac: writing the claim ledger of {node}: {exc.status} {exc.reason}")
+        finally:
+            group.cond.acquire()
+        if failed is not None:
+            for q in assumed:
+                self._cache.forget(q.uid)
+                q.error = failed
+
+    def _group(self, node: str) -> _NodeGroup:
+        with self._locks_guard:
+            return self._groups.setdefault(node, _NodeGroup())
 
     def _create_binding(self, uid: str, namespace: str, name: str, node: str,
                         annotations: Mapping[str, str]) -> None:

@@ -20,7 +20,18 @@ leads), so every bind is fenced by the API server's optimistic concurrency inste
 4. Only after the claim is written does it create the Binding.
 
 Of two instances deciding from the same ledger version, at most one commits; the other
-was deciding without the first one's claim and is refused. An allocation committed by a
+was deciding without the first one's claim and is refused.
+
+A claim is needed only until every instance's pod watch shows the pod bound. So a writer
+also drops the claims whose pods its own pod watch already shows bound with those GPUs
+(any owner's), and raises the ledger's **watermark** (``seenRV``) to the revision of the
+last pod event it applied: every pod so dropped is bound at or before that revision. An
+instance may count on the ledger, and commit to it, only once its own pod watch has
+applied events up to the watermark (``ClaimFence.watermark``; it waits briefly, else the
+bind is refused and retried): then each dropped claim's pod is in its cache, counted by
+the allocation the pod carries. Revisions are etcd's, compared as integers (see
+``_older``). The ledger so holds the binds in flight, not the last ``ttl_s`` of them: one
+or two claims instead of every bind of the last minute. An allocation committed by a
 claim is counted by every instance that commits later to the same node, whether or not its
 Binding has landed yet (or ever lands: a claim expires after ``ttl_s``, by then the pod
 watch shows the pod bound, or the bind failed). One extra write per bind, per node: binds to
@@ -48,7 +59,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +77,10 @@ CLAIMS_LABEL = "gpufrac.io/claims"
 NODE_ANNOTATION = "gpufrac.io/node"
 """The ledger's node, in full (the name may be shortened)."""
 DATA_KEY = "claims.json"
+WATERMARK_KEY = "seenRV"
+"""Ledger data key: the pod-watch revision every committer must have reached (a decimal
+integer; absent: 0)."""
+MAX_WATERMARK_DIGITS = 20
 MAX_CLAIMS = 512
 """At most this many claims kept per ledger, written or read (the newest); a node holds far
 fewer pods."""
@@ -175,6 +190,8 @@ class Ledger:
     claims: tuple[Claim, ...] = ()
     problem: str = ""
     """What was skipped on read (``""``: nothing), for the quarantine."""
+    watermark: int = 0
+    """The pod-watch revision a committer's own watch must have reached (see the module)."""
 
 
 def default_instance_id() -> str:
@@ -204,14 +221,25 @@ def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
     raw = data.get(DATA_KEY, "[]") if isinstance(data, Mapping) else "[]"
     rv = meta.get("resourceVersion")
     rv = rv if isinstance(rv, str) else None
+    problems = []
+    mark = data.get(WATERMARK_KEY, "0") if isinstance(data, Mapping) else "0"
+    if isinstance(mark, str) and mark.isascii() and mark.isdigit() and len(mark) <= MAX_WATERMARK_DIGITS:
+        watermark = int(mark)
+    else:
+        # Only gpufrac's account writes ledgers; an unreadable mark is read as none (and
+        # quarantined): a committer then relies on its watch lagging less than ttl_s, as
+        # the claims' own expiry does.
+        watermark = 0
+        problems.append(f"{WATERMARK_KEY}: not a decimal integer of at most {MAX_WATERMARK_DIGITS} digits")
     if isinstance(raw, str) and len(raw) > MAX_LEDGER_BYTES:
-        return Ledger(node, rv, (), f"{DATA_KEY}: {len(raw)} characters, over {MAX_LEDGER_BYTES}; read as empty")
+        problems.append(f"{DATA_KEY}: {len(raw)} characters, over {MAX_LEDGER_BYTES}; read as empty")
+        return Ledger(node, rv, (), "; ".join(problems), watermark)
     try:
         items = json.loads(raw) if isinstance(raw, str) else []
     except (ValueError, RecursionError):
-        return Ledger(node, rv, (), f"{DATA_KEY}: not JSON; read as empty")
+        problems.append(f"{DATA_KEY}: not JSON; read as empty")
+        return Ledger(node, rv, (), "; ".join(problems), watermark)
     items = items if isinstance(items, list) else []
-    problems = []
     if len(items) > MAX_CLAIMS:
         problems.append(f"{DATA_KEY}: {len(items)} claims, over {MAX_CLAIMS}; the newest {MAX_CLAIMS} read")
         items = items[-MAX_CLAIMS:]
@@ -226,7 +254,7 @@ def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
                 problems.append(f"{DATA_KEY}[]: {exc}")
     if skipped > 1:
         problems.append(f"{skipped} claims skipped in all")
-    return Ledger(node, rv, tuple(claims), "; ".join(problems))
+    return Ledger(node, rv, tuple(claims), "; ".join(problems), watermark)
 
 
 class ClaimFence:
@@ -313,11 +341,30 @@ class ClaimFence:
             left = [(c, self.ttl_s - (now - seen.get(_claim_key(c), now))) for c in ledger.claims]
         return [(c, s) for c, s in left if s > 0]
 
-    def commit(self, seen: Ledger, claim: Claim) -> Ledger:
-        """Write ``claim`` into the node's ledger, if the ledger is still ``seen``.
+    def commit(self, seen: Ledger, claim: Claim,
+               bound_rv: Callable[[Claim], int | None] | None = None) -> Ledger:
+        """``commit_all(seen, [claim], bound_rv)``."""
+        return self.commit_all(seen, [claim], bound_rv)
 
-        Claims past ``ttl_s`` (and beyond ``MAX_CLAIMS``, the oldest), and this instance's
-        earlier claim of the same pod, are dropped in the same write.
+    def commit_all(self, seen: Ledger, new: Sequence[Claim],
+                   bound_rv: Callable[[Claim], int | None] | None = None) -> Ledger:
+        """Write the claims ``new`` (all of one node) into its ledger, if the ledger is
+        still ``seen``: one compare-and-swap for all of them.
+
+        Claims past ``ttl_s`` (and beyond ``MAX_CLAIMS``, the oldest), this instance's
+        earlier claim of the same pod, and the claims ``bound_rv`` says this instance's pod
+        watch shows bound (the watermark raised to the latest of those revisions) are
+        dropped in the same write.
+
+        Parameters
+        ----------
+        seen : Ledger
+            The ledger the choice was made against (``view``), its watermark reached.
+        new : sequence of Claim
+            At least one; this instance's, all for ``seen.node``.
+        bound_rv : callable, optional
+            The revision of the pod event at which this instance's pod watch showed the
+            claimed pod bound with the claimed GPUs, or None (keep the claim).
 
         Returns
         -------
@@ -334,30 +381,37 @@ class ClaimFence:
         """
         # Another instance's claim of the same pod stays: when two schedulers bind one pod,
         # the API decides which Binding lands, and until then both must count.
-        keep = [c for c, _ in self.live(seen)
-                if (c.uid, c.owner) != (claim.uid, claim.owner)][-(MAX_CLAIMS - 1):]
-        claims = (*keep, claim)
+        node = seen.node
+        replaced = {(c.uid, c.owner) for c in new}
+        keep = [c for c, _ in self.live(seen) if (c.uid, c.owner) not in replaced]
+        watermark = seen.watermark
+        if bound_rv is not None:
+            marks = [bound_rv(c) for c in keep]
+            watermark = max([watermark, *(m for m in marks if m is not None)])
+            keep = [c for c, m in zip(keep, marks, strict=True) if m is None]
+        claims = (*keep, *new)[-MAX_CLAIMS:]
         body: dict[str, Any] = {
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": ledger_name(claim.node), "namespace": self.namespace,
-                         "labels": {CLAIMS_LABEL: "true"}, "annotations": {NODE_ANNOTATION: claim.node}},
-            "data": {DATA_KEY: json.dumps([c.to_json() for c in claims], separators=(",", ":"))}}
+            "metadata": {"name": ledger_name(node), "namespace": self.namespace,
+                         "labels": {CLAIMS_LABEL: "true"}, "annotations": {NODE_ANNOTATION: node}},
+            "data": {DATA_KEY: json.dumps([c.to_json() for c in claims], separators=(",", ":")),
+                     WATERMARK_KEY: str(watermark)}}
         base = core_path("namespaces", self.namespace, "configmaps")
         try:
             if seen.resource_version is None:
                 got = write_json(self._api, "POST", base, body, timeout_s=self._timeout_s)
             else:
                 body["metadata"]["resourceVersion"] = seen.resource_version
-                got = write_json(self._api, "PUT", f"{base}/{ledger_name(claim.node)}", body,
+                got = write_json(self._api, "PUT", f"{base}/{ledger_name(node)}", body,
                                  timeout_s=self._timeout_s)
         except ApiException as exc:
             # 409: replaced or created meanwhile; 404: deleted meanwhile (replace of a gone map)
             if exc.status == HTTP_CONFLICT or (exc.status == HTTP_NOT_FOUND and seen.resource_version is not None):
-                self.refresh(claim.node)
-                raise FenceConflict(f"node {claim.node}'s claim ledger moved past version "
+                self.refresh(node)
+                raise FenceConflict(f"node {node}'s claim ledger moved past version "
                                     f"{seen.resource_version or '(none)'}") from None
             raise
-        written = parse_ledger(got) or Ledger(claim.node, None, claims)
+        written = parse_ledger(got) or Ledger(node, None, claims, watermark=watermark)
         return self._keep(written)
 
     def claim_of(self, uid: str, namespace: str, name: str, node: str, gpu_uuids: Iterable[str],

@@ -405,6 +405,16 @@ class GpuCache:
         with self._lock:
             return uid in self._pods
 
+    def shows_bound(self, uid: str, node: str, gpu_uuids: Sequence[str]) -> bool:
+        """True when the pod watch has shown the pod bound to ``node`` on exactly
+        ``gpu_uuids`` and it is counted in full (confirmed, not assumed, not an over-commit):
+        a claim of that allocation is then redundant for this cache (``extender.fence``)."""
+        with self._lock:
+            rec = self._pods.get(uid)
+            return (rec is not None and rec.allocation is not None and rec.assumed_until is None
+                    and not rec.overcommit and rec.allocation.node == node
+                    and rec.gpu_uuids == tuple(gpu_uuids))
+
     def _account(self, intent: PodIntent) -> PodRecord:
         """Count a bound pod we did not just bind, from its allocation record
         (``accounting.account``: as recorded when gpufrac could have made it, else an over-commit)."""

@@ -190,7 +190,7 @@ def test_a_huge_ledger_is_read_as_empty_and_claimed_pods_are_read_outside_the_no
 
     def read(name: str, namespace: str, **kw: Any) -> FakeResponse:
         reads.append(name)
-        locked.append(b._node_lock("n1").locked())
+        locked.append(b._group("n1").lock.locked())
         return plain_read(name, namespace, **kw)
 
     api.read_namespaced_pod = read  # type: ignore[method-assign]
@@ -374,3 +374,117 @@ def test_a_claim_counts_in_full_even_where_the_gpu_looks_full() -> None:
     assert c.summary()["gpu_allocated_milli"] == 1000  # 600 + the 400 that looked free
     c.hold_claim(claim_b)
     assert c.summary()["gpu_allocated_milli"] == 1200
+
+
+# -- the watermark: claims leave the ledger once the pod watch shows them bound ---------------
+
+def bound_event(api: CasApi, name: str, node: str = "n1") -> dict[str, Any]:
+    """Pod ``name`` as the pod watch shows it after the Binding gpufrac wrote (its claim's
+    GPUs and share)."""
+    ledger = parse_ledger(api.maps[ledger_name(node)])
+    assert ledger is not None
+    c = next(c for c in ledger.claims if c.name == name)
+    record = allocation_annotations(c.gpu_uuids, c.gpu_milli, c.gpu_memory_mib, NOW)
+    return pod_json(name, node=node, annotations={ann.FRACTION: "0.6", **record})
+
+
+def test_claims_the_pod_watch_shows_bound_leave_the_ledger_under_a_watermark() -> None:
+    api = CasApi()
+    cache_a, a = replica(api, "a")
+    a.bind("uid-a", "default", "a", "n1")
+    # A's pod watch shows the Binding at revision 100: the claim is redundant from there.
+    cache_a.apply_pod_event("MODIFIED", pod_intent(bound_event(api, "a")))
+    a.pods_rv, a.bound_rv = (lambda: 100), (lambda uid: 100 if uid == "uid-a" else None)
+    cache_a.apply_pod_event("ADDED", pod_intent(pod_json("c", annotations={ann.FRACTION: "0.2"})))
+    api.pods["c"] = pod_json("c", annotations={ann.FRACTION: "0.2"})
+    a.bind("uid-c", "default", "c", "n1")
+    ledger = parse_ledger(api.maps[ledger_name("n1")])
+    assert ledger is not None and [c.uid for c in ledger.claims] == ["uid-c"] and ledger.watermark == 100
+
+
+def test_an_instance_whose_pod_watch_is_behind_the_watermark_never_commits() -> None:
+    # B has not seen a's Binding; the ledger no longer carries a's claim (watermark 100).
+    # Committing from its cache would put b (0.6) beside a (0.6) on one GPU.
+    api = CasApi()
+    cache_a, a = replica(api, "a")
+    cache_b, b = replica(api, "b")
+    a.bind("uid-a", "default", "a", "n1")
+    seen_a = bound_event(api, "a")
+    cache_a.apply_pod_event("MODIFIED", pod_intent(seen_a))
+    a.pods_rv, a.bound_rv = (lambda: 100), (lambda uid: 100 if uid == "uid-a" else None)
+    cache_a.apply_pod_event("ADDED", pod_intent(pod_json("c", annotations={ann.FRACTION: "0.2"})))
+    api.pods["c"] = pod_json("c", annotations={ann.FRACTION: "0.2"})
+    a.bind("uid-c", "default", "c", "n1")
+    b.pods_rv = lambda: 90
+    assert b.fence is not None
+    b.fence.refresh("n1")
+    with pytest.raises(BindError, match=r"pod watch is behind the claim ledger of n1 \(revision 90 < 100\)"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert len(api.bindings) == 2 and cache_b.summary()["gpu_allocated_milli"] == 0  # nothing held
+    # Its watch catches up: a is counted from the pod itself, and the fit refuses b.
+    cache_b.apply_pod_event("MODIFIED", pod_intent(seen_a))
+    b.pods_rv = lambda: 100
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert [name for name, _ in api.bindings] == ["a", "c"]
+
+
+# -- group commit: binds to one node that arrive during a write share the next one ------------
+
+def test_binds_arriving_during_a_claim_write_share_the_next_write() -> None:
+    import threading
+    import time
+
+    api = CasApi()
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes([gpu_node("n1", 2)])
+    names = [f"q{i}" for i in range(8)]
+    for name in names:
+        api.pods[name] = pod_json(name, annotations={ann.FRACTION: "0.25"})
+        cache.apply_pod_event("ADDED", pod_intent(api.pods[name]))
+    binder = KubeBinder(api, cache, 60, fence=ClaimFence(api, "gpufrac", "a", ttl_s=60, clock=lambda: 1000.0))
+    writes: list[int] = []
+    plain = api._write
+
+    def slow_write(method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if "/configmaps" in path:
+            writes.append(len(json.loads(body["data"]["claims.json"])))
+            time.sleep(0.05)  # a write in flight: the other binds queue meanwhile
+        return plain(method, path, body)
+
+    api.api_client = FakeApiClient(slow_write)
+    errors: list[Exception] = []
+
+    def bind(name: str) -> None:
+        try:
+            binder.bind(f"uid-{name}", "default", name, "n1")
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=bind, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert errors == [] and sorted(n for n, _ in api.bindings) == names
+    # 8 binds, fewer writes: the first alone, the rest in groups; every claim written once.
+    assert len(writes) < 8 and sum(writes) >= 8
+    ledger = parse_ledger(api.maps[ledger_name("n1")])
+    assert ledger is not None and sorted(c.name for c in ledger.claims) == names
+    per_gpu: dict[str, int] = {}
+    for c in ledger.claims:
+        per_gpu[c.gpu_uuids[0]] = per_gpu.get(c.gpu_uuids[0], 0) + c.gpu_milli
+    assert max(per_gpu.values()) <= 1000 and cache.summary()["gpu_allocated_milli"] == 2000
+
+
+def test_a_conflict_refuses_the_whole_group_and_holds_nothing() -> None:
+    api = CasApi()
+    cache_a, a = replica(api, "a")
+    _, b = replica(api, "b")
+    assert a.fence is not None and b.fence is not None
+    a.fence.view("n1")
+    b.bind("uid-b", "default", "b", "n1")  # the ledger moves past what A saw
+    with pytest.raises(BindError, match="another gpufrac instance bound there first") as refused:
+        a.bind("uid-a", "default", "a", "n1")
+    assert refused.value.reason == "conflict"
+    assert cache_a.summary()["gpu_allocated_milli"] == 0 and [n for n, _ in api.bindings] == ["b"]
