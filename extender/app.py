@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from kubernetes.client import CoreV1Api
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
-from extender.bodies import BodyLimitMiddleware, json_response
+from extender.bodies import BadRequest, BodyLimitMiddleware, encode_json, json_response, validation_message
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.clusterfile import load_cluster_file
@@ -27,16 +29,64 @@ from scoring.scorer import build_scorer
 log = logging.getLogger(__name__)
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:10]:
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(parts)
+class ExtenderApp(FastAPI):
+    """The FastAPI app, with the four verbs answered straight from ASGI.
+
+    ``POST /filter``, ``/prioritize``, ``/bind`` and ``/preempt`` (``extender.routes.verbs.VERBS``)
+    are read, size-limited (413 past ``max_request_body_bytes``, as ``BodyLimitMiddleware``),
+    handled and answered here, before FastAPI's middleware stack, routing and dependency
+    resolution; everything else (health, metrics, inspection, OpenAPI docs, lifespan) goes
+    through FastAPI as usual. A verb that raises answers 500 with the error named, logged
+    with its traceback (ServerErrorMiddleware is not on this path).
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            verb = verbs.VERBS.get(scope["path"])
+            if verb is not None:
+                await self._serve_verb(verb, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _serve_verb(self, verb: Any, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = self.state.settings.max_request_body_bytes
+        status, body = await self._answer(verb, scope, receive, limit)
+        if status < 0:
+            return  # the client went away
+        data = encode_json(body)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _answer(self, verb: Any, scope: Scope, receive: Receive, limit: int) -> tuple[int, Any]:
+        too_big = (413, {"Error": f"request body over {limit} bytes"})
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                return too_big
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return -1, None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return too_big
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        try:
+            answer: tuple[int, Any] = await verb(self.state, b"".join(chunks))
+            return answer
+        except BadRequest as exc:
+            return 400, {"Error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - answer kube-scheduler, name the error, log the rest
+            log.exception("%s failed", scope["path"])
+            return 500, {"Error": f"gpufrac: internal error in {scope['path']}: {type(exc).__name__}"}
 
 
 def create_app(settings: Settings, cache: GpuCache | None = None,
-               kube_api: CoreV1Api | None = None) -> FastAPI:
+               kube_api: CoreV1Api | None = None) -> ExtenderApp:
     """Build the extender app.
 
     Parameters
@@ -108,7 +158,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         if sync is not None:
             sync.stop()
 
-    app = FastAPI(title="gpufrac extender", lifespan=lifespan)
+    app = ExtenderApp(title="gpufrac extender", lifespan=lifespan)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_body_bytes)
     app.state.settings = settings
     app.state.cache = cache
@@ -120,7 +170,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
-        return json_response({"Error": _validation_message(exc)}, status_code=400)
+        return json_response({"Error": validation_message(exc.errors())}, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

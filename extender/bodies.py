@@ -17,13 +17,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 import orjson
 from fastapi import Request, Response
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException
 
@@ -34,18 +33,37 @@ INLINE_PARSE_BYTES = 256 * 1024
 """Bodies up to this size are validated on the event loop (a few hundred microseconds)."""
 
 
-def json_body(model: Any) -> tuple[Callable[[Request], Awaitable[Any]], dict[str, Any]]:
-    """A dependency parsing the body as ``model``, and the ``openapi_extra`` describing it.
+class BadRequest(Exception):
+    """A request body that does not parse or validate; the message names every field (at
+    most ten), as the 400 reply's ``Error``."""
+
+
+def validation_message(errors: Sequence[Any]) -> str:
+    """``invalid request: <field>: <why>; ...`` from pydantic's errors (the first ten)."""
+    parts = []
+    for err in errors[:10]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def json_body(model: Any) -> tuple[Callable[[bytes], Awaitable[Any]], dict[str, Any]]:
+    """A parser of a raw body as ``model``, and the ``openapi_extra`` describing it.
 
     Parameters
     ----------
     model : type
         A pydantic model or any type ``TypeAdapter`` accepts (``list[PodEvent]``).
+
+    Returns
+    -------
+    parse : async callable (bytes) -> model
+        Raises ``BadRequest``.
+    openapi_extra : dict
     """
     adapter = TypeAdapter(model)
 
-    async def parse(request: Request) -> Any:
-        body = await request.body()
+    async def parse(body: bytes) -> Any:
         try:
             if len(body) <= INLINE_PARSE_BYTES:
                 return adapter.validate_json(body)
@@ -53,14 +71,24 @@ def json_body(model: Any) -> tuple[Callable[[Request], Awaitable[Any]], dict[str
             # the event loop, like the handlers.
             return await anyio.to_thread.run_sync(adapter.validate_json, body)
         except ValidationError as exc:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
-            ) from None
+            raise BadRequest(validation_message(exc.errors(include_url=False))) from None
 
     name = model.__name__ if isinstance(model, type) and issubclass(model, BaseModel) else "Body"
     extra = {"requestBody": {"required": True, "content": {"application/json": {
         "schema": _inline_refs(adapter.json_schema())}}}, "x-body-model": name}
     return parse, extra
+
+
+def json_dependency(parse: Callable[[bytes], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
+    """``parse`` as a FastAPI dependency; a ``BadRequest`` becomes the usual 400 reply."""
+
+    async def dependency(request: Request) -> Any:
+        try:
+            return await parse(await request.body())
+        except BadRequest as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    return dependency
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -82,18 +110,22 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     return inlined
 
 
-def json_response(body: Any, status_code: int = 200) -> Response:
-    """Serialize a plain JSON body (dicts, lists, strings, numbers) with orjson.
+def encode_json(body: Any) -> bytes:
+    """A plain JSON body (dicts, lists, strings, numbers) as bytes, with orjson.
 
     A body echoing what a request sent (``filter`` returns the node items it was given)
     may hold an integer beyond 64 bits, which orjson cannot write: then the standard
     library writes it, exactly as received.
     """
     try:
-        data = orjson.dumps(body)
+        return orjson.dumps(body)
     except orjson.JSONEncodeError:
-        data = json.dumps(body, separators=(",", ":")).encode()
-    return Response(data, status_code=status_code, media_type="application/json")
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
+def json_response(body: Any, status_code: int = 200) -> Response:
+    """``encode_json(body)`` as a response."""
+    return Response(encode_json(body), status_code=status_code, media_type="application/json")
 
 
 class BodyLimitMiddleware:

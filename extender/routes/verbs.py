@@ -1,9 +1,12 @@
 """``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` and ``/standalone/pod-events``.
 
-Each route reads its body (``extender.bodies.json_body``), calls its verb in
-``extender.verbs``, counts it in the metrics and writes the verb's reply. The handlers are
-``async`` and take only the ``Request``: the cache, metrics and settings come from
-``app.state``; the bodies are still documented in the OpenAPI schema (``openapi_extra``).
+Each of the four verbs is one ``async`` function of ``(app.state, raw body)`` returning
+``(status, JSON body)`` (``VERBS``): it parses the body (``extender.bodies.json_body``,
+pydantic-core from bytes), calls its verb in ``extender.verbs`` and counts it in the
+metrics. ``extender.app.ExtenderApp`` serves them straight from ASGI, before FastAPI's
+middleware, routing and dependency resolution (decision record 0013: about half of a
+50-node filter's cost was the framework); the FastAPI routes below call the same functions
+and document the bodies in the OpenAPI schema (``openapi_extra``).
 
 Where the verb runs: a hop to a worker thread (what FastAPI does for a ``def`` handler)
 costs 400-500 us of CPU per call on this machine, more than a 50-node ``filter`` itself
@@ -29,14 +32,14 @@ and nothing is read.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import numpy as np
 from anyio import to_thread
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
-from extender.bodies import json_body, json_response
+from extender.bodies import BadRequest, json_body, json_dependency, json_response
 from extender.deps import CacheDep, SettingsDep
 from extender.metrics import Metrics
 from extender.verbs import Reply
@@ -57,18 +60,25 @@ _REASON_LABELS = ["passed" if r == Reason.FITS else r.name.lower() for r in Reas
 NOT_READY = ("gpufrac: not ready: the cache has not yet listed every node and pod, so it cannot "
              "see which GPUs are taken; retry shortly")
 
+Answer = tuple[int, Any]
+"""A verb's HTTP status and JSON body."""
 
-@router.post("/filter", openapi_extra=_args_openapi)
-async def filter_route(request: Request) -> Response:
-    """``ExtenderFilterResult``; candidates counted by outcome (``gpufrac_filter_nodes_total``)."""
-    state = request.app.state
+
+async def filter_verb(state: Any, raw: bytes) -> Answer:
+    """``ExtenderFilterResult``; candidates counted by outcome (``gpufrac_filter_nodes_total``).
+
+    Raises
+    ------
+    extender.bodies.BadRequest
+        The body does not validate (400).
+    """
     metrics: Metrics = state.metrics
     with metrics.timer("filter"):
-        args = await _args(request)
+        args = await _args(raw)
         if not state.ready():
             metrics.filter_errors.inc()
             metrics.filter_pods.labels("error").inc()
-            return json_response(error_reply(NOT_READY))
+            return 200, error_reply(NOT_READY)
         reply = await _run_sized(args, filter, state.cache, args, state.settings.decision == "filter")
         if reply.reasons is None:
             metrics.filter_errors.inc()
@@ -81,7 +91,7 @@ async def filter_route(request: Request) -> Response:
             if reply.unknown:
                 metrics.filter_nodes.labels("node_unknown").inc(reply.unknown)
             metrics.filter_pods.labels(_pod_result(counts, reply.unknown)).inc()
-        return json_response(reply.body, reply.status)
+        return reply.status, reply.body
 
 
 INLINE_MAX_CANDIDATES = 1000
@@ -108,47 +118,81 @@ def _pod_result(counts: np.ndarray, unknown: int) -> str:
     return _REASON_LABELS[int(np.argmax(failed))]
 
 
+async def prioritize_verb(state: Any, raw: bytes) -> Answer:
+    """``HostPriorityList``."""
+    with state.metrics.timer("prioritize"):
+        args = await _args(raw)
+        if not state.ready():
+            return 503, {"Error": NOT_READY}
+        reply = await _run_sized(args, prioritize, state.cache, args)
+        return reply.status, reply.body
+
+
+async def bind_verb(state: Any, raw: bytes) -> Answer:
+    """``ExtenderBindingResult``; binds counted by result (``gpufrac_bind_total``)."""
+    metrics: Metrics = state.metrics
+    with metrics.timer("bind"):
+        args = await _binding(raw)
+        if not state.ready():
+            metrics.binds.labels("error").inc()
+            return 200, {"Error": NOT_READY}
+        reply = await to_thread.run_sync(bind, state.binder, args)
+        metrics.binds.labels(reply.result).inc()
+        return reply.status, reply.body
+
+
+async def preempt_verb(state: Any, raw: bytes) -> Answer:
+    """``ExtenderPreemptionResult``."""
+    metrics: Metrics = state.metrics
+    with metrics.timer("preempt"):
+        args = await _preemption(raw)
+        if not state.ready():
+            return 503, {"Error": NOT_READY}
+        reply = await to_thread.run_sync(preempt, state.cache, args)
+        if reply.result:
+            metrics.preemptions.labels(reply.result).inc()
+            metrics.preemption_victims.inc(reply.victims)
+        return reply.status, reply.body
+
+
+VERBS: dict[str, Callable[[Any, bytes], Awaitable[Answer]]] = {
+    "/filter": filter_verb, "/prioritize": prioritize_verb, "/bind": bind_verb, "/preempt": preempt_verb}
+"""The hot endpoints, served by ``extender.app.ExtenderApp`` straight from ASGI."""
+
+
+async def _route(request: Request, verb: Callable[[Any, bytes], Awaitable[Answer]]) -> Response:
+    try:
+        status, body = await verb(request.app.state, await request.body())
+    except BadRequest as exc:
+        status, body = 400, {"Error": str(exc)}
+    return json_response(body, status)
+
+
+# The routes document the verbs in the OpenAPI schema and serve them wherever this router
+# is mounted without ExtenderApp's fast path; ExtenderApp answers them before routing.
+
+@router.post("/filter", openapi_extra=_args_openapi)
+async def filter_route(request: Request) -> Response:
+    """``ExtenderFilterResult``; candidates counted by outcome (``gpufrac_filter_nodes_total``)."""
+    return await _route(request, filter_verb)
+
+
 @router.post("/prioritize", openapi_extra=_args_openapi)
 async def prioritize_route(request: Request) -> Response:
     """``HostPriorityList``."""
-    state = request.app.state
-    with state.metrics.timer("prioritize"):
-        args = await _args(request)
-        if not state.ready():
-            return json_response({"Error": NOT_READY}, 503)
-        reply = await _run_sized(args, prioritize, state.cache, args)
-        return json_response(reply.body, reply.status)
+    return await _route(request, prioritize_verb)
 
 
 @router.post("/bind", openapi_extra=_binding_openapi)
 async def bind_route(request: Request) -> Response:
     """``ExtenderBindingResult``; binds counted by result (``gpufrac_bind_total``)."""
-    state = request.app.state
-    metrics: Metrics = state.metrics
-    with metrics.timer("bind"):
-        args = await _binding(request)
-        if not state.ready():
-            metrics.binds.labels("error").inc()
-            return json_response({"Error": NOT_READY})
-        reply = await to_thread.run_sync(bind, state.binder, args)
-        metrics.binds.labels(reply.result).inc()
-        return json_response(reply.body, reply.status)
+    return await _route(request, bind_verb)
 
 
 @router.post("/preempt", openapi_extra=_preemption_openapi)
 async def preempt_route(request: Request) -> Response:
     """``ExtenderPreemptionResult``."""
-    state = request.app.state
-    metrics: Metrics = state.metrics
-    with metrics.timer("preempt"):
-        args = await _preemption(request)
-        if not state.ready():
-            return json_response({"Error": NOT_READY}, 503)
-        reply = await to_thread.run_sync(preempt, state.cache, args)
-        if reply.result:
-            metrics.preemptions.labels(reply.result).inc()
-            metrics.preemption_victims.inc(reply.victims)
-        return json_response(reply.body, reply.status)
+    return await _route(request, preempt_verb)
 
 
 def _authorized(request: Request, settings: SettingsDep) -> None:
@@ -161,7 +205,8 @@ def _authorized(request: Request, settings: SettingsDep) -> None:
 
 
 @events_router.post("/standalone/pod-events", openapi_extra=_events_openapi, dependencies=[Depends(_authorized)])
-def pod_events_route(events: Annotated[list[PodEvent], Depends(_events)], cache: CacheDep) -> Response:
+def pod_events_route(events: Annotated[list[PodEvent], Depends(json_dependency(_events))],
+                     cache: CacheDep) -> Response:
     """``{"applied": n}``, or 400 naming the first bad event (then nothing is applied)."""
     reply = pod_events(cache, events)
     return json_response(reply.body, reply.status)
