@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fragmentation import TaskTypes
+from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
 
@@ -260,7 +261,7 @@ def cluster_terms(state: ClusterState) -> ClusterTerms:
     key = (state.version, tuple(sorted(shares.items())))
     memo = _SPARE_MEMO.get(state)
     if memo is None or memo[0] != key:  # filter and prioritize of one pod see the same state
-        healthy_free = np.where(state.gpu_healthy, np.clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
+        healthy_free = np.where(state.gpu_healthy, clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
         whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
         memo = (key, spare_need(shares, float(healthy_free.sum()), whole_free))
         _SPARE_MEMO[state] = memo

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from scoring.cutting_stock import priced_waste, shadow_prices, shadow_prices_by_model
 from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes, total_variation
+from scoring.reduce import clip
 from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
 
 SATURATION = 1.0
@@ -284,11 +285,11 @@ def gap_score(ctx: FitContext, tables: GapTables) -> NDArray[np.float64]:
     ndarray of shape (m, max_gpus), float64
         In [0, 1]; 0 where the GPU does not fit.
     """
-    free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)
-    after = np.clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
+    free = clip(ctx.free_milli, 0, MILLI_PER_GPU)
+    after = clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
     w_after, w_free = waste_by_gpu(ctx, tables, after, free)
     delta = w_after - w_free
-    return np.where(ctx.gpu_fits, np.clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)
+    return np.where(ctx.gpu_fits, clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)
 
 
 def waste_by_gpu(ctx: FitContext, tables: GapTables, *shares: NDArray[np.int64]) -> tuple[NDArray[np.float64], ...]:

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from scoring import strategies
 from scoring.fit import ClusterTerms, FitContext, fit
-from scoring.reduce import mean_at
+from scoring.reduce import clip, mean_at, take_cols
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
 from scoring.state import ClusterState
 from scoring.workload import ShapePrior
@@ -227,7 +227,7 @@ class Evaluation:
         """The evaluation of a context, its node scores, its GPU choice (-1: none), its
         tie ranks (all 0, the lowest row wins ties, by default) and tie band."""
         if cols.shape[1] and ctx.mem_req_mib.shape[1]:
-            mem = np.where(cols >= 0, np.take_along_axis(ctx.mem_req_mib, np.maximum(cols, 0), axis=1), 0)
+            mem = np.where(cols >= 0, take_cols(ctx.mem_req_mib, np.maximum(cols, 0)), 0)
         else:
             mem = np.zeros(cols.shape, dtype=np.int64)
         rank = tie_rank if tie_rank is not None else np.zeros(ctx.rows.shape[0], dtype=np.int64)
@@ -328,7 +328,7 @@ class Scorer:
                 if strat.node_score is not None:
                     score += w * strat.node_score(ctx, none)
             total_w = sum(w for _, w in plan)
-            score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
+            score = np.where(ctx.node_fits, clip(score / total_w, 0.0, 1.0), 0.0)
             return Evaluation.of(ctx, score, np.zeros((m, 0), dtype=np.int64))
         if ctx.gpu_fits.shape[1] < k:
             # No node has k GPU columns (e.g. only nodes whose inventory has not arrived):
@@ -357,7 +357,7 @@ class Scorer:
         for strat, w in plan:
             if strat.node_score is not None and strat.name not in reused:
                 score += w * strat.node_score(ctx, chosen)
-        score = np.where(ctx.node_fits, np.clip(score / total_w, 0.0, 1.0), 0.0)
+        score = np.where(ctx.node_fits, clip(score / total_w, 0.0, 1.0), 0.0)
         cols = np.where(ctx.node_fits[:, None], cols, -1).astype(np.int64)
         if self.ties != Ties.KEEP_WHOLE:
             return Evaluation.of(ctx, score, cols)
@@ -382,10 +382,10 @@ def keep_whole_rank(ctx: FitContext, cols: NDArray[np.int64]) -> NDArray[np.int6
         free, and the node's free GPU share after placement (clipped to ``2**24 - 1``).
     """
     k = cols.shape[1]
-    taken = np.take_along_axis(ctx.free_milli, np.maximum(cols, 0), axis=1)
+    taken = take_cols(ctx.free_milli, np.maximum(cols, 0))
     empty_taken = ((taken >= MILLI_PER_GPU) & (cols >= 0)).sum(axis=1).astype(np.int64)
     breaks_node = (ctx.node_used_milli == 0).astype(np.int64)
-    left = np.clip(ctx.node_total_milli - ctx.node_used_milli - k * ctx.request.gpu_milli, 0, (1 << 24) - 1)
+    left = clip(ctx.node_total_milli - ctx.node_used_milli - k * ctx.request.gpu_milli, 0, (1 << 24) - 1)
     rank: NDArray[np.int64] = (breaks_node << BREAKS_EMPTY_SHIFT) + (np.minimum(empty_taken, (1 << 16) - 1) << 24) + left
     return rank
 

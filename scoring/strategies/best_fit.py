@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.reduce import clip
 from scoring.strategies import gpu_best_fit
 
 NAME = "best_fit"
@@ -64,5 +65,5 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     # The simulator's order of operations, so that scores truncate to the same integer.
     left = ((ctx.cpu_free_milli - req.cpu_milli) / MAX_SPEC_CPU_MILLI * 0.5
             + (gpu_free - req.gpu_count * req.gpu_milli) / MAX_SPEC_GPU_MILLI * 0.5)
-    score: NDArray[np.float64] = np.clip(np.trunc((1.0 - left) * SCORE_LEVELS) / SCORE_LEVELS, 0.0, 1.0)
+    score: NDArray[np.float64] = clip(np.trunc((1.0 - left) * SCORE_LEVELS) / SCORE_LEVELS, 0.0, 1.0)
     return score

@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 from scoring.gaps import model_waste, waste_by_gpu
+from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU
 
 NAME = "priced_stranding"
@@ -87,8 +88,8 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         return np.full(m, 0.5)
     rho_cpu, rho_mem = host_per_milli(ctx)
     req = ctx.request
-    free = np.clip(ctx.free_milli, 0, MILLI_PER_GPU)  # 0 on padding
-    after = np.where(chosen, np.clip(free - req.gpu_milli, 0, MILLI_PER_GPU), free)
+    free = clip(ctx.free_milli, 0, MILLI_PER_GPU)  # 0 on padding
+    after = np.where(chosen, clip(free - req.gpu_milli, 0, MILLI_PER_GPU), free)
     u_free, u_after = waste_by_gpu(ctx, model_waste(ctx), free, after)
     value, value_after = (free - u_free).sum(axis=1), (after - u_after).sum(axis=1)
 
@@ -100,5 +101,5 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     cpu, mem = ctx.cpu_free_milli, ctx.mem_host_free_mib
     before = np.maximum(value - serves(cpu, mem), 0.0)
     left = np.maximum(value_after - serves(cpu - req.cpu_milli, mem - req.memory_mib), 0.0)
-    score: NDArray[np.float64] = np.clip(0.5 - (left - before) / 2000.0, 0.0, 1.0)
+    score: NDArray[np.float64] = clip(0.5 - (left - before) / 2000.0, 0.0, 1.0)
     return score

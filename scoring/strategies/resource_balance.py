@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.reduce import clip
 
 NAME = "resource_balance"
 
@@ -72,4 +73,4 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     """
     ok, u_gpu, u_cpu, u_mem = utilizations(ctx)
     gap = np.maximum(np.abs(u_cpu - u_gpu), np.abs(u_mem - u_gpu))
-    return np.where(ok, np.clip(1.0 - gap, 0.0, 1.0), 0.0)
+    return np.where(ok, clip(1.0 - gap, 0.0, 1.0), 0.0)

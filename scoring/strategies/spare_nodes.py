@@ -47,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU
 
 NAME = "spare_nodes"
@@ -79,5 +80,5 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     cost = np.zeros(m)
     for k, p in ctx.spare_need:
         cost += (before // k - after // k) * (MILLI_PER_GPU * k * p)
-    score: NDArray[np.float64] = np.clip(0.5 - cost / 2000.0, 0.0, 1.0)
+    score: NDArray[np.float64] = clip(0.5 - cost / 2000.0, 0.0, 1.0)
     return score

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.reduce import clip
 from scoring.strategies.resource_balance import utilizations
 
 NAME = "stranding"
@@ -48,4 +49,4 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     """
     ok, u_gpu, u_cpu, u_mem = utilizations(ctx)
     lead = np.maximum(np.maximum(u_cpu - u_gpu, u_mem - u_gpu), 0.0)
-    return np.where(ok, np.clip(1.0 - lead, 0.0, 1.0), 0.0)
+    return np.where(ok, clip(1.0 - lead, 0.0, 1.0), 0.0)
