@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import check_placements, cold_start, replay
+from benchmarks import check_placements, cold_start, replay, soak
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     cold = sub.add_parser("cold-start", help="a fresh cluster filled with one pod shape: where the next shape fits")
     cold_start.add_arguments(cold)
     cold.set_defaults(func=cold_start.run)
+
+    sk = sub.add_parser("soak", help="pods created and deleted for minutes on the real control plane, a fault "
+                                     "every minute; then no over-commit, no leaked hold")
+    soak.add_arguments(sk)
+    sk.set_defaults(func=soak.run)
 
     chk = sub.add_parser("check-placements", help="independent feasibility check of a placements CSV")
     chk.add_argument("placements", type=Path)
