@@ -333,7 +333,8 @@ def _run(args: argparse.Namespace, cp: ControlPlane, out: Path, rng: random.Rand
         "latency_s_p50_p99_all": _percentiles([s.bound[n] - s.created[n] for n in s.bound if n in s.created]),
     }
     ok = not violations and not final_problems and not leaked and not unexplained and allocated == 0
-    result = {"benchmark": "soak", "ok": ok, "args": {k: v for k, v in vars(args).items() if k != "func"},
+    result = {"benchmark": "soak", "ok": ok,
+              "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"},
               "commit": source_commit(), "machine": platform.platform(), "summary": summary,
               "faults": faults, "series": series}
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -16,6 +16,9 @@ def check_invariants(api: client.CoreV1Api) -> list[str]:
     ``replicas`` pods; every bound pod with ``gpufrac.io/gpu`` has exactly that many assigned
     GPUs, all on its own node; a whole-GPU pod shares its GPUs with no one.
 
+    A node whose inventory annotation does not parse (a fault injected on purpose) is
+    skipped with its pods.
+
     Returns
     -------
     list of str
@@ -27,10 +30,16 @@ def check_invariants(api: client.CoreV1Api) -> list[str]:
     from kubernetes.utils.quantity import parse_quantity
 
     gpus: dict[str, dict[str, Any]] = {}
+    unreadable: set[str] = set()  # an inventory made invalid on purpose: its pods are not judged
     for node in api.list_node().items:
         raw = (node.metadata.annotations or {}).get("gpufrac.io/inventory")
         if raw:
-            for g in json.loads(raw)["gpus"]:
+            try:
+                listed = json.loads(raw)["gpus"]
+            except (ValueError, KeyError, TypeError):
+                unreadable.add(node.metadata.name)
+                continue
+            for g in listed:
                 gpus[g["uuid"]] = {**g, "node": node.metadata.name}
     share: dict[str, int] = defaultdict(int)
     memory: dict[str, int] = defaultdict(int)
@@ -38,7 +47,7 @@ def check_invariants(api: client.CoreV1Api) -> list[str]:
     whole: set[str] = set()
     problems = []
     for pod in api.list_pod_for_all_namespaces().items:
-        if not pod.spec.node_name or pod.status.phase in ("Succeeded", "Failed"):
+        if not pod.spec.node_name or pod.status.phase in ("Succeeded", "Failed") or pod.spec.node_name in unreadable:
             continue
         k = sum(int((c.resources.limits or {}).get("gpufrac.io/gpu", 0)) for c in pod.spec.containers)
         if k == 0:
