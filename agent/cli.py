@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--metrics-host", default="0.0.0.0",
                        help="address the metrics port binds")
     agent.add_argument("--once", action="store_true", help="print the inventory JSON and exit, write nothing")
-    agent.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    agent.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                       help="log level (default: info)")
 
     return agent
 

@@ -33,6 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
         "fence_namespace": args.fence_namespace, "claim_ttl_s": args.claim_ttl_s,
         "bind_api_timeout_s": args.bind_api_timeout_s,
+        "scheduler_name": args.scheduler_name, "requeue_max_pods": args.requeue_max_pods,
         "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
         "tls_client_ca_file": args.tls_client_ca_file,
         "events_token": (args.events_token_file.read_text().strip() if args.events_token_file
@@ -205,7 +206,14 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     serve.add_argument("--decision", choices=("filter", "prioritize"),
                        help="filter: filter returns only the chosen node (kube-scheduler skips scoring); "
                             f"prioritize: every feasible node passes, prioritize ranks {_default('decision')}")
-    serve.add_argument("--log-level", help=f"debug, info, warning, error {_default('log_level')}")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                       help=f"log level {_default('log_level')}")
+    serve.add_argument("--scheduler-name",
+                       help=f"cluster mode: the kube-scheduler profile that calls gpufrac (its pending pods are "
+                            f"requeued when GPU share is freed; $GPUFRAC_SCHEDULER_NAME) {_default('scheduler_name')}")
+    serve.add_argument("--requeue-max-pods", type=int,
+                       help=f"cluster mode: pending GPU pods requeued per release of GPU share, 0 turns requeueing "
+                            f"off ($GPUFRAC_REQUEUE_MAX_PODS) {_default('requeue_max_pods')}")
     serve.add_argument("--host", help=f"address of the verb listener {_default('host')}")
     serve.add_argument("--port", type=int, help=f"port of the verb listener {_default('port')}")
     serve.add_argument("--health-port", type=int,

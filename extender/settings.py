@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     feasible node passes ``filter`` and ``prioritize`` gives the chosen one 10 (with the
     extender weight of ``scheduler-config.yaml`` kube-scheduler's scores cannot overturn it,
     but break gpufrac's ties among nodes it gave equal rank). Same placements either way."""
-    log_level: str = "warning"
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
     kubeconfig: Path | None = None
     """Cluster mode: kubeconfig file; the in-cluster service account when absent."""
     inventory_stale_after_s: float = Field(180.0, gt=0)

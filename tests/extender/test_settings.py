@@ -171,3 +171,16 @@ def test_prior_and_ties_from_the_admin_config(tmp_path: Path) -> None:
     # Left out: the preset's (the paper baselines have none).
     assert load_admin_config(write(tmp_path, "scoring:\n  preset: fgd\n")).prior == PRESETS["fgd"].prior
 
+
+
+def test_cli_flags_the_docs_name_exist_and_a_bad_log_level_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # deploy/README.md and rbac.yaml tell users to pass --requeue-max-pods 0 (issue 39).
+    from extender.cli import build_parser
+
+    args = build_parser("gpufrac").parse_args(
+        ["serve", "--requeue-max-pods", "0", "--scheduler-name", "my-scheduler", "--log-level", "info"])
+    assert (args.requeue_max_pods, args.scheduler_name, args.log_level) == (0, "my-scheduler", "info")
+    with pytest.raises(SystemExit) as exc:
+        build_parser("gpufrac").parse_args(["serve", "--log-level", "verbose"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'verbose'" in capsys.readouterr().err
