@@ -160,39 +160,26 @@ VERBS: dict[str, Callable[[Any, bytes], Awaitable[Answer]]] = {
 """The hot endpoints, served by ``extender.app.ExtenderApp`` straight from ASGI."""
 
 
-async def _route(request: Request, verb: Callable[[Any, bytes], Awaitable[Answer]]) -> Response:
-    try:
-        status, body = await verb(request.app.state, await request.body())
-    except BadRequest as exc:
-        status, body = 400, {"Error": str(exc)}
-    return json_response(body, status)
+def _route(verb: Callable[[Any, bytes], Awaitable[Answer]]) -> Callable[[Request], Awaitable[Response]]:
+    """A FastAPI endpoint serving ``verb`` (documented by the verb's own docstring)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            status, body = await verb(request.app.state, await request.body())
+        except BadRequest as exc:
+            status, body = 400, {"Error": str(exc)}
+        return json_response(body, status)
+
+    endpoint.__doc__ = verb.__doc__
+    return endpoint
 
 
 # The routes document the verbs in the OpenAPI schema and serve them wherever this router
 # is mounted without ExtenderApp's fast path; ExtenderApp answers them before routing.
-
-@router.post("/filter", openapi_extra=_args_openapi)
-async def filter_route(request: Request) -> Response:
-    """``ExtenderFilterResult``; candidates counted by outcome (``gpufrac_filter_nodes_total``)."""
-    return await _route(request, filter_verb)
-
-
-@router.post("/prioritize", openapi_extra=_args_openapi)
-async def prioritize_route(request: Request) -> Response:
-    """``HostPriorityList``."""
-    return await _route(request, prioritize_verb)
-
-
-@router.post("/bind", openapi_extra=_binding_openapi)
-async def bind_route(request: Request) -> Response:
-    """``ExtenderBindingResult``; binds counted by result (``gpufrac_bind_total``)."""
-    return await _route(request, bind_verb)
-
-
-@router.post("/preempt", openapi_extra=_preemption_openapi)
-async def preempt_route(request: Request) -> Response:
-    """``ExtenderPreemptionResult``."""
-    return await _route(request, preempt_verb)
+for _path, _verb, _openapi in (("/filter", filter_verb, _args_openapi), ("/prioritize", prioritize_verb, _args_openapi),
+                               ("/bind", bind_verb, _binding_openapi), ("/preempt", preempt_verb, _preemption_openapi)):
+    router.add_api_route(_path, _route(_verb), methods=["POST"], openapi_extra=_openapi,
+                         name=f"{_path.strip('/')}_route")
 
 
 def _authorized(request: Request, settings: SettingsDep) -> None:

@@ -86,3 +86,25 @@ class FakeResponse:
 
     def release_conn(self) -> None:
         pass
+
+
+class ListApi:
+    """Lists Nodes, Pods and Namespaces from fixed items; any watch ends the list-and-watch
+    call (``ConnectionError``), so a test drives the watch by calling the event handler."""
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | None = None) -> None:
+        self.nodes, self.pods = nodes, pods or []
+
+    def _list(self, items: list[dict[str, Any]], **kw: Any) -> FakeResponse:
+        if kw.get("watch"):
+            raise ConnectionError("watch not served by this fake")
+        return FakeResponse({"metadata": {"resourceVersion": "1"}, "items": items})
+
+    def list_node(self, **kw: Any) -> FakeResponse:
+        return self._list(self.nodes, **kw)
+
+    def list_pod_for_all_namespaces(self, **kw: Any) -> FakeResponse:
+        return self._list(self.pods, **kw)
+
+    def list_namespace(self, **kw: Any) -> FakeResponse:
+        return self._list([], **kw)

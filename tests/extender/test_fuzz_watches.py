@@ -27,8 +27,9 @@ from podspec import annotations as ann
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
+from tests.extender.helpers import ListApi
 from tests.extender.test_fence import CasApi, claim, ledger_obj
-from tests.extender.test_untrusted_objects import NOW, ListApi, node, usable
+from tests.extender.test_untrusted_objects import NOW, node, usable
 
 EXAMPLES = int(os.environ.get("GPUFRAC_FUZZ_EXAMPLES", "60"))
 """Examples per property (CI: 60)."""
@@ -37,6 +38,12 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**80), 2**80),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=10))
 any_json = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=8)
+# What the API server can serve (its JSON has no NaN or Infinity): for whole objects.
+wire_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**80), 2**80),
+              st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=10)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=8)
 extreme_ints = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([0, -1, 2**24, 2**24 + 1, 2**63, 2**64]))
 
 
@@ -48,7 +55,7 @@ def hostile_node(draw: st.DrawFn, i: int, valid_uuids: list[str]) -> dict[str, A
     inv = json.loads(obj["metadata"]["annotations"][ann.INVENTORY])
     mode = draw(st.integers(0, 7))
     if mode == 0:
-        obj["metadata"]["annotations"][ann.INVENTORY] = draw(st.one_of(st.text(max_size=30), any_json))
+        obj["metadata"]["annotations"][ann.INVENTORY] = draw(st.one_of(st.text(max_size=30), wire_json))
     elif mode == 1:  # an extreme or wrong value in one GPU field
         field = draw(st.sampled_from(["memory_mib", "memory_used_mib", "replicas", "index", "uuid", "model"]))
         inv["gpus"][0][field] = draw(st.one_of(extreme_ints, any_json))
@@ -59,9 +66,9 @@ def hostile_node(draw: st.DrawFn, i: int, valid_uuids: list[str]) -> dict[str, A
     elif mode == 4:  # impossible NVML readings
         inv["gpus"][0]["memory_used_mib"] = draw(st.integers(24577, 2**24))
     elif mode == 5:  # wrong shapes around the inventory
-        obj[draw(st.sampled_from(["metadata", "status"]))] = draw(any_json)
+        obj[draw(st.sampled_from(["metadata", "status"]))] = draw(wire_json)
     elif mode == 6:
-        obj["status"]["allocatable"] = draw(st.dictionaries(st.sampled_from(["cpu", "memory"]), any_json))
+        obj["status"]["allocatable"] = draw(st.dictionaries(st.sampled_from(["cpu", "memory"]), wire_json))
     else:
         inv["gpus"] = inv["gpus"] * draw(st.integers(2, 80))  # duplicates, or over 64
     if mode in (1, 2, 3, 4, 7):

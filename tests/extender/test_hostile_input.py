@@ -29,7 +29,7 @@ from podspec.nodes import node_observation
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
-from tests.extender.helpers import EVENTS_TOKEN, FakeResponse, client_for
+from tests.extender.helpers import EVENTS_TOKEN, ListApi, client_for
 
 NODES = [gpu_node("a", 2, replicas=4), gpu_node("b", 1, replicas=4)]
 
@@ -166,27 +166,6 @@ def test_pod_events_need_the_token_and_are_off_without_one() -> None:
 
 # -- cluster mode: one unreadable pod costs nobody else anything ------------------------------
 
-class _ListOnlyApi:
-    """Lists Nodes, Pods and Namespaces from fixed items; any watch ends the loop."""
-
-    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
-        self.nodes, self.pods = nodes, pods
-
-    def _list(self, items: list[dict[str, Any]], **kw: Any) -> FakeResponse:
-        if kw.get("watch"):
-            raise ConnectionError("watch not served by this fake")
-        return FakeResponse({"metadata": {"resourceVersion": "1"}, "items": items})
-
-    def list_node(self, **kw: Any) -> FakeResponse:
-        return self._list(self.nodes, **kw)
-
-    def list_pod_for_all_namespaces(self, **kw: Any) -> FakeResponse:
-        return self._list(self.pods, **kw)
-
-    def list_namespace(self, **kw: Any) -> FakeResponse:
-        return self._list([], **kw)
-
-
 def _node_json(name: str) -> dict[str, Any]:
     inv = ann.NodeInventory(node=name, heartbeat=datetime.now(UTC), gpus=[
         ann.GpuInventory(index=0, uuid=f"GPU-{name}-0", model="T4", memory_mib=16384, replicas=4)])
@@ -200,7 +179,7 @@ def test_a_poison_pod_in_the_pod_list_is_quarantined_and_sync_completes() -> Non
     good = pod_json("good", node="n1", phase="Running", annotations=allocation_annotations(
         ["GPU-n1-0"], 500, [8192], datetime.now(UTC)))
     weird = {"metadata": "not an object", "spec": [], "status": 7}
-    api = _ListOnlyApi([_node_json("n1"), {"metadata": {"annotations": {}}}], [poison, weird, good])
+    api = ListApi([_node_json("n1"), {"metadata": {"annotations": {}}}], [poison, weird, good])
     cache = GpuCache(build_scorer(scoring_config("default")))
     counted: list[tuple[str, str]] = []
     from extender.quarantine import Quarantine

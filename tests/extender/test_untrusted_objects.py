@@ -21,27 +21,9 @@ from podspec.nodes import MAX_CLOCK_SKEW_S
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
-from tests.extender.helpers import FakeResponse, client_for
+from tests.extender.helpers import ListApi, client_for
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
-
-
-class ListApi:
-    """Lists Nodes and Pods from ``nodes`` / ``pods``; a watch ends the list-and-watch call."""
-
-    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | None = None) -> None:
-        self.nodes, self.pods = nodes, pods or []
-
-    def _list(self, items: list[dict[str, Any]], **kw: Any) -> FakeResponse:
-        if kw.get("watch"):
-            raise ConnectionError("watch not served by this fake")
-        return FakeResponse({"metadata": {"resourceVersion": "1"}, "items": items})
-
-    def list_node(self, **kw: Any) -> FakeResponse:
-        return self._list(self.nodes, **kw)
-
-    def list_pod_for_all_namespaces(self, **kw: Any) -> FakeResponse:
-        return self._list(self.pods, **kw)
 
 
 def node(name: str, uuids: list[str], created: str | None = "2026-01-01T00:00:00Z",
