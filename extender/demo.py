@@ -26,6 +26,9 @@ from extender.settings import Settings, build_scorer, scoring_config
 from podspec import annotations as ann
 from scoring.state import GpuSpec, NodeSpec
 
+NEXT_DOC = "docs/install.md"
+"""Where the demo points the reader next (a test checks the file exists)."""
+
 NODES = [
     NodeSpec("node-a10-1", 64000, 262144, tuple(GpuSpec(i, f"GPU-a10-1-{i}", "A10", 24576, 4) for i in range(4))),
     NodeSpec("node-a10-2", 64000, 262144, tuple(GpuSpec(i, f"GPU-a10-2-{i}", "A10", 24576, 4) for i in range(4))),
@@ -133,6 +136,6 @@ def run(print_line: Any = print) -> int:
         thread.join(10)
     now = datetime.now(UTC)
     print_line("\n" + render_table(gather([_node_json(n, now) for n in NODES], pods, stale_after_s=180.0)))
-    print_line("\nNext: README.md 'Install in a cluster' (Helm chart deploy/helm/gpufrac), and "
+    print_line(f"\nNext: {NEXT_DOC} (the Helm chart deploy/helm/gpufrac), and "
                "`gpufrac inspect` / `kubectl gpufrac inspect` on a real cluster.")
     return 0 if placed == len(PODS) - 1 else 1

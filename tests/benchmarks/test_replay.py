@@ -218,3 +218,15 @@ def test_a_cut_short_replay_says_so(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "--limit 100: each seed replayed only its first 100 pods, and the trace stopped at" in out
     assert "A smoke run, not a result." in out
 
+
+
+def test_benchmarks_without_the_bench_extras_say_what_to_install() -> None:
+    # Issue 39: in a base install `python -m benchmarks --help` was a ModuleNotFoundError.
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.modules['httpx'] = None; sys.modules['tqdm'] = None; "
+            "sys.argv = ['benchmarks', '--help']; runpy.run_module('benchmarks', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "needs the bench extras" in proc.stderr and "pip install -e '.[bench]'" in proc.stderr

@@ -107,6 +107,12 @@ def test_chart_values_switch_the_optional_parts() -> None:
     assert "DaemonSet" not in bare and "ValidatingAdmissionPolicy" not in bare
 
 
+def test_the_claims_namespace_is_kept_by_helm_uninstall() -> None:
+    # docs/install.md: "the claim ledgers (created by the chart, kept by helm uninstall)".
+    (ns,) = [d for d in render() if d["kind"] == "Namespace" and d["metadata"]["name"] == "gpufrac-claims"]
+    assert ns["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
 def test_scheduler_config_and_rbac_rules_are_the_same_as_kustomizes() -> None:
     """One product, two install paths: the chart's kube-scheduler config and ClusterRoles in
     the default namespace are deploy/base's."""

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from extender.demo import NODES, PODS, run
+from pathlib import Path
+
+from extender.demo import NEXT_DOC, NODES, PODS, run
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_places_every_pod_but_the_one_no_gpu_fits_and_prints_the_table() -> None:
@@ -19,3 +23,5 @@ def test_demo_places_every_pod_but_the_one_no_gpu_fits_and_prints_the_table() ->
     assert sum(1 for line in lines for row in line.splitlines() if row.startswith("node-")) == sum(
         len(n.gpus) for n in NODES)
     assert "3 nodes, 10 GPUs" in text
+    # The last line points somewhere that exists (it named a README section that did not).
+    assert lines[-1].lstrip().startswith(f"Next: {NEXT_DOC}") and (REPO / NEXT_DOC).is_file()
