@@ -6,12 +6,15 @@ Settings are built once in the composition root (``extender.cli``) and injected 
 
 from __future__ import annotations
 
+import difflib
+import io
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
@@ -20,6 +23,8 @@ from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
 from scoring.scorer import ScoringConfig, Ties, build_scorer, validate_config
 from scoring.workload import MAX_PRIOR_GPUS, MAX_PRIOR_WEIGHT, ShapePrior
+
+_M = TypeVar("_M")
 
 
 class Settings(BaseSettings):
@@ -262,29 +267,82 @@ def scoring_config(preset: str, overrides: dict[str, Any] | None = None) -> Scor
     return cfg
 
 
-def _tenant_policy(parsed: AdminConfig) -> TenantPolicy:
-    errors: list[str] = []
+def _tenant_policy(tenant_files: Mapping[str, TenantFile], default_tenant: str | None,
+                   tenant_label: str | None, names: Iterable[str], errors: list[str]) -> TenantPolicy:
+    """The tenants that validated, and the errors between them (a namespace in two tenants,
+    an unknown default) appended to ``errors``; ``names``: every tenant the file names."""
     qos = {q.wire_name: q for q in QoSClass}
     tenants = {
         name: Tenant(name, qos[t.qos_ceiling], t.quota.gpu_milli, t.quota.gpu_memory_mib)
-        for name, t in parsed.tenants.items()
+        for name, t in tenant_files.items()
     }
     by_ns: dict[str, Tenant] = {}
-    for name, t in parsed.tenants.items():
+    for name, t in tenant_files.items():
         for i, ns in enumerate(t.namespaces):
             if ns in by_ns:
                 errors.append(f"tenants.{name}.namespaces.{i}: namespace {ns!r} already belongs "
                               f"to tenant {by_ns[ns].name!r}")
             by_ns[ns] = tenants[name]
     default = None
-    if parsed.default_tenant is not None:
-        default = tenants.get(parsed.default_tenant)
-        if default is None:
-            errors.append(f"default_tenant: unknown tenant {parsed.default_tenant!r}; known: "
-                          f"{', '.join(sorted(tenants)) or '(none)'}")
-    if errors:
-        raise ConfigError("\n".join(errors))
-    return TenantPolicy(by_ns, default, parsed.tenant_label, tenants)
+    known = sorted(set(names))
+    if default_tenant is not None:
+        default = tenants.get(default_tenant)
+        if default_tenant not in known:
+            errors.append(f"default_tenant: unknown tenant {default_tenant!r}; {_did_you_mean(default_tenant, known)}"
+                          f"known: {', '.join(known) or '(none)'}")
+    return TenantPolicy(by_ns, default, tenant_label, tenants)
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _schema_errors(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
+    """One line per schema error: key path, message, the value given, and for an unknown
+    key the closest allowed one."""
+    lines = []
+    for e in exc.errors():
+        loc = (*prefix, *e["loc"])
+        where = ".".join(str(p) for p in loc) or "(root)"
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc[:-1])
+            lines.append(f"{where}: unknown key; {_did_you_mean(str(loc[-1]), allowed)}"
+                         f"allowed here: {', '.join(allowed)}")
+            continue
+        given = repr(e.get("input"))
+        given = given if len(given) <= 60 else given[:57] + "..."
+        lines.append(f"{where}: {e['msg']} (got {given})")
+    return lines
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys a config mapping at ``loc`` accepts (for did-you-mean); empty when unknown."""
+    model: Any = AdminConfig
+    free_key = False  # the next part is a key of a dict (a tenant's name) or a list index
+    for part in loc:
+        if free_key:
+            free_key = False
+            continue
+        fields = getattr(model, "model_fields", None)
+        field = fields.get(str(part)) if fields is not None else None
+        if field is None:
+            return []
+        free_key = getattr(field.annotation, "__origin__", None) in (dict, list) or any(
+            getattr(a, "__origin__", None) in (dict, list) for a in getattr(field.annotation, "__args__", ()))
+        model = _model_of(field.annotation)
+    return sorted(getattr(model, "model_fields", ()))
+
+
+def _model_of(annotation: Any) -> Any:
+    """The config model an annotation holds, if any (``X``, ``X | None``, ``list[X]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _prior(base: ShapePrior, given: PriorFile) -> ShapePrior:
@@ -314,27 +372,69 @@ def parse_admin_config(text: str, source: str = "config") -> AdminPolicy:
     ConfigError
         On invalid YAML or any invalid field, one ``field.path: message`` per line.
     """
+    stream = io.StringIO(text)
+    stream.name = source  # PyYAML names the stream in its messages ("<unicode string>" otherwise)
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = yaml.safe_load(stream) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     try:
         parsed = AdminConfig.model_validate(raw)
+        errors: list[str] = []
     except ValidationError as exc:
-        raise ConfigError("\n".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
-        )) from None
-    sc = parsed.scoring
-    overrides: dict[str, Any] = {"weights": sc.weights, "qos_overrides": sc.qos_overrides}
-    if sc.preset in PRESETS:
-        overrides["prior"] = _prior(PRESETS[sc.preset].prior, sc.prior)
-    if sc.ties is not None:
-        overrides["ties"] = sc.ties
-    scoring = scoring_config(sc.preset, overrides)
+        parsed = None
+        errors = _schema_errors(exc)
+    section = raw if isinstance(raw, Mapping) else {}
+
+    # Every check that does not need the whole file valid runs anyway, on the sections that
+    # validated, so one run reports every mistake.
+    scoring: ScoringConfig | None = None
+    raw_sc = section.get("scoring", {})
+    raw_sc = raw_sc if isinstance(raw_sc, Mapping) else {}
+    preset = raw_sc.get("preset", "default")
+    if isinstance(preset, str) and preset not in PRESETS:
+        errors.append(f"scoring.preset: unknown preset {preset!r}; {_did_you_mean(preset, PRESETS)}"
+                      f"known: {', '.join(PRESETS)}")
+    preset = preset if isinstance(preset, str) and preset in PRESETS else "default"  # weights still checked
+    overrides: dict[str, Any] = {
+        "weights": _valid(_WEIGHTS, raw_sc.get("weights", {})) or {},
+        "qos_overrides": _valid(_QOS_OVERRIDES, raw_sc.get("qos_overrides", {})) or {},
+        "prior": _prior(PRESETS[preset].prior, _valid(_PRIOR, raw_sc.get("prior", {})) or PriorFile())}
+    if raw_sc.get("ties") in ("keep_whole", "row"):
+        overrides["ties"] = raw_sc["ties"]
+    try:
+        scoring = scoring_config(preset, overrides)
+    except ConfigError as exc:
+        errors.extend(str(exc).splitlines())
+    raw_tenants = section.get("tenants", {})
+    raw_tenants = raw_tenants if isinstance(raw_tenants, Mapping) else {}
+    tenant_files = {str(name): t for name, value in raw_tenants.items()
+                    if (t := _valid(_TENANT, value)) is not None}
+    default_tenant = section.get("default_tenant")
+    tenants = _tenant_policy(tenant_files, default_tenant if isinstance(default_tenant, str) else None,
+                             parsed.tenant_label if parsed is not None else None,
+                             (str(n) for n in raw_tenants), errors)
+    if errors or parsed is None or scoring is None:
+        raise ConfigError("\n".join(errors))
     policy = QosPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
-    return AdminPolicy(replace(scoring, qos=policy), _tenant_policy(parsed),
-                       Tolerance(sc.tolerance.workload, sc.tolerance.cpu_pressure, sc.tolerance.spare_need))
+    tol = parsed.scoring.tolerance
+    return AdminPolicy(replace(scoring, qos=policy), tenants, Tolerance(tol.workload, tol.cpu_pressure, tol.spare_need))
+
+
+_WEIGHTS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, float])
+_QOS_OVERRIDES: TypeAdapter[dict[str, dict[str, float]]] = TypeAdapter(dict[str, dict[str, float]])
+_PRIOR: TypeAdapter[PriorFile] = TypeAdapter(PriorFile)
+_TENANT: TypeAdapter[TenantFile] = TypeAdapter(TenantFile)
+
+
+def _valid(adapter: TypeAdapter[_M], value: Any) -> _M | None:
+    """``value`` validated by ``adapter``, or None when it does not validate (its errors
+    are reported by the whole file's validation)."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError:
+        return None
 
 
 def load_policy(path: Path) -> AdminPolicy:

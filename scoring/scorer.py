@@ -14,6 +14,7 @@ those GPUs.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import math
 import types
@@ -153,8 +154,10 @@ def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str
     def check_weights(weights: Mapping[str, float], where: str) -> None:
         for name, w in weights.items():
             if name not in STRATEGIES:
+                close = difflib.get_close_matches(name, list(STRATEGIES), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
                 errors.append(
-                    f"{where}.{name}: unknown strategy; known: {', '.join(sorted(STRATEGIES))}"
+                    f"{where}.{name}: unknown strategy; {hint}known: {', '.join(sorted(STRATEGIES))}"
                 )
             elif isinstance(w, bool) or not isinstance(w, (int, float)):
                 errors.append(f"{where}.{name}: must be a number, got {w!r}")

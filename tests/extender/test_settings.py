@@ -32,19 +32,19 @@ def test_override_on_top_of_preset(tmp_path: Path) -> None:
     ("scoring:\n  weights:\n    bogus: 1\n", "scoring.weights.bogus: unknown strategy"),
     ("scoring:\n  weights:\n    spread: lots\n", "scoring.weights.spread: Input should be a valid number"),
     ("scoring:\n  preset: fastest\n", "scoring.preset: unknown preset 'fastest'"),
-    ("scoring:\n  wieghts: {}\n", "scoring.wieghts: Extra inputs are not permitted"),
+    ("scoring:\n  wieghts: {}\n", "scoring.wieghts: unknown key; did you mean 'weights'?"),
     ("scoring: [\n", "gpufrac.yaml"),
     ("scoring:\n  tolerance: {workload: 1.5}\n", "scoring.tolerance.workload: Input should be less than or equal to 1"),
     ("scoring:\n  tolerance: {cpu_pressure: -0.1}\n", "scoring.tolerance.cpu_pressure: Input should be greater than"),
     ("scoring:\n  tolerance: {cpu_pressure: .nan}\n", "scoring.tolerance.cpu_pressure: Input should be a finite number"),
-    ("scoring:\n  tolerance: {worklaod: 0.1}\n", "scoring.tolerance.worklaod: Extra inputs are not permitted"),
+    ("scoring:\n  tolerance: {worklaod: 0.1}\n", "scoring.tolerance.worklaod: unknown key; did you mean 'workload'?"),
     ("scoring:\n  prior: {floor: 0.9}\n", "scoring.prior.floor: Input should be less than or equal to 0.5"),
     ("scoring:\n  prior: {pods: -1}\n", "scoring.prior.pods: Input should be greater than or equal to 0"),
     ("scoring:\n  prior:\n    shapes: [{gpus: 4, fraction: 0.5}]\n",
      "scoring.prior.shapes.0: Value error, a pod of 4 GPUs takes whole GPUs"),
     ("scoring:\n  prior:\n    shapes: [{gpus: 65}]\n", "scoring.prior.shapes.0.gpus: Input should be less than or equal to 64"),
     ("scoring:\n  prior:\n    shapes: [{fraction: 0}]\n", "scoring.prior.shapes.0.fraction: Input should be greater than 0"),
-    ("scoring:\n  prior: {shapse: []}\n", "scoring.prior.shapse: Extra inputs are not permitted"),
+    ("scoring:\n  prior: {shapse: []}\n", "scoring.prior.shapse: unknown key; did you mean 'shapes'?"),
     ("scoring:\n  ties: spread\n", "scoring.ties: Input should be 'keep_whole' or 'row'"),
 ])
 def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -> None:
@@ -184,3 +184,51 @@ def test_cli_flags_the_docs_name_exist_and_a_bad_log_level_is_a_usage_error(caps
         build_parser("gpufrac").parse_args(["serve", "--log-level", "verbose"])
     assert exc.value.code == 2
     assert "invalid choice: 'verbose'" in capsys.readouterr().err
+
+
+TEN_MISTAKES = """\
+scoring:
+  preset: defualt                     # 1 unknown preset (checked beside the schema)
+  weights: {fgd: -1, gap_prise: 2}    # 2 negative weight, 3 unknown strategy
+  tolerance: {workload: 5}            # 4 above 1
+  prior: {floor: 0.9}                 # 5 above 0.5
+  tie: row                            # 6 unknown key
+qos:
+  best_effort_oversubscription: 9     # 7 above 4
+  isolate_guarantee: true             # 8 unknown key
+tenants:
+  a: {namespaces: [x], qos_ceiling: gold}   # 9 not a QoS class
+  b: {namespaces: [y, y]}                   # 10 one namespace twice
+default_tenant: c                           # 11 no such tenant
+"""
+
+
+def test_config_validate_reports_every_mistake_in_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 39: a file with 11 mistakes took 3 runs; schema errors had no value, no
+    # suggestion. Now one run names each, with its path, the value and a did-you-mean.
+    path = write(tmp_path, TEN_MISTAKES)
+    assert main(["config", "validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    expected = [
+        "scoring.preset: unknown preset 'defualt'; did you mean 'default'?",
+        "scoring.weights.fgd: must be a finite number >= 0, got -1",
+        "scoring.weights.gap_prise: unknown strategy; did you mean 'gap_price'?",
+        "scoring.tolerance.workload: Input should be less than or equal to 1 (got 5)",
+        "scoring.prior.floor: Input should be less than or equal to 0.5 (got 0.9)",
+        "scoring.tie: unknown key; did you mean 'ties'?",
+        "qos.best_effort_oversubscription: Input should be less than or equal to 4 (got 9)",
+        "qos.isolate_guarantee: unknown key; did you mean 'isolate_guaranteed'?",
+        "tenants.a.qos_ceiling: Input should be 'guaranteed', 'burstable' or 'best-effort' (got 'gold')",
+        "tenants.b.namespaces.1: namespace 'y' already belongs to tenant 'b'",
+        "default_tenant: unknown tenant 'c'; known: a, b",
+    ]
+    for line in expected:
+        assert line in err, line
+    assert len([line for line in err.splitlines() if ": " in line and not line.startswith("gpufrac:")]) == len(expected)
+
+
+def test_a_yaml_error_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "scoring: [\n")
+    with pytest.raises(ConfigError) as exc:
+        load_admin_config(path)
+    assert f'in "{path}"' in str(exc.value) and "<unicode string>" not in str(exc.value)
