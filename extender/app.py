@@ -13,7 +13,15 @@ from kubernetes.client import CoreV1Api
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from extender.bodies import BadRequest, BodyLimitMiddleware, encode_json, json_response, validation_message
+from extender.bodies import (
+    BadRequest,
+    BodyLimitMiddleware,
+    declared_over,
+    encode_json,
+    json_response,
+    too_large_message,
+    validation_message,
+)
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.clusterfile import load_cluster_file
@@ -60,10 +68,9 @@ class ExtenderApp(FastAPI):
         await send({"type": "http.response.body", "body": data})
 
     async def _answer(self, verb: Any, scope: Scope, receive: Receive, limit: int) -> tuple[int, Any]:
-        too_big = (413, {"Error": f"request body over {limit} bytes"})
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                return too_big
+        too_big = (413, {"Error": too_large_message(limit)})
+        if declared_over(scope, limit):
+            return too_big
         chunks, size, more = [], 0, True
         while more:
             message = await receive()

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -128,6 +128,22 @@ def json_response(body: Any, status_code: int = 200) -> Response:
     return Response(encode_json(body), status_code=status_code, media_type="application/json")
 
 
+def too_large_message(max_bytes: int) -> str:
+    """The ``Error`` of a 413 reply."""
+    return f"request body over {max_bytes} bytes"
+
+
+def declared_over(scope: Mapping[str, Any], max_bytes: int) -> bool:
+    """True when the request's ``Content-Length`` declares more than ``max_bytes``."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value) > max_bytes
+            except ValueError:
+                return False
+    return False
+
+
 class BodyLimitMiddleware:
     """Wrap an ASGI app; HTTP requests with a body over ``max_bytes`` get 413.
 
@@ -143,7 +159,7 @@ class BodyLimitMiddleware:
         self.max_bytes = max_bytes
 
     async def _reply_413(self, send: Any) -> None:
-        body = orjson.dumps({"Error": f"request body over {self.max_bytes} bytes"})
+        body = orjson.dumps({"Error": too_large_message(self.max_bytes)})
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
@@ -153,15 +169,9 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > self.max_bytes:
-                    await self._reply_413(send)
-                    return
+        if declared_over(scope, self.max_bytes):
+            await self._reply_413(send)
+            return
         seen = 0
 
         async def counting_receive() -> Message:
@@ -170,7 +180,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise HTTPException(413, f"request body over {self.max_bytes} bytes")
+                    raise HTTPException(413, too_large_message(self.max_bytes))
             return message
 
         await self.app(scope, counting_receive, send)

@@ -608,8 +608,7 @@ class KubeBinder:
         self._ttl = assume_ttl_s
         self._now = now
         self.fence = fence
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self._groups_guard = threading.Lock()
         self._absent: dict[str, float] = {}
         self._groups: dict[str, _NodeGroup] = {}
         # The pod watch's progress (set by ClusterSync): fenced binds wait for a ledger's
@@ -618,8 +617,9 @@ class KubeBinder:
         self.bound_rv: Callable[[str], int | None] = lambda uid: None
 
     def _node_lock(self, node: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(node, threading.Lock())
+        """The node's lock: unfenced binds hold it around assume; fenced ones go through
+        the same node's group commit (``_NodeGroup.cond`` wraps this lock)."""
+        return self._group(node).lock
 
     def _ensure_known(self, uid: str, namespace: str, name: str) -> None:
         """Bind may come before the pod watch delivered the pod: read it once.
@@ -863,7 +863,7 @@ class KubeBinder:
                 q.error = failed
 
     def _group(self, node: str) -> _NodeGroup:
-        with self._locks_guard:
+        with self._groups_guard:
             return self._groups.setdefault(node, _NodeGroup())
 
     def _create_binding(self, uid: str, namespace: str, name: str, node: str,

@@ -24,12 +24,12 @@ was deciding without the first one's claim and is refused.
 
 A claim is needed only until every instance's pod watch shows the pod bound. So a writer
 also drops the claims whose pods its own pod watch already shows bound with those GPUs
-(any owner's), and raises the ledger's **watermark** (``seenRV``) to the revision of the
-last pod event it applied: every pod so dropped is bound at or before that revision. An
-instance may count on the ledger, and commit to it, only once its own pod watch has
-applied events up to the watermark (``ClaimFence.watermark``; it waits briefly, else the
-bind is refused and retried): then each dropped claim's pod is in its cache, counted by
-the allocation the pod carries. Revisions are etcd's, compared as integers (see
+(any owner's), and raises the ledger's **watermark** (``seenRV``, ``Ledger.watermark``) to
+the latest revision of the pod events that showed them bound. An instance may count on the
+ledger, and commit to it, only once its own pod watch has applied events up to the
+watermark (``extender.cluster.KubeBinder`` waits briefly, else the bind is refused and
+retried): then each dropped claim's pod is in its cache, counted by the allocation the pod
+carries. Revisions are etcd's, compared as integers (see
 ``_older``). The ledger so holds the binds in flight, not the last ``ttl_s`` of them: one
 or two claims instead of every bind of the last minute. An allocation committed by a
 claim is counted by every instance that commits later to the same node, whether or not its

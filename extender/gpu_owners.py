@@ -22,15 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-Rank = tuple[int, str, str]
-"""Sort key of a node: (0 with a creation time, else 1; the time as ISO text; the name)."""
+Rank = tuple[int, float, str]
+"""Sort key of a node: (0 with a creation time, else 1; the time in seconds since the
+epoch; the name)."""
 
 
 def rank(name: str, created: datetime | None) -> Rank:
-    """The order in which nodes keep a shared UUID: older first, then by name."""
+    """The order in which nodes keep a shared UUID: older first (compared as instants,
+    whatever UTC offset the timestamps carry), then by name."""
     if created is None:
-        return (1, "", name)
-    return (0, created.isoformat(), name)
+        return (1, 0.0, name)
+    return (0, created.timestamp(), name)
 
 
 class GpuOwners:

@@ -198,19 +198,27 @@ class GpuCache:
         place, so the node watch and the staleness check may call this freely.
         """
         with self._lock:
-            before = dict(self._nodes)
+            replaced: dict[str, NodeSpec | None] = {}
             try:
-                self._upsert_nodes(nodes)
+                self._upsert_nodes(nodes, replaced)
             except Exception:
-                self._nodes = before  # nothing half-applied: the arrays were never replaced
+                # Nothing half-applied: the arrays were never replaced; put back the specs.
+                for name, old in replaced.items():
+                    if old is None:
+                        self._nodes.pop(name, None)
+                    else:
+                        self._nodes[name] = old
                 raise
 
-    def _upsert_nodes(self, nodes: Iterable[NodeSpec]) -> None:
+    def _upsert_nodes(self, nodes: Iterable[NodeSpec], replaced: dict[str, NodeSpec | None]) -> None:
+        """Write ``nodes`` into ``_nodes`` (their previous specs into ``replaced``), then
+        patch or rebuild the arrays."""
         changed = False
         for node in nodes:
             old = self._nodes.get(node.name)
             if old == node:
                 continue
+            replaced.setdefault(node.name, old)
             self._nodes[node.name] = node
             if old is not None and not changed and _without_usage(old) == _without_usage(node):
                 # Only NVML's used memory moved (every agent heartbeat on a busy GPU):

@@ -176,3 +176,11 @@ def test_an_internal_error_in_bind_is_an_error_reply_counted_as_error() -> None:
     # Was: HTTP 500, and gpufrac_bind_total{result="error"} did not move.
     assert reply.status == 200 and reply.result == "error"
     assert reply.body == {"Error": "gpufrac: internal error binding pod default/p: OverflowError; see gpufrac's log"}
+
+
+def test_the_older_node_is_judged_by_instant_not_by_how_its_timestamp_is_written() -> None:
+    # 05:00+05:00 is 00:00Z, older than 01:00Z although its text sorts after it.
+    api = ListApi([node("late", ["GPU-s"], created="2026-01-01T01:00:00Z"),
+                   node("early", ["GPU-s"], created="2026-01-01T05:00:00+05:00")])
+    _, cache = synced(api)
+    assert usable(cache) == {"early": ["GPU-s"], "late": []}
