@@ -135,6 +135,21 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_schema(args: argparse.Namespace) -> int:
+    from extender.settings import config_json_schema
+
+    schema = config_json_schema()
+    if args.values_schema is None:
+        print(json.dumps(schema, indent=2))
+        return 0
+    values = json.loads(args.values_schema.read_text())
+    values["$defs"] = schema.pop("$defs")
+    values["properties"]["config"] = schema
+    args.values_schema.write_text(json.dumps(values, indent=2) + "\n")
+    print(f"{args.values_schema}: config schema written")
+    return 0
+
+
 def _config_validate(args: argparse.Namespace) -> int:
     """Validate an admin config file as ``serve`` would; print the effective weights."""
     from extender.settings import ConfigError, build_scorer, load_policy
@@ -260,6 +275,11 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     val = cfg_sub.add_parser("validate", help="check an admin config file (exit 2 with field paths if invalid)")
     val.add_argument("file", type=Path)
     val.set_defaults(func=_config_validate)
+    cs = cfg_sub.add_parser("schema", help="print the admin config file's JSON Schema (editors, CI checks)")
+    cs.add_argument("--values-schema", type=Path, metavar="FILE",
+                    help="instead, write it as the `config` value of a Helm values.schema.json (the chart's "
+                         "deploy/helm/gpufrac/values.schema.json), keeping the file's other values")
+    cs.set_defaults(func=_config_schema)
 
     demo = sub.add_parser("demo", help="a first look in seconds: an extender with three example nodes "
                                         "places ten pods over HTTP and prints the inspect table")

@@ -21,7 +21,7 @@ from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
-from scoring.scorer import ScoringConfig, Ties, build_scorer, validate_config
+from scoring.scorer import STRATEGIES, ScoringConfig, Ties, build_scorer, validate_config
 from scoring.workload import MAX_PRIOR_GPUS, MAX_PRIOR_WEIGHT, ShapePrior
 
 _M = TypeVar("_M")
@@ -237,6 +237,32 @@ class AdminPolicy:
     scoring: ScoringConfig
     tenants: TenantPolicy = NO_TENANTS
     tolerance: Tolerance = DEFAULT_TOLERANCE
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The admin config file's JSON Schema (draft 2020-12), for editors and the Helm chart's
+    ``values.schema.json`` (its ``config`` value).
+
+    ``AdminConfig``'s own schema, with what the model checks at run time written into it:
+    the preset names, the strategy names a weight may carry (``scoring.strategies``), weights
+    finite and >= 0, the QoS classes ``qos_overrides`` may name. What only ``load_policy`` can
+    check (a ``default_tenant`` that names a tenant, a namespace listed by two tenants) stays
+    with ``gpufrac config validate``.
+
+    Returns
+    -------
+    dict
+        A JSON-serialisable schema with its definitions under ``$defs``.
+    """
+    schema = AdminConfig.model_json_schema()
+    weights = {"type": "object", "propertyNames": {"enum": sorted(STRATEGIES)},
+               "additionalProperties": {"type": "number", "minimum": 0}}
+    scoring = schema["$defs"]["ScoringFile"]["properties"]
+    scoring["preset"] = {**scoring["preset"], "enum": sorted(PRESETS)}
+    scoring["weights"] = {**scoring["weights"], **weights}
+    scoring["qos_overrides"] = {**scoring["qos_overrides"], "propertyNames": {"enum": sorted(q.wire_name for q in QoSClass)},
+                                "additionalProperties": weights}
+    return schema
 
 
 class ConfigError(ValueError):

@@ -127,3 +127,22 @@ def wait_node_known(cl: Cluster, node: str, url: str | None = None, timeout_s: f
                            timeout=10).json()
         return "not in gpufrac's cache" not in str(reply.get("FailedNodes", {}).get(node, ""))
     cl.wait(known, timeout_s, f"gpufrac knows node {node}")
+
+
+@dataclass(frozen=True)
+class Images:
+    """The images the chart runs, built from ``deploy/Dockerfile`` with buildah."""
+
+    extender: str
+    agent: str
+    scheduler: str
+
+
+@pytest.fixture(scope="session")
+def images(control_plane: ControlPlane) -> Images:
+    """Both role images (on the stand-in bases) and a kube-scheduler image from the
+    harness's binary; built once per session (layers cached by buildah across runs)."""
+    from tests.harness import images as img
+
+    return Images(img.role_image("extender"), img.role_image("agent"),
+                  img.scheduler_image(control_plane.bins["kube-scheduler"]))

@@ -2,9 +2,10 @@
 kube-apiserver: lint, render, server-side apply, and what each service account may do,
 asked of the API server with SubjectAccessReviews.
 
-There is no controller-manager in the suite, so Deployments and the DaemonSet create no
-pods: what is checked is that the API server accepts every object and that RBAC grants each
-component what it calls, and no more.
+The session's control plane has no controller-manager, so here Deployments and the
+DaemonSet create no pods: what is checked is that the API server accepts every object and
+that RBAC grants each component what it calls, and no more. ``test_install_e2e.py`` installs
+the chart with ``helm install`` on a cluster that runs its pods.
 """
 
 from __future__ import annotations
@@ -158,3 +159,86 @@ def test_kustomize_installs_and_grants_the_same(cluster: Cluster, clean_admissio
     for base in ("base", "agent"):
         cluster.cp.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / base))
     assert_grants(cluster)
+
+
+def render_error(*args: str) -> str:
+    """helm template's error for ``args`` (it must fail)."""
+    proc = helm("template", "gpufrac", str(CHART), "--namespace", NS, "--kube-version", "1.36.3", *args, check=False)
+    assert proc.returncode != 0, proc.stdout[:500]
+    return proc.stderr
+
+
+def test_bad_values_fail_with_the_schemas_message() -> None:
+    err = render_error("--set", "extender.replicas=abc", "--set", "config.scoring.weights.nonsense=-3",
+                       "--set", "extender.replica=2", "--set", "config.scoring.preset=tightest")
+    assert "at '/extender/replicas': got string, want integer" in err
+    assert "at '/config/scoring/weights/nonsense': minimum: got -3, want 0" in err
+    assert "value must be one of 'adaptive_balance'" in err  # the strategy names
+    assert "additional properties 'replica' not allowed" in err
+    assert "at '/config/scoring/preset': value must be one of 'balance', 'bestfit'" in err
+    # A relation between two values: the agent's heartbeat must come before the stale limit.
+    err = render_error("--set", "agent.heartbeatS=500")
+    assert "agent.heartbeatS (500) must be below extender.inventoryStaleAfterS (180)" in err
+
+
+def test_the_values_schema_carries_the_admin_config_model() -> None:
+    from extender.settings import config_json_schema
+
+    committed = json.loads((CHART / "values.schema.json").read_text())
+    generated = config_json_schema()
+    hint = "regenerate: gpufrac config schema --values-schema deploy/helm/gpufrac/values.schema.json"
+    assert committed["$defs"] == generated.pop("$defs"), hint
+    assert committed["properties"]["config"] == generated, hint
+
+
+@pytest.mark.parametrize(("kube_version", "tag"), [("1.36.3", "v1.36.3"), ("v1.31.4-eks-1552ad0", "v1.31.4"),
+                                                   ("v1.33.2+k3s1", "v1.33.2")])
+def test_the_scheduler_tag_follows_the_cluster_version(kube_version: str, tag: str) -> None:
+    out = helm("template", "gpufrac", str(CHART), "--namespace", NS, "--kube-version", kube_version).stdout
+    (sched,) = [d for d in yaml.safe_load_all(out) if d and d["metadata"]["name"] == "gpufrac-scheduler"
+                and d["kind"] == "Deployment"]
+    assert sched["spec"]["template"]["spec"]["containers"][0]["image"] == f"registry.k8s.io/kube-scheduler:{tag}"
+    (pinned,) = [d for d in render("scheduler.image.tag=v1.35.0@sha256:" + "a" * 64)
+                 if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpufrac-scheduler"]
+    assert pinned["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.35.0@sha256:" + "a" * 64)
+
+
+def test_generated_tls_is_one_ca_for_both_sides() -> None:
+    import base64
+
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    docs = render("extender.tls.extraSANs={127.0.0.1,gpufrac.example.com}")
+    secrets = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}
+
+    def cert(name: str, key: str) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(base64.b64decode(secrets[name][key]))
+    server, client_cert = cert("gpufrac-extender-tls", "tls.crt"), cert("gpufrac-scheduler-client-tls", "tls.crt")
+    ca = cert("gpufrac-extender-tls", "ca.crt")
+    assert cert("gpufrac-scheduler-client-tls", "ca.crt") == ca
+    for c in (server, client_cert):
+        c.verify_directly_issued_by(ca)
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"gpufrac-extender.{NS}.svc" in sans.get_values_for_type(x509.DNSName)
+    assert "gpufrac.example.com" in sans.get_values_for_type(x509.DNSName)
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    usage = client_cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usage
+    # Bring-your-own: no Secret rendered, the pods mount the names given.
+    assert not [d for d in render("extender.tls.generate=false") if d["kind"] == "Secret"]
+
+
+def test_two_replicas_get_a_disruption_budget_and_spread_over_nodes() -> None:
+    docs = render()
+    pdbs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert pdbs == {f"gpufrac-{c}": {"maxUnavailable": 1, "selector": {"matchLabels": {
+        "app.kubernetes.io/instance": "gpufrac", "app.kubernetes.io/component": c}}} for c in ("scheduler", "extender")}
+    for d in docs:
+        if d["kind"] == "Deployment":
+            spread = d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+            assert spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+                "topologyKey"] == "kubernetes.io/hostname"
+    single = render("extender.replicas=1", "scheduler.replicas=1")
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
+    assert all("affinity" not in d["spec"]["template"]["spec"] for d in single if d["kind"] == "Deployment")

@@ -232,3 +232,18 @@ def test_a_yaml_error_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_admin_config(path)
     assert f'in "{path}"' in str(exc.value) and "<unicode string>" not in str(exc.value)
+
+
+def test_config_schema_command_rewrites_the_charts_config_value(tmp_path: Path) -> None:
+    import json
+
+    from extender.cli import main
+
+    chart_schema = Path(__file__).resolve().parents[2] / "deploy/helm/gpufrac/values.schema.json"
+    stale = json.loads(chart_schema.read_text())
+    stale["properties"]["config"] = {"type": "object"}
+    stale["$defs"] = {}
+    target = tmp_path / "values.schema.json"
+    target.write_text(json.dumps(stale))
+    assert main(["config", "schema", "--values-schema", str(target)]) == 0
+    assert json.loads(target.read_text()) == json.loads(chart_schema.read_text())

@@ -84,11 +84,22 @@ def build_kube_binaries(cache_root: Path | None = None) -> dict[str, Path]:
         If ``go`` is missing or the build fails (its output included).
     """
     return build_go_commands(GO_MODULE_DIR, {c: f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS},
-                             kube_version(), cache_root)
+                             kube_version(), cache_root, ldflags=kube_ldflags())
+
+
+def kube_ldflags() -> str:
+    """The version stamp Kubernetes' release builds link in (``hack/lib/version.sh``): without
+    it the binaries report ``v0.0.0-master``, and Helm's ``kubeVersion`` check and
+    ``.Capabilities.KubeVersion`` see that instead of the release."""
+    version = kube_version()
+    major, minor = version.removeprefix("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return (f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor} "
+            f"-X {pkg}.gitTreeState=clean")
 
 
 def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
-                      cache_root: Path | None = None) -> dict[str, Path]:
+                      cache_root: Path | None = None, ldflags: str = "") -> dict[str, Path]:
     """Build (or reuse) Go commands from the module in ``module_dir``.
 
     Parameters
@@ -100,7 +111,10 @@ def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
     tag : str
         Readable part of the cache directory's name (the version).
     cache_root : Path, optional
-        As ``build_kube_binaries``'s; each go.mod/go.sum pair gets its own subdirectory.
+        As ``build_kube_binaries``'s; each go.mod/go.sum pair (and ``ldflags``) gets its own
+        subdirectory.
+    ldflags : str
+        ``go build -ldflags`` (``kube_ldflags`` for Kubernetes' commands).
 
     Returns
     -------
@@ -114,7 +128,8 @@ def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
     """
     root = cache_root or Path(os.environ.get("GPUFRAC_KUBE_CACHE", Path.home() / ".cache/gpufrac/kube"))
     digest = hashlib.sha256(
-        (module_dir / "go.mod").read_bytes() + (module_dir / "go.sum").read_bytes()).hexdigest()[:12]
+        (module_dir / "go.mod").read_bytes() + (module_dir / "go.sum").read_bytes()
+        + ldflags.encode()).hexdigest()[:12]
     out = root / f"{tag}-{digest}"
     bins = {c: out / c for c in packages}
     if all(p.exists() for p in bins.values()):
@@ -124,7 +139,8 @@ def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
         raise ControlPlaneError(f"go is not installed: it is needed to build {', '.join(packages)}")
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out))
-    cmd = [go, "build", "-trimpath", "-o", str(tmp) + "/", *packages.values()]
+    cmd = [go, "build", "-trimpath", *(["-ldflags", ldflags] if ldflags else []), "-o", str(tmp) + "/",
+           *packages.values()]
     print(f"building {', '.join(packages)} {tag} (first run only; minutes)", file=sys.stderr)
     proc = subprocess.run(cmd, cwd=module_dir, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -372,8 +388,13 @@ class ControlPlane:
     procs: list[Proc] = field(default_factory=list)
 
     @classmethod
-    def up(cls, workdir: Path) -> ControlPlane:
+    def up(cls, workdir: Path, service_accounts: bool = False) -> ControlPlane:
         """Build or reuse the binaries, then start etcd and kube-apiserver and wait for ready.
+
+        ``service_accounts`` keeps the ServiceAccount admission plugin on (pods get their
+        service account's token mounted, as in a real cluster); it then needs
+        ``start_controller_manager`` (which creates each namespace's ``default`` account and
+        the ``kube-root-ca.crt`` ConfigMap the token volume reads).
 
         Raises
         ------
@@ -409,7 +430,7 @@ class ControlPlane:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount",
+                *([] if service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
                 # The real node (tests/harness/node.py) is "localhost": kubelet listens on
                 # 127.0.0.1 only and refuses a loopback node IP, so logs go by its Hostname.
                 "--kubelet-preferred-address-types=Hostname,InternalIP,ExternalIP",
@@ -513,6 +534,31 @@ class ControlPlane:
             f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--v=2"], self.workdir))
         wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 60, f"{name} /healthz", proc)
+        return proc
+
+    def start_controller_manager(self) -> Proc:
+        """Start kube-controller-manager (built on first use) and wait for its health check.
+
+        Every on-by-default controller runs but those that act on nodes' conditions and
+        clouds: the real node (``tests/harness/node.py``) stays NotReady without a CNI, and the
+        node-lifecycle and taint-eviction controllers would taint it ``NoExecute`` and evict
+        the pods on it.
+        """
+        bins = build_go_commands(GO_MODULE_DIR.parent / "controller-manager",
+                                 {"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
+                                 kube_version(), ldflags=kube_ldflags())
+        port = free_port()
+        kc = self.admin_kubeconfig
+        off = ("node-lifecycle-controller", "taint-eviction-controller", "node-ipam-controller",
+               "cloud-node-lifecycle-controller", "node-route-controller", "service-lb-controller")
+        proc = self.track(start("kube-controller-manager", [
+            str(bins["kube-controller-manager"]), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}", f"--bind-address={LOOPBACK}", f"--secure-port={port}",
+            "--leader-elect=false", f"--root-ca-file={self.pki.ca_cert}",
+            f"--service-account-private-key-file={self.pki.sa_key}",
+            "--controllers=*," + ",".join(f"-{c}" for c in off), "--v=1"], self.workdir))
+        wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 90, "kube-controller-manager /healthz",
+                   proc)
         return proc
 
     def proc(self, name: str) -> Proc:

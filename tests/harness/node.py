@@ -44,6 +44,7 @@ from tests.harness.controlplane import (
     build_go_commands,
     ensure_debian,
     free_port,
+    kube_ldflags,
     kube_version,
     start,
     wait_until,
@@ -60,7 +61,8 @@ NOT_READY_TOLERATION = {"key": "node.kubernetes.io/not-ready", "operator": "Exis
 
 def build_node_binaries() -> dict[str, Path]:
     """kubelet, containerd, containerd-shim-runc-v2 and ctr (built once, then cached)."""
-    kubelet = build_go_commands(HARNESS / "kubelet", {"kubelet": "k8s.io/kubernetes/cmd/kubelet"}, kube_version())
+    kubelet = build_go_commands(HARNESS / "kubelet", {"kubelet": "k8s.io/kubernetes/cmd/kubelet"}, kube_version(),
+                                ldflags=kube_ldflags())
     containerd = build_go_commands(HARNESS / "containerd", {
         c: f"github.com/containerd/containerd/v2/cmd/{c}" for c in ("containerd", "containerd-shim-runc-v2", "ctr")},
         "containerd-v2")
@@ -190,7 +192,9 @@ state = "{d / 'state'}"
             "authorization": {"mode": "AlwaysAllow"},
             "failSwapOn": False, "evictionHard": {}, "localStorageCapacityIsolation": False,
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99, "resolvConf": "",
-            "podLogsDir": str(d / "pod-logs"), "nodeStatusUpdateFrequency": "2s"}
+            "podLogsDir": str(d / "pod-logs"), "nodeStatusUpdateFrequency": "2s",
+            # ConfigMap volumes follow their object within a pod sync (the admin config reload).
+            "syncFrequency": "10s"}
         (d / "config.yaml").write_text(yaml.safe_dump(config))
         since = time.time()
         proc = self.cp.track(start("kubelet", [

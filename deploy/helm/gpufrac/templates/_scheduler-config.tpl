@@ -10,7 +10,7 @@ percentageOfNodesToScore: 100
 profiles:
 - schedulerName: {{ .Values.schedulerName }}
 extenders:
-- urlPrefix: "https://gpufrac-extender.{{ .Release.Namespace }}.svc:{{ .Values.extender.port }}"
+- urlPrefix: {{ include "gpufrac.extenderURL" . | quote }}
   enableHTTPS: true
   tlsConfig:
     caFile: /etc/gpufrac-scheduler/tls/ca.crt

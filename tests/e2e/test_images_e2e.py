@@ -1,0 +1,69 @@
+"""gpufrac's images as ``deploy/Dockerfile`` builds them (buildah, stand-in bases): they run,
+and they hold the product and its dependencies only.
+
+What an image must not contain: the repository's tests, benchmarks and traces, the
+Dockerfile's source tree, a compiler or the Go toolchain of the stubs stage. The extender
+image carries no NVML or gRPC (the layer rule ``the extender imports no NVML or gRPC``
+holds for the install too).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.e2e.conftest import Images
+from tests.harness import images as img
+from tests.harness.controlplane import kube_version
+
+pytestmark = pytest.mark.e2e
+
+SITE = re.compile(r"^/usr/(local/)?lib/python3\.11/(site|dist)-packages/")
+TRACES = re.compile(r"/traces/|openb_(pod|node)_list")
+COMPILERS = re.compile(r"/(bin|libexec/gcc/[^/]+/[^/]+)/(gcc|g\+\+|cc|c\+\+|cc1|clang|go|gofmt|rustc)(-[\d.]+)?$")
+
+
+def forbidden(paths: list[str]) -> list[str]:
+    """The paths of an image that break the rule above."""
+    bad = []
+    for p in paths:
+        top = SITE.sub("", p).split("/", 1)[0] if SITE.match(p) else None
+        if (top in {"tests", "benchmarks"} or p.startswith(("/src/", "/usr/local/go/"))
+                or TRACES.search(p) or COMPILERS.search(p)):
+            bad.append(p)
+    return bad
+
+
+@pytest.mark.parametrize("role", ["extender", "agent"])
+def test_role_images_hold_the_product_only(images: Images, role: str) -> None:
+    ref = getattr(images, role)
+    paths = img.files(ref)
+    assert len(paths) > 1000, "the scan read the image"  # a real root filesystem, not an empty mount
+    assert forbidden(paths) == []
+    products = {SITE.sub("", p).split("/", 1)[0] for p in paths if SITE.match(p)}
+    assert {"scoring", "extender", "podspec", "agent"} <= products
+    has_grpc = any(SITE.sub("", p).startswith(("grpc/", "pynvml.py")) for p in paths if SITE.match(p))
+    assert has_grpc == (role == "agent")
+    # The scan itself finds what it looks for (a check that cannot fail is no check).
+    assert forbidden(["/usr/local/lib/python3.11/site-packages/benchmarks/replay.py", "/usr/bin/gcc-12",
+                      "/src/agent/x.py", "/usr/local/go/bin/go",
+                      "/data/openb_pod_list_default.csv"]) != []
+
+
+def test_extender_image_runs_gpufrac_as_non_root(images: Images) -> None:
+    out = img.run(images.extender, "sh", "-c", "id -u; gpufrac --version; gpufrac config validate --help")
+    uid, version, *help_text = out.splitlines()
+    assert uid == "65532"
+    assert version == "gpufrac 0.1.0"
+    assert "usage: gpufrac config validate" in "\n".join(help_text)
+
+
+def test_agent_image_carries_the_device_plugin_stubs(images: Images) -> None:
+    out = img.run(images.agent, "sh", "-c", "gpufrac-agent --version; python -c 'import agent.deviceplugin.stubs "
+                  "as s; pb, grpc = s.load(); print(pb.DESCRIPTOR.package, grpc.RegistrationStub.__name__)'")
+    assert out.splitlines() == ["gpufrac-agent 0.1.0", "v1beta1 RegistrationStub"]
+
+
+def test_scheduler_image_is_the_harness_release(images: Images) -> None:
+    assert img.run(images.scheduler, "kube-scheduler", "--version") == f"Kubernetes {kube_version()}"

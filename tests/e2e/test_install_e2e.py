@@ -1,0 +1,261 @@
+"""gpufrac installed as a platform team installs it: images built from ``deploy/Dockerfile``,
+imported into the node's containerd, ``helm install`` of ``deploy/helm/gpufrac``, and the
+chart's own pods running on a real kubelet.
+
+The cluster: etcd, kube-apiserver with the ServiceAccount admission plugin (pods get tokens),
+kube-controller-manager (Deployments, ReplicaSets, the DaemonSet, service accounts, the
+root CA ConfigMap), the cluster's default kube-scheduler (it places the chart's pods), and
+one real node (kubelet, containerd, runc: ``tests/harness/node.py``). The chart's
+kube-scheduler (from an image of the harness's own binary), both gpufrac replicas and the
+agent DaemonSet (fake NVML: no GPU here) run as pods there.
+
+What this machine cannot give, and the values that stand in (each a documented value of the
+chart, the same a cluster without kube-proxy or a CNI would set):
+
+- no CNI: every pod of the chart runs with ``hostNetwork``; its servers bind 127.0.0.1
+  (``listenAddress``) and kube-scheduler calls gpufrac at ``https://127.0.0.1:<port>``
+  (``extender.url``, with 127.0.0.1 in the generated certificate's names);
+- no kube-proxy: the pods reach the API server at its address (``apiServer.host``/``port``);
+- one node: two host-network replicas of a Deployment cannot share the node's ports, so the
+  default scheduler keeps the second of each Pending (its NodePorts filter). That second
+  extender replica is the one that takes over when the running one is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import Images
+from tests.harness import images as img
+from tests.harness.controlplane import LOOPBACK, ControlPlane, free_port, wait_until
+from tests.harness.helm import helm
+from tests.harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "gpufrac"
+NS = "gpufrac-system"
+GPUS, GPU_MIB = 2, 24576
+
+
+@dataclass
+class Installed:
+    """The cluster, its node and the release's ports and values file."""
+
+    cp: ControlPlane
+    node: RealNode
+    values: Path
+    ports: dict[str, int]
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)
+
+    def helm(self, *args: str, check: bool = True) -> Any:
+        return helm(*args, "--kubeconfig", str(self.cp.admin_kubeconfig), check=check)
+
+    def pods(self, component: str) -> list[dict[str, Any]]:
+        return list(self.kubectl_json("get", "pods", "-n", NS, "-l",
+                                      f"app.kubernetes.io/component={component}")["items"])
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of the running gpufrac's /metrics (host network: its port on loopback)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{self.ports['metrics']}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    return float(s.value)
+        return 0.0
+
+    def logs(self, ns: str, pod: str, container: str | None = None) -> str:
+        args = ["logs", "-n", ns, pod, *(["-c", container] if container else [])]
+        return self.cp.kubectl(*args, check=False).stdout
+
+    def debug(self) -> str:
+        """What a person would look at when the install does not come up."""
+        out = [self.cp.kubectl("get", "pods,events", "-n", NS, "-o", "wide", check=False).stdout]
+        for pod in self.kubectl_json("get", "pods", "-n", NS)["items"]:
+            out.append(f"--- {pod['metadata']['name']} ---\n{self.logs(NS, pod['metadata']['name'])[-2000:]}")
+        return "\n".join(out)
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["status"].get("phase") == "Running" and all(
+        c.get("ready") for c in p["status"].get("containerStatuses", []))]
+
+
+def values_file(path: Path, cp: ControlPlane, images: Images, ports: dict[str, int]) -> Path:
+    """The values a team on a cluster like this one writes (see the module docstring)."""
+    extender_repo, tag = images.extender.rsplit(":", 1)
+    values = {
+        "image": {"repository": extender_repo, "agentRepository": images.agent.rsplit(":", 1)[0], "tag": tag,
+                  "pullPolicy": "Never"},
+        "apiServer": {"host": LOOPBACK, "port": int(cp.server.rsplit(":", 1)[1])},
+        "listenAddress": LOOPBACK,
+        # The tag is left to the chart: the cluster's version, which the image carries.
+        "scheduler": {"image": {"repository": images.scheduler.rsplit(":", 1)[0]},
+                      "hostNetwork": True, "securePort": ports["scheduler"],
+                      "tolerations": [NOT_READY_TOLERATION]},
+        "extender": {"port": ports["verbs"], "metricsPort": ports["metrics"], "hostNetwork": True,
+                     "url": f"https://{LOOPBACK}:{ports['verbs']}", "tls": {"extraSANs": [LOOPBACK]},
+                     "tolerations": [NOT_READY_TOLERATION], "inventoryStaleAfterS": 60},
+        "agent": {"runtimeClassName": "", "hostNetwork": True, "metricsPort": ports["agent"], "heartbeatS": 5,
+                  "fakeGpus": [{"name": "NVIDIA A10", "memory_mib": GPU_MIB, "count": GPUS}]},
+    }
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, images: Images) -> Iterator[Installed]:
+    work = Path(tmp_path_factory.mktemp("install"))
+    cp = ControlPlane.up(work / "kube", service_accounts=True)
+    node: RealNode | None = None
+    try:
+        cp.start_controller_manager()
+        cp.start_scheduler(None, name="default-scheduler", profile="default-scheduler")
+        node = RealNode.up(cp)
+        cp.kubectl("label", "node", NODE_NAME, "gpufrac.io/gpu-node=true")
+        for ref in (images.extender, images.agent, images.scheduler):
+            archive = img.archive(ref, work / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".tar"))
+            node.ctr("images", "import", "--local", "--platform", "linux/amd64", "--snapshotter", "native",
+                     str(archive))
+        ports = {k: free_port() for k in ("verbs", "metrics", "scheduler", "agent")}
+        inst = Installed(cp, node, values_file(work / "values.yaml", cp, images, ports), ports)
+        inst.helm("install", "gpufrac", str(CHART), "-n", NS, "--create-namespace", "-f", str(inst.values))
+        try:
+            for component in ("extender", "scheduler", "agent"):
+                wait_until(lambda c=component: running(inst.pods(c)), 180, f"a {component} pod running and ready")
+        except Exception as exc:
+            raise AssertionError(f"{exc}\n{inst.debug()}") from None
+        yield inst
+    finally:
+        if node is not None:
+            cp.kubectl("delete", "pods", "--all-namespaces", "--all", "--grace-period=0", "--force",
+                       "--wait=false", check=False)
+            node.down()
+        cp.down()
+
+
+def fractional_pod(name: str, fraction: str = "0.25") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"gpufrac.io/fraction": fraction}},
+            "spec": {"schedulerName": "gpufrac-scheduler", "hostNetwork": True,
+                     "tolerations": [NOT_READY_TOLERATION], "terminationGracePeriodSeconds": 0,
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["/bin/sh", "-c", "env | sort; echo END-OF-ENV; sleep 3600"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                   "limits": {"gpufrac.io/gpu": "1"}}}]}}
+
+
+def run_pod(inst: Installed, ns: str, name: str, timeout_s: float = 120) -> tuple[dict[str, Any], dict[str, str]]:
+    """Create a fractional pod; wait until the installed scheduler and gpufrac bound it and
+    kubelet started it. The pod and its container's environment."""
+    inst.cp.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(fractional_pod(name)))
+
+    def started() -> tuple[dict[str, Any], dict[str, str]] | None:
+        pod = inst.kubectl_json("get", "pod", name, "-n", ns)
+        out = inst.logs(ns, name)
+        if pod["status"].get("phase") != "Running" or "END-OF-ENV" not in out:
+            return None
+        env = dict(line.split("=", 1) for line in out.split("END-OF-ENV")[0].splitlines() if "=" in line)
+        return pod, env
+    try:
+        return wait_until(started, timeout_s, f"pod {ns}/{name} running", interval_s=0.5)  # type: ignore[no-any-return]
+    except Exception as exc:
+        events = inst.cp.kubectl("get", "events", "-n", ns, check=False).stdout
+        raise AssertionError(f"{exc}\n{events}\n{inst.debug()}") from None
+
+
+def test_the_chart_runs_its_own_pods_on_the_node(installed: Installed) -> None:
+    inst = installed
+    # One of each host-network Deployment runs; its second replica waits for a node with
+    # free ports (the default scheduler's NodePorts filter), as the module docstring says.
+    for component in ("extender", "scheduler"):
+        pods = inst.pods(component)
+        assert len(pods) == 2 and len(running(pods)) == 1
+        pending = [p for p in pods if p["status"].get("phase") == "Pending"]
+        assert len(pending) == 1 and "free ports" in json.dumps(pending[0]["status"].get("conditions", []))
+    # The scheduler's tag came from the cluster's version (.Capabilities.KubeVersion).
+    server_version = json.loads(inst.cp.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
+    assert running(inst.pods("scheduler"))[0]["spec"]["containers"][0]["image"] == \
+        f"{img.SCHEDULER_IMAGE}:{server_version}"
+    # The agent registered the device plugin with kubelet and published the inventory.
+    node = inst.kubectl_json("get", "node", NODE_NAME)
+    assert node["status"]["allocatable"].get("gpufrac.io/gpu") == str(GPUS * 4)
+    inventory = json.loads(node["metadata"]["annotations"]["gpufrac.io/inventory"])
+    assert len(inventory["gpus"]) == GPUS
+    # Pods got their service-account tokens: the extender reads the API (it is ready).
+    assert inst.metric("gpufrac_config_valid") == 1.0
+
+
+def test_a_fractional_pod_is_placed_by_the_installed_gpufrac(installed: Installed) -> None:
+    inst = installed
+    inst.cp.kubectl("create", "namespace", "team-a")
+    pod, env = run_pod(inst, "team-a", "quarter")
+    chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == chosen
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    assert inst.metric("gpufrac_bind_total", result="ok") == 1  # the installed gpufrac bound it
+
+
+def test_helm_upgrade_reloads_the_config_without_restarting(installed: Installed) -> None:
+    inst = installed
+    before = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["restartCount"]
+              for p in running(inst.pods("extender")) + running(inst.pods("scheduler"))}
+    reloads = inst.metric("gpufrac_config_reloads_total", result="applied")
+    inst.helm("upgrade", "gpufrac", str(CHART), "-n", NS, "-f", str(inst.values),
+              "--set", "config.scoring.weights.spread=2")
+    # The ConfigMap carries the weight; kubelet refreshes the mounted file, gpufrac applies it.
+    cm = inst.kubectl_json("get", "configmap", "gpufrac-config", "-n", NS)
+    assert yaml.safe_load(cm["data"]["gpufrac-config.yaml"])["scoring"]["weights"] == {"spread": 2}
+    wait_until(lambda: inst.metric("gpufrac_config_reloads_total", result="applied") > reloads, 120,
+               "gpufrac reloading the upgraded config")
+    pod = running(inst.pods("extender"))[0]["metadata"]["name"]
+    assert "config reloaded" in inst.logs(NS, pod)
+    after = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["restartCount"]
+             for p in running(inst.pods("extender")) + running(inst.pods("scheduler"))}
+    assert after == before  # the same pods, none restarted
+    # A bad value is refused by the chart's schema before anything reaches the cluster.
+    bad = inst.helm("upgrade", "gpufrac", str(CHART), "-n", NS, "-f", str(inst.values),
+                    "--set", "config.scoring.weights.nonsense=-3", check=False)
+    assert bad.returncode != 0 and "/config/scoring/weights/nonsense" in bad.stderr
+
+
+def test_scheduling_goes_on_when_the_running_extender_replica_is_deleted(installed: Installed) -> None:
+    inst = installed
+    old = running(inst.pods("extender"))[0]["metadata"]["name"]
+    inst.cp.kubectl("delete", "pod", "-n", NS, old, "--grace-period=5")
+    wait_until(lambda: [p for p in running(inst.pods("extender")) if p["metadata"]["name"] != old], 180,
+               "the other extender replica running and ready")
+    inst.cp.kubectl("create", "namespace", "team-b")
+    pod, env = run_pod(inst, "team-b", "after-failover")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+
+
+def test_helm_uninstall_removes_what_the_docs_say(installed: Installed) -> None:
+    inst = installed
+    inst.helm("uninstall", "gpufrac", "-n", NS, "--wait", "--timeout", "120s")
+    left = inst.cp.kubectl("get", "deploy,ds,svc,cm,secret,sa,pdb", "-n", NS, "-l",
+                           "app.kubernetes.io/instance=gpufrac", "-o", "name").stdout.split()
+    assert left == []
+    cluster_wide = inst.cp.kubectl("get", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-o",
+                                   "name").stdout.split()
+    assert not [n for n in cluster_wide if "gpufrac" in n]
+    # docs/install.md: the claim ledgers' namespace is kept by helm uninstall.
+    assert inst.cp.kubectl("get", "namespace", "gpufrac-claims", "-o", "name").stdout.strip()
+    wait_until(lambda: not inst.pods("extender") and not inst.pods("agent"), 120, "the chart's pods gone")
+    # Running GPU pods keep running (docs/install.md, "Uninstall").
+    assert inst.kubectl_json("get", "pod", "quarter", "-n", "team-a")["status"]["phase"] == "Running"

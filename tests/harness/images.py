@@ -1,0 +1,168 @@
+"""gpufrac's images built as a user builds them: ``deploy/Dockerfile`` with Debian's buildah.
+
+Registry base images cannot be pulled on these machines, so the Dockerfile's two base
+arguments get stand-ins built here, each cached in buildah's storage under a tag that names
+its recipe (a later run with the same recipe reuses it):
+
+- ``PYTHON_BASE``: Debian bookworm (Python 3.11) from ``mmdebstrap``, with pip, venv and
+  the CA store, ``python``/``pip`` on PATH and pip allowed to install into the system (as in
+  ``python:3.11-slim``); no compiler.
+- ``GO_BASE``: this machine's Go toolchain in ``/usr/local/go`` (what ``golang:1.26`` carries
+  there; only the stubs stage uses it and nothing of it ships).
+
+Builds mount the machine's CA bundle over ``/etc/ssl/certs`` (pip and ``go mod download``
+go through this machine's proxy, as behind a corporate one). A kube-scheduler image is made
+from the harness's own binary on the Python stand-in (the binary links glibc). ``archive``
+writes an image as a Docker archive for ``ctr images import``; ``files`` lists an image's
+paths, for the scan of what an image must not contain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.harness.controlplane import ROOT, ControlPlaneError, ensure_debian, kube_version
+
+SUITE = "bookworm"
+PYTHON_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+PYTHON_HOOK = ('rm -f "$1"/usr/lib/python3.11/EXTERNALLY-MANAGED; ln -sf python3 "$1"/usr/bin/python; '
+               'ln -sf pip3 "$1"/usr/bin/pip; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*')
+"""What ``python:3.11-slim`` has that Debian's python3 lacks: ``python``/``pip`` and a pip
+that installs into the system."""
+CA_MOUNT = "/etc/ssl/certs:/etc/ssl/certs:ro"
+EXTENDER_IMAGE = "localhost/gpufrac/gpufrac"
+AGENT_IMAGE = "localhost/gpufrac/gpufrac-agent"
+SCHEDULER_IMAGE = "localhost/gpufrac-test/kube-scheduler"
+
+
+def buildah(*args: str, timeout_s: float = 900) -> str:
+    """Run Debian's buildah (installed on first use); its stdout.
+
+    Raises
+    ------
+    ControlPlaneError
+        When it fails (the tail of its output included).
+    """
+    exe = ensure_debian("buildah", "buildah")
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"buildah {' '.join(args[:3])} ... failed ({proc.returncode}):\n"
+                                f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return proc.stdout.strip()
+
+
+def exists(ref: str) -> bool:
+    """Whether buildah's storage holds the image ``ref``."""
+    exe = ensure_debian("buildah", "buildah")
+    return subprocess.run([str(exe), "inspect", "--type", "image", ref], capture_output=True).returncode == 0
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def python_base() -> str:
+    """The stand-in for ``python:3.11-slim`` (built once per recipe); its reference."""
+    ref = f"localhost/gpufrac-standin/python:3.11-{_key(SUITE, *PYTHON_PACKAGES, PYTHON_HOOK)}"
+    if exists(ref):
+        return ref
+    mmdebstrap = ensure_debian("mmdebstrap", "mmdebstrap")
+    print(f"building {ref} with mmdebstrap (first run only; about a minute)", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        rootfs = Path(tmp) / "rootfs.tar"
+        proc = subprocess.run([str(mmdebstrap), "--variant=minbase", "--aptopt=APT::Install-Recommends \"false\"",
+                               f"--include={','.join(PYTHON_PACKAGES)}", f"--customize-hook={PYTHON_HOOK}",
+                               SUITE, str(rootfs)], capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            raise ControlPlaneError(f"mmdebstrap failed:\n{proc.stderr[-3000:]}")
+        ctr = buildah("from", "scratch")
+        try:
+            buildah("add", ctr, str(rootfs), "/")
+            buildah("config", "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "--cmd", "python3", ctr)
+            buildah("commit", "-q", ctr, ref)
+        finally:
+            buildah("rm", ctr)
+    return ref
+
+
+def go_base() -> str:
+    """The stand-in for ``golang:1.26``: this machine's Go toolchain in /usr/local/go."""
+    go = subprocess.run(["go", "env", "GOROOT", "GOVERSION"], capture_output=True, text=True)
+    if go.returncode != 0:
+        raise ControlPlaneError(f"go is needed for the stubs stage's stand-in: {go.stderr}")
+    goroot, version = go.stdout.split()
+    ref = f"localhost/gpufrac-standin/golang:{version.removeprefix('go')}"
+    if exists(ref):
+        return ref
+    ctr = buildah("from", "scratch")
+    try:
+        buildah("add", ctr, goroot, "/usr/local/go")
+        buildah("commit", "-q", ctr, ref)
+    finally:
+        buildah("rm", ctr)
+    return ref
+
+
+def role_image(target: str, tag: str = "test") -> str:
+    """``deploy/Dockerfile``'s ``target`` (extender or agent) built on the stand-ins.
+
+    Layers are cached (``--layers``): a rebuild with the same sources costs seconds.
+    """
+    ref = f"{EXTENDER_IMAGE if target == 'extender' else AGENT_IMAGE}:{tag}"
+    buildah("build", "--layers", "-q", "-f", str(ROOT / "deploy/Dockerfile"), "--target", target,
+            "--build-arg", f"PYTHON_BASE={python_base()}", "--build-arg", f"GO_BASE={go_base()}",
+            "-v", CA_MOUNT, "-t", ref, str(ROOT))
+    return ref
+
+
+def scheduler_image(binary: Path) -> str:
+    """A kube-scheduler image holding the harness's own ``binary`` (the chart's
+    ``scheduler.image.repository`` points here in the tests)."""
+    ref = f"{SCHEDULER_IMAGE}:{kube_version()}"
+    digest = _key(hashlib.sha256(binary.read_bytes()).hexdigest(), python_base())
+    if exists(ref) and digest in buildah("inspect", "--format", "{{.ImageAnnotations}}", ref):
+        return ref
+    ctr = buildah("from", python_base())
+    try:
+        buildah("copy", "--chmod", "0755", ctr, str(binary), "/usr/local/bin/kube-scheduler")
+        buildah("config", "--annotation", f"gpufrac.test/source={digest}", "--user", "65532:65532",
+                "--entrypoint", '["/usr/local/bin/kube-scheduler"]', ctr)
+        buildah("commit", "-q", ctr, ref)
+    finally:
+        buildah("rm", ctr)
+    return ref
+
+
+def archive(ref: str, path: Path) -> Path:
+    """``ref`` written as a Docker archive (``ctr images import`` reads it) at ``path``."""
+    path.unlink(missing_ok=True)
+    buildah("push", "-q", ref, f"docker-archive:{path}:{ref}")
+    return path
+
+
+def files(ref: str) -> list[str]:
+    """Every path in image ``ref`` (absolute, directories included)."""
+    ctr = buildah("from", "--pull=never", ref)
+    try:
+        root = Path(buildah("mount", ctr))
+        try:
+            return sorted("/" + str(p.relative_to(root)) for p in root.rglob("*"))
+        finally:
+            buildah("umount", ctr)
+    finally:
+        buildah("rm", ctr)
+
+
+def run(ref: str, *cmd: str) -> str:
+    """Run ``cmd`` in a throwaway container of ``ref`` (buildah run, chroot isolation); its
+    stdout."""
+    ctr = buildah("from", "--pull=never", ref)
+    try:
+        return buildah("run", "--isolation", "chroot", ctr, "--", *cmd)
+    finally:
+        buildah("rm", ctr)
