@@ -1,8 +1,12 @@
 """A real Prometheus (Debian's package) scrapes a running extender and agent; every query of
-the shipped Grafana dashboard returns data after a short run of pods.
+the shipped Grafana dashboard returns data after a short run of pods, and the same numbers
+when two extender replicas are scraped as when one is.
 
 gpufrac runs in cluster mode against the session's kube-apiserver, with a tenant and quota in
 its admin config; the agent publishes a fake-NVML node that gpufrac-scheduler places pods on.
+A second gpufrac replica (same config, no verb traffic, as a second Deployment replica
+behind the Service would be between calls) watches the same cluster; one Prometheus scrapes
+the first replica only, another both.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Cluster, unique, wait_for_pods
+from tests.e2e.conftest import STALE_AFTER_S, Cluster, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
 from tests.harness.controlplane import (
     LOOPBACK,
@@ -35,15 +40,28 @@ TENANT_NS = unique("prom")
 
 
 def dashboard_queries() -> list[str]:
-    """Every PromQL expression in the committed dashboard JSON (what Grafana will run)."""
+    """Every PromQL expression in the committed dashboard JSON as Grafana runs it with every
+    variable at "All" (its ``allValue``, ``.*``)."""
     board = json.loads(DASHBOARD.read_text())
-    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    names = {v["name"]: v.get("allValue", ".*") for v in board["templating"]["list"] if v["type"] == "query"}
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    for name, value in names.items():
+        exprs = [e.replace(f"${name}", value) for e in exprs]
+    return exprs
+
+
+@dataclass(frozen=True)
+class Scrapes:
+    """Prometheus scraping one extender replica (``one``) and both (``both``); base URLs."""
+
+    one: str
+    both: str
 
 
 @pytest.fixture(scope="module")
-def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """gpufrac (restarted with a tenant config), an agent and Prometheus scraping both every
-    second; Prometheus's base URL."""
+def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapes]:
+    """gpufrac (restarted with a tenant config), a second replica, an agent, and two
+    Prometheus servers scraping every second."""
     work = tmp_path_factory.mktemp("prometheus")
     config = work / "gpufrac.yaml"
     config.write_text(f"tenants:\n  research:\n    namespaces: [{TENANT_NS}]\n    quota: {{gpu_milli: 4000}}\n")
@@ -61,19 +79,29 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         "--kubeconfig", str(cluster.cp.admin_kubeconfig), "--heartbeat-s", "5", "--no-device-plugin",
         "--metrics-port", str(agent_port), "--metrics-host", LOOPBACK], work))
 
-    port = free_port()
-    (work / "prometheus.yml").write_text(json.dumps({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {"job_name": "gpufrac-extender", "static_configs": [{"targets": [f"{LOOPBACK}:{cluster.gpufrac_port}"]}]},
-            {"job_name": "gpufrac-agent", "static_configs": [{"targets": [f"{LOOPBACK}:{agent_port}"]}]}]}))
-    prom = cluster.cp.track(start("prometheus", [
-        str(ensure_debian("prometheus", "prometheus")), f"--config.file={work / 'prometheus.yml'}",
-        f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address={LOOPBACK}:{port}"], work))
+    second_port = free_port()
+    second = cluster.cp.start_gpufrac(second_port, name="gpufrac-second", extra=[
+        "--config", str(config), "--inventory-stale-after-s", str(STALE_AFTER_S)])
+
+    proms, urls = [], []
+    for name, extenders in (("one", [cluster.gpufrac_port]), ("both", [cluster.gpufrac_port, second_port])):
+        port = free_port()
+        (work / f"{name}.yml").write_text(json.dumps({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": "gpufrac-extender",
+                 "static_configs": [{"targets": [f"{LOOPBACK}:{p}" for p in extenders]}]},
+                {"job_name": "gpufrac-agent", "static_configs": [{"targets": [f"{LOOPBACK}:{agent_port}"]}]}]}))
+        proms.append(cluster.cp.track(start(f"prometheus-{name}", [
+            str(ensure_debian("prometheus", "prometheus")), f"--config.file={work / f'{name}.yml'}",
+            f"--storage.tsdb.path={work / f'data-{name}'}", f"--web.listen-address={LOOPBACK}:{port}"], work)))
+        urls.append(f"http://{LOOPBACK}:{port}")
     try:
-        yield f"http://{LOOPBACK}:{port}"
+        yield Scrapes(*urls)
     finally:
-        prom.stop()
+        for prom in proms:
+            prom.stop()
+        second.stop()
         agent.stop()
         cluster.gpufrac.stop()
         cluster.start_gpufrac()
@@ -88,7 +116,7 @@ def query(base: str, expr: str) -> list[dict[str, Any]]:
     return list(body["data"]["result"])
 
 
-def test_every_dashboard_query_returns_data_from_a_real_prometheus(cluster: Cluster, prometheus: str) -> None:
+def test_every_dashboard_query_returns_data_from_a_real_prometheus(cluster: Cluster, prometheus: Scrapes) -> None:
     new_namespace(cluster.api, TENANT_NS)
     names = [f"q{i}" for i in range(3)]
     for name in names:
@@ -102,7 +130,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(cluster: Clus
     missing: list[str] = []
 
     def all_answered() -> bool:
-        missing[:] = [q for q in queries if not query(prometheus, q)]
+        missing[:] = [q for q in queries if not query(prometheus.both, q)]
         return not missing
     try:
         cluster.wait(all_answered, 90, "every dashboard query answered")
@@ -110,16 +138,41 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(cluster: Clus
         raise AssertionError(f"queries without data: {missing}") from None
 
     # The data is the cluster's: three quarter-GPU pods of tenant research, on the agent's node.
-    (allocated,) = query(prometheus, f'sum(gpufrac_gpu_allocated_milli{{node="{TENANT_NS}-000"}})')
+    (allocated,) = query(prometheus.one, f'sum(gpufrac_gpu_allocated_milli{{node="{TENANT_NS}-000"}})')
     assert float(allocated["value"][1]) == 750
-    (used,) = query(prometheus, 'gpufrac_tenant_gpu_milli{tenant="research"}')
+    (used,) = query(prometheus.one, 'gpufrac_tenant_gpu_milli{tenant="research"}')
     assert float(used["value"][1]) == 750
-    (quota,) = query(prometheus, 'gpufrac_tenant_quota_gpu_milli{tenant="research"}')
+    (quota,) = query(prometheus.one, 'gpufrac_tenant_quota_gpu_milli{tenant="research"}')
     assert float(quota["value"][1]) == 4000
-    cluster.wait(lambda: query(prometheus, 'gpufrac_filter_pods_total{result=~".*model.*"} > 0'), 30,
+    cluster.wait(lambda: query(prometheus.both, 'gpufrac_filter_pods_total{result=~".*model.*"} > 0'), 30,
                  "the H100 pod counted by its reason")
-    utilization = query(prometheus, f'gpufrac_agent_gpu_memory_total_bytes{{node="{TENANT_NS}-000"}}')
+    utilization = query(prometheus.both, f'gpufrac_agent_gpu_memory_total_bytes{{node="{TENANT_NS}-000"}}')
     assert sorted(float(r["value"][1]) for r in utilization) == [24576 * 2**20] * 2
+
+
+def test_the_dashboard_reads_the_same_with_two_replicas_scraped(cluster: Cluster, prometheus: Scrapes) -> None:
+    """Runs after the test above (same module, its pods bound): every panel's numbers from
+    the Prometheus that scrapes both replicas equal those from the one that scrapes one."""
+    node = f'node="{TENANT_NS}-000"'
+
+    def both_replicas_scraped() -> bool:
+        # The second replica's view has caught up: its series are there too.
+        return len(query(prometheus.both, f"gpufrac_gpu_allocated_milli{{{node}}} > 0")) == 2 * len(
+            query(prometheus.one, f"gpufrac_gpu_allocated_milli{{{node}}} > 0")) > 0
+    cluster.wait(both_replicas_scraped, 60, "both replicas' GPU series in Prometheus")
+    # The naive sum the dashboard used to run doubles: the setup really has two replicas.
+    naive = f"sum(gpufrac_gpu_allocated_milli{{{node}}})"
+    assert float(query(prometheus.both, naive)[0]["value"][1]) == 2 * float(query(prometheus.one, naive)[0]["value"][1])
+
+    def answer(base: str, expr: str) -> dict[str, float]:
+        return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in query(base, expr)}
+    for expr in dashboard_queries():
+        one, both = answer(prometheus.one, expr), answer(prometheus.both, expr)
+        assert one.keys() == both.keys(), expr
+        if "rate(" in expr:
+            continue  # per-replica counters summed: the second replica served no calls, so no series of its own
+        tolerance = 5.0 if "time()" in expr else 1e-9  # two servers evaluate time() a moment apart
+        assert all(abs(one[k] - both[k]) <= tolerance for k in one), (expr, one, both)
 
 
 def test_the_committed_dashboard_is_the_generators_output() -> None:
