@@ -150,12 +150,38 @@ def _config_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config_validate(args: argparse.Namespace) -> int:
-    """Validate an admin config file as ``serve`` would; print the effective weights."""
-    from extender.settings import ConfigError, build_scorer, load_policy
+def _helm_config_value(path: Path) -> str:
+    """The ``config`` value of a Helm values file, as admin config YAML.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable file, invalid YAML, or no ``config`` mapping in it.
+    """
+    import yaml
+
+    from extender.settings import ConfigError
 
     try:
-        policy = load_policy(args.file)
+        values = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    config = values.get("config") if isinstance(values, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError(f"config: a Helm values file needs a `config:` mapping (the admin config), "
+                          f"got {type(config).__name__}")
+    return str(yaml.safe_dump(config))
+
+
+def _config_validate(args: argparse.Namespace) -> int:
+    """Validate an admin config file as ``serve`` would; print the effective weights."""
+    from extender.settings import ConfigError, build_scorer, load_policy, parse_admin_config
+
+    try:
+        if args.helm_values:
+            policy = parse_admin_config(_helm_config_value(args.file), f"{args.file} (its config value)")
+        else:
+            policy = load_policy(args.file)
         build_scorer(policy.scoring)
     except (ConfigError, ValueError) as exc:
         print(f"gpufrac: {args.file}: invalid configuration:\n{exc}", file=sys.stderr)
@@ -274,6 +300,8 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
     val = cfg_sub.add_parser("validate", help="check an admin config file (exit 2 with field paths if invalid)")
     val.add_argument("file", type=Path)
+    val.add_argument("--helm-values", action="store_true",
+                     help="FILE is a Helm values file: check its `config` value (what helm upgrade -f installs)")
     val.set_defaults(func=_config_validate)
     cs = cfg_sub.add_parser("schema", help="print the admin config file's JSON Schema (editors, CI checks)")
     cs.add_argument("--values-schema", type=Path, metavar="FILE",

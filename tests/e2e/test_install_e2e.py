@@ -24,6 +24,9 @@ chart, the same a cluster without kube-proxy or a CNI would set):
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,9 +37,10 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import Images
+from tests.harness import docs
 from tests.harness import images as img
 from tests.harness.controlplane import LOOPBACK, ControlPlane, free_port, wait_until
-from tests.harness.helm import helm
+from tests.harness.helm import build_helm, helm
 from tests.harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
 
 pytestmark = pytest.mark.e2e
@@ -44,6 +48,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpufrac"
 NS = "gpufrac-system"
+INSTALL_MD, ADMIN_MD = "docs/install.md", "docs/admin.md"
 GPUS, GPU_MIB = 2, 24576
 
 
@@ -61,6 +66,18 @@ class Installed:
 
     def helm(self, *args: str, check: bool = True) -> Any:
         return helm(*args, "--kubeconfig", str(self.cp.admin_kubeconfig), check=check)
+
+    def sh(self, command: str, check: bool = True, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run a docs command as a user's shell would, from the repository root: kubectl, helm
+        and gpufrac's console scripts (kubectl-gpufrac) on PATH, KUBECONFIG this cluster's."""
+        path = os.pathsep.join([str(self.cp.bins["kubectl"].parent), str(build_helm().parent),
+                                str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        env = {**os.environ, "PATH": path, "KUBECONFIG": str(self.cp.admin_kubeconfig)}
+        proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=timeout_s)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"`{command}` failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        return proc
 
     def pods(self, component: str) -> list[dict[str, Any]]:
         return list(self.kubectl_json("get", "pods", "-n", NS, "-l",
@@ -133,12 +150,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory, images: Images) -> Itera
                      str(archive))
         ports = {k: free_port() for k in ("verbs", "metrics", "scheduler", "agent")}
         inst = Installed(cp, node, values_file(work / "values.yaml", cp, images, ports), ports)
-        inst.helm("install", "gpufrac", str(CHART), "-n", NS, "--create-namespace", "-f", str(inst.values))
+        # docs/install.md's quick start, with this cluster's values file.
+        notes = inst.sh(docs.command(INSTALL_MD, "helm install gpufrac") + f" -f {inst.values}").stdout
+        assert "kubectl -n gpufrac-system rollout status" in notes and "MPS control daemon" in notes  # NOTES.txt
         try:
             for component in ("extender", "scheduler", "agent"):
                 wait_until(lambda c=component: running(inst.pods(c)), 180, f"a {component} pod running and ready")
         except Exception as exc:
             raise AssertionError(f"{exc}\n{inst.debug()}") from None
+        inst.sh(docs.command(INSTALL_MD, "kubectl -n gpufrac-system rollout status ds/gpufrac-agent"), timeout_s=120)
         yield inst
     finally:
         if node is not None:
@@ -193,12 +213,16 @@ def test_the_chart_runs_its_own_pods_on_the_node(installed: Installed) -> None:
     assert running(inst.pods("scheduler"))[0]["spec"]["containers"][0]["image"] == \
         f"{img.SCHEDULER_IMAGE}:{server_version}"
     # The agent registered the device plugin with kubelet and published the inventory.
-    node = inst.kubectl_json("get", "node", NODE_NAME)
-    assert node["status"]["allocatable"].get("gpufrac.io/gpu") == str(GPUS * 4)
+    # kubelet posts the plugin's devices with its next node status.
+    node = wait_until(lambda: (n := inst.kubectl_json("get", "node", NODE_NAME))["status"]["allocatable"].get(
+        "gpufrac.io/gpu") == str(GPUS * 4) and n, 60, "the agent's devices in the node's allocatable")
     inventory = json.loads(node["metadata"]["annotations"]["gpufrac.io/inventory"])
     assert len(inventory["gpus"]) == GPUS
     # Pods got their service-account tokens: the extender reads the API (it is ready).
     assert inst.metric("gpufrac_config_valid") == 1.0
+    # docs/install.md: `kubectl gpufrac inspect` lists the node with its GPUs.
+    table = inst.sh(docs.command(INSTALL_MD, "kubectl gpufrac inspect")).stdout
+    assert NODE_NAME in table and "NVIDIA A10" in table and "stale" not in table, table
 
 
 def test_a_fractional_pod_is_placed_by_the_installed_gpufrac(installed: Installed) -> None:
@@ -216,8 +240,15 @@ def test_helm_upgrade_reloads_the_config_without_restarting(installed: Installed
     before = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["restartCount"]
               for p in running(inst.pods("extender")) + running(inst.pods("scheduler"))}
     reloads = inst.metric("gpufrac_config_reloads_total", result="applied")
-    inst.helm("upgrade", "gpufrac", str(CHART), "-n", NS, "-f", str(inst.values),
-              "--set", "config.scoring.weights.spread=2")
+    # docs/admin.md, "Changing the config": check the values file, then upgrade with it.
+    mine = inst.values.parent / "my-values.yaml"
+    validate = docs.command(ADMIN_MD, "gpufrac config validate --helm-values").replace("my-values.yaml", str(mine))
+    mine.write_text("config:\n  scoring:\n    weigths: {spread: 2}\n")
+    typo = inst.sh(validate, check=False)
+    assert typo.returncode == 2 and "did you mean 'weights'?" in typo.stderr
+    mine.write_text("config:\n  scoring:\n    weights: {spread: 2}\n")
+    inst.sh(validate)
+    inst.sh(docs.command(ADMIN_MD, "helm upgrade gpufrac").replace("my-values.yaml", str(mine)))
     # The ConfigMap carries the weight; kubelet refreshes the mounted file, gpufrac applies it.
     cm = inst.kubectl_json("get", "configmap", "gpufrac-config", "-n", NS)
     assert yaml.safe_load(cm["data"]["gpufrac-config.yaml"])["scoring"]["weights"] == {"spread": 2}
@@ -247,7 +278,8 @@ def test_scheduling_goes_on_when_the_running_extender_replica_is_deleted(install
 
 def test_helm_uninstall_removes_what_the_docs_say(installed: Installed) -> None:
     inst = installed
-    inst.helm("uninstall", "gpufrac", "-n", NS, "--wait", "--timeout", "120s")
+    inst.sh(docs.command(INSTALL_MD, "helm uninstall gpufrac"))
+    wait_until(lambda: not inst.pods("extender") and not inst.pods("agent"), 120, "the chart's pods gone")
     left = inst.cp.kubectl("get", "deploy,ds,svc,cm,secret,sa,pdb", "-n", NS, "-l",
                            "app.kubernetes.io/instance=gpufrac", "-o", "name").stdout.split()
     assert left == []
@@ -256,6 +288,9 @@ def test_helm_uninstall_removes_what_the_docs_say(installed: Installed) -> None:
     assert not [n for n in cluster_wide if "gpufrac" in n]
     # docs/install.md: the claim ledgers' namespace is kept by helm uninstall.
     assert inst.cp.kubectl("get", "namespace", "gpufrac-claims", "-o", "name").stdout.strip()
-    wait_until(lambda: not inst.pods("extender") and not inst.pods("agent"), 120, "the chart's pods gone")
     # Running GPU pods keep running (docs/install.md, "Uninstall").
     assert inst.kubectl_json("get", "pod", "quarter", "-n", "team-a")["status"]["phase"] == "Running"
+    # The rest of the doc's uninstall: the claims namespace and the inventory annotations.
+    inst.sh(docs.command(INSTALL_MD, "kubectl delete namespace gpufrac-claims"))
+    inst.sh(docs.command(INSTALL_MD, "kubectl annotate nodes --all gpufrac.io/inventory-"))
+    assert "gpufrac.io/inventory" not in inst.kubectl_json("get", "node", NODE_NAME)["metadata"].get("annotations", {})

@@ -20,11 +20,13 @@ paths, for the scan of what an image must not contain.
 from __future__ import annotations
 
 import hashlib
+import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tests.harness import docs
 from tests.harness.controlplane import ROOT, ControlPlaneError, ensure_debian, kube_version
 
 SUITE = "bookworm"
@@ -39,7 +41,7 @@ AGENT_IMAGE = "localhost/gpufrac/gpufrac-agent"
 SCHEDULER_IMAGE = "localhost/gpufrac-test/kube-scheduler"
 
 
-def buildah(*args: str, timeout_s: float = 900) -> str:
+def buildah(*args: str, timeout_s: float = 900, cwd: Path | None = None) -> str:
     """Run Debian's buildah (installed on first use); its stdout.
 
     Raises
@@ -48,7 +50,7 @@ def buildah(*args: str, timeout_s: float = 900) -> str:
         When it fails (the tail of its output included).
     """
     exe = ensure_debian("buildah", "buildah")
-    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
     if proc.returncode != 0:
         raise ControlPlaneError(f"buildah {' '.join(args[:3])} ... failed ({proc.returncode}):\n"
                                 f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -109,14 +111,18 @@ def go_base() -> str:
 
 
 def role_image(target: str, tag: str = "test") -> str:
-    """``deploy/Dockerfile``'s ``target`` (extender or agent) built on the stand-ins.
+    """``deploy/Dockerfile``'s ``target`` (extender or agent) built on the stand-ins, by the
+    command ``docs/install.md`` gives (its tag replaced, the stand-in bases and the CA mount
+    added, run from the repository root as the doc's ``.`` says).
 
     Layers are cached (``--layers``): a rebuild with the same sources costs seconds.
     """
     ref = f"{EXTENDER_IMAGE if target == 'extender' else AGENT_IMAGE}:{tag}"
-    buildah("build", "--layers", "-q", "-f", str(ROOT / "deploy/Dockerfile"), "--target", target,
-            "--build-arg", f"PYTHON_BASE={python_base()}", "--build-arg", f"GO_BASE={go_base()}",
-            "-v", CA_MOUNT, "-t", ref, str(ROOT))
+    argv = shlex.split(docs.command("docs/install.md", f"buildah build -f deploy/Dockerfile --target {target} "))
+    assert argv[:2] == ["buildah", "build"] and "-t" in argv, argv
+    argv[argv.index("-t") + 1] = ref
+    buildah(*argv[1:2], "--layers", "-q", "--build-arg", f"PYTHON_BASE={python_base()}",
+            "--build-arg", f"GO_BASE={go_base()}", "-v", CA_MOUNT, *argv[2:], cwd=ROOT)
     return ref
 
 

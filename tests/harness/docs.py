@@ -1,0 +1,90 @@
+"""The shell commands of the user-facing docs, and where each one is run.
+
+A command in the docs that no test runs is a command that will break. ``commands`` reads
+every ``sh`` block of ``DOCS`` (a line ending in ``\\`` joined with the next, comment lines
+and trailing ``# comments`` dropped). Every command is either run by a test, which takes it
+from the doc with ``command`` (so an edited doc is what gets run), or exempt with the reason
+this machine cannot run it; ``tests/e2e/test_docs_e2e.py`` checks that each command is one of
+the two and that each named test names the command it runs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ("README.md", "deploy/README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+BLOCK = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.M | re.S)
+COMMENT = re.compile(r"\s+#\s.*$")
+
+RUN_BY: dict[tuple[str, str], str] = {
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e . &&"): "tests/e2e/test_docs_e2e.py",
+    ("README.md", 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[dev]"'): "tests/e2e/test_docs_e2e.py",
+    ("deploy/README.md", "openssl "): "tests/e2e/test_docs_e2e.py",
+    ("deploy/README.md", "kubectl create namespace gpufrac-system"): "tests/e2e/test_docs_e2e.py",
+    ("deploy/README.md", "kubectl -n gpufrac-system create secret"): "tests/e2e/test_docs_e2e.py",
+    ("deploy/README.md", "kubectl apply -k deploy/base"): "tests/e2e/test_docs_e2e.py",
+    ("deploy/README.md", "gpufrac inspect"): "tests/e2e/test_docs_e2e.py",
+    ("docs/install.md", "helm install gpufrac"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "kubectl -n gpufrac-system rollout status ds/gpufrac-agent"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "kubectl gpufrac inspect"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "buildah build -f deploy/Dockerfile"): "tests/harness/images.py",
+    ("docs/install.md", "helm uninstall gpufrac"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "kubectl delete namespace gpufrac-claims"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "kubectl annotate nodes --all gpufrac.io/inventory-"): "tests/e2e/test_install_e2e.py",
+    ("docs/admin.md", "gpufrac config validate --helm-values"): "tests/e2e/test_install_e2e.py",
+    ("docs/admin.md", "helm upgrade gpufrac"): "tests/e2e/test_install_e2e.py",
+}
+"""(doc, the start of a command) -> the file that runs it."""
+
+EXEMPT: dict[tuple[str, str], str] = {
+    ("README.md", 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[bench]"'):
+        "ten minutes of replay: tests/benchmarks/test_replay.py runs the same `python -m benchmarks replay` "
+        "on --limit smoke runs",
+    ("docs/install.md", "kubectl -n gpufrac-system rollout status deploy/"):
+        "the suite's one node runs host-network pods: the second replica of each Deployment cannot share "
+        "its ports and stays Pending, so the rollout never completes there (test_install_e2e checks one of "
+        "each runs and the other waits for ports)",
+    ("docs/install.md", "buildah push"): "no registry here: the suite writes the images to Docker archives for "
+                                         "containerd (tests/harness/images.py, archive)",
+    ("deploy/README.md", "kubectl -n gpufrac-system rollout status deploy/"):
+        "that cluster has no node for the Deployments' pods (test_install_e2e runs the chart's pods)",
+}
+"""(doc, the start of a command) -> why no test runs it on this machine."""
+
+
+def commands(doc: str) -> list[str]:
+    """The shell commands of ``doc`` (a path relative to the repository root), in order."""
+    out: list[str] = []
+    for block in BLOCK.findall((ROOT / doc).read_text()):
+        pending = ""
+        for raw in block.splitlines():
+            line = raw.rstrip()
+            if line.endswith("\\"):
+                pending += line[:-1].rstrip() + " "
+                continue
+            line = (pending + line.strip()).strip()
+            pending = ""
+            if line and not line.startswith("#"):
+                out.append(COMMENT.sub("", line))
+    return out
+
+
+def command(doc: str, start: str) -> str:
+    """The one command of ``doc`` that begins with ``start`` (a test runs what the doc says).
+
+    Raises
+    ------
+    LookupError
+        None or several match: the doc changed under the test.
+    """
+    found = sorted({c for c in commands(doc) if c.startswith(start)})
+    if len(found) != 1:
+        raise LookupError(f"{doc}: expected one command starting {start!r}, found {found}")
+    return found[0]
+
+
+def block(doc: str, starts: tuple[str, ...]) -> list[str]:
+    """Every command of ``doc`` that begins with one of ``starts``, in the doc's order."""
+    return [c for c in commands(doc) if c.startswith(starts)]
