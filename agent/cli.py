@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--nvml", choices=("real", "fake"), default="real",
                        help="read GPUs through NVML (real) or from --fake-config (tests, no GPU)")
     agent.add_argument("--fake-config", type=Path, help="YAML {gpus: [{name, memory_mib, count}]} for --nvml fake")
-    agent.add_argument("--replicas", type=int, default=4, help="time-slicing replicas per GPU (GFD label wins)")
+    agent.add_argument("--time-slicing-replicas", "--replicas", dest="replicas", type=int, default=4,
+                       help="time-slicing replicas per GPU: pods one GPU may hold at once (GFD label wins; "
+                            "--replicas: its older name)")
     agent.add_argument("--heartbeat-s", type=float, default=60.0,
                        help="rewrite the inventory at least this often (the extender's staleness clock)")
     agent.add_argument("--min-interval-s", type=float, default=10.0,

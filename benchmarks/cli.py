@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import check_placements, cold_start, replay, soak
+from podspec.cli_help import describe_subcommands
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--replicas-per-gpu", type=int, default=20)
     chk.set_defaults(func=_check)
 
+    describe_subcommands(parser)
     return parser
 
 

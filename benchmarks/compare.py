@@ -103,7 +103,7 @@ def _cell_args(args: argparse.Namespace, variant: str, entry: str) -> argparse.N
         "model_constrained": parse_variant(variant)[1] or args.model_constrained,
         "memory_requests": parse_variant(variant)[2] or args.memory_requests,
         "gpu_memory": "mixed" if parse_variant(variant)[2] else args.gpu_memory,
-        "policy": "default" if is_file else policy, "config": Path(policy) if is_file else None,
+        "preset": "default" if is_file else policy, "config": Path(policy) if is_file else None,
         "scheduler_config": sched or args.scheduler_config,
         "out": args.out / variant / policy_label(entry),
     })

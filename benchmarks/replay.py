@@ -471,12 +471,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "<variant>-g<PCT> does the same on the mixed-memory cluster")
     p.add_argument("--constrain-seed", type=int, default=0,
                    help="seed of the model-constraint and memory-request rules")
-    p.add_argument("--policy", default="default", help="weight preset (scoring.presets)")
+    p.add_argument("--preset", "--policy", dest="preset", default="default",
+                   help="scoring preset, as `gpufrac serve --preset` (scoring.presets; --policy: its older name)")
     p.add_argument("--out", type=Path, default=Path("replay-out"))
     p.add_argument("--url", help="use a running standalone extender instead of starting one (its "
                    "--events-token read from $GPUFRAC_EVENTS_TOKEN)")
     p.add_argument("--config", type=Path,
-                   help="admin config file for the extender (scoring weights; overrides --policy)")
+                   help="admin config file for the extender (scoring weights; overrides --preset)")
     p.add_argument("--in-process", action="store_true",
                    help="pure-core replay: the extender's cache and translation in this process, "
                         "no HTTP (same decisions, seconds per seed)")
@@ -516,11 +517,11 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     proc = None
     client: ExtenderClient | InProcessClient
     if args.in_process:
-        policy = load_policy(args.config) if args.config else AdminPolicy(scoring_config(args.policy))
+        policy = load_policy(args.config) if args.config else AdminPolicy(scoring_config(args.preset))
         client = InProcessClient(specs, policy, args.decision)
     else:
         if args.url is None:
-            proc, client = start_extender(args.nodes, args.policy, args.replicas_per_gpu, args.config,
+            proc, client = start_extender(args.nodes, args.preset, args.replicas_per_gpu, args.config,
                                           decision=args.decision)
         else:
             client = ExtenderClient(args.url, events_token=os.environ.get("GPUFRAC_EVENTS_TOKEN"))
@@ -547,7 +548,7 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
 
 
 def replay_seeds(args: argparse.Namespace, profile: Profile) -> list[SeedResult]:
-    """Every seed of ``args.seeds`` for ``args.policy`` (or ``args.config``) on ``args.pods``.
+    """Every seed of ``args.seeds`` for ``args.preset`` (or ``args.config``) on ``args.pods``.
 
     Seeds are dealt round-robin to ``args.jobs`` processes, each with its own extender; each
     seed still replays strictly in order, so results do not depend on the number of jobs.
@@ -598,7 +599,7 @@ def result_record(args: argparse.Namespace, profile: Profile, results: list[Seed
     summary = summarize(results)
     summary["wall_seconds"] = wall_s
     return {
-        "policy": str(args.config) if args.config else args.policy, "nodes": str(args.nodes),
+        "policy": str(args.config) if args.config else args.preset, "nodes": str(args.nodes),
         "pods": str(args.pods), "model_constrained_pct": args.model_constrained,
         "gpu_memory": args.gpu_memory, "memory_requests_pct": args.memory_requests,
         "constrain_seed": args.constrain_seed, "gpus": sum(len(s.gpus) for s in specs), "profile": asdict(profile),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from podspec.cli_help import describe_subcommands
 from podspec.kubeio import kube_api
 from podspec.version import installed_version
 
@@ -315,6 +316,7 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
 
     sch = sub.add_parser("inventory-schema", help="print the gpufrac.io/inventory v1 JSON Schema")
     sch.set_defaults(func=_schema)
+    describe_subcommands(parser)
     return parser
 
 

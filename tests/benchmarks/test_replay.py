@@ -100,7 +100,7 @@ def test_python_m_benchmarks_runs_seeds_in_worker_processes(tmp_path: Path) -> N
 def test_simulator_profile_places_the_same_through_http_and_in_process(tmp_path: Path) -> None:
     # Under the simulator profile CPU-only pods go through filter and bind too.
     sim = str(REPO / "benchmarks" / "scheduler-config-simulator.yaml")
-    common = ["replay", "--seeds", "42", "--limit", "300", "--policy", "bestfit", "--jobs", "1",
+    common = ["replay", "--seeds", "42", "--limit", "300", "--preset", "bestfit", "--jobs", "1",
               "--scheduler-config", sim, "--no-progress"]
     assert main([*common, "--out", str(tmp_path / "http")]) == 0
     assert main([*common, "--in-process", "--out", str(tmp_path / "core")]) == 0

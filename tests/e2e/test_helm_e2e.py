@@ -242,3 +242,19 @@ def test_two_replicas_get_a_disruption_budget_and_spread_over_nodes() -> None:
     single = render("extender.replicas=1", "scheduler.replicas=1")
     assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
     assert all("affinity" not in d["spec"]["template"]["spec"] for d in single if d["kind"] == "Deployment")
+
+
+def test_helm_show_readme_is_the_generated_values_table() -> None:
+    import runpy
+
+    module = runpy.run_path(str(ROOT / "deploy" / "helm" / "chart_readme.py"))
+    committed = (CHART / "README.md").read_text()
+    assert committed == module["render"](), "regenerate: python deploy/helm/chart_readme.py > deploy/helm/gpufrac/README.md"
+    shown = helm("show", "readme", str(CHART)).stdout
+    assert shown.strip() == committed.strip()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for leaf in ("extender.tls.generate", "agent.timeSlicingReplicas", "mps.controlDaemon.pipeDir", "apiServer.host"):
+        node = values
+        for k in leaf.split("."):
+            node = node[k]
+        assert f"| `{leaf}` |" in committed

@@ -112,7 +112,7 @@ def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         c.get("ready") for c in p["status"].get("containerStatuses", []))]
 
 
-def values_file(path: Path, cp: ControlPlane, images: Images, ports: dict[str, int]) -> Path:
+def values_file(path: Path, cp: ControlPlane, images: Images, mps_image: str, ports: dict[str, int]) -> Path:
     """The values a team on a cluster like this one writes (see the module docstring)."""
     extender_repo, tag = images.extender.rsplit(":", 1)
     values = {
@@ -129,6 +129,9 @@ def values_file(path: Path, cp: ControlPlane, images: Images, ports: dict[str, i
                      "tolerations": [NOT_READY_TOLERATION], "inventoryStaleAfterS": 60},
         "agent": {"runtimeClassName": "", "hostNetwork": True, "metricsPort": ports["agent"], "heartbeatS": 5,
                   "fakeGpus": [{"name": "NVIDIA A10", "memory_mib": GPU_MIB, "count": GPUS}]},
+        # The optional MPS control daemon, with a stand-in of nvidia-cuda-mps-control (no GPU).
+        "mps": {"controlDaemon": {"enabled": True, "image": mps_image, "runtimeClassName": "",
+                                  "pipeDir": str(path.parent / "mps-pipe"), "logDir": str(path.parent / "mps-log")}},
     }
     path.write_text(yaml.safe_dump(values, sort_keys=False))
     return path
@@ -144,17 +147,18 @@ def installed(tmp_path_factory: pytest.TempPathFactory, images: Images) -> Itera
         cp.start_scheduler(None, name="default-scheduler", profile="default-scheduler")
         node = RealNode.up(cp)
         cp.kubectl("label", "node", NODE_NAME, "gpufrac.io/gpu-node=true")
-        for ref in (images.extender, images.agent, images.scheduler):
+        mps_image = img.mps_standin_image()
+        for ref in (images.extender, images.agent, images.scheduler, mps_image):
             archive = img.archive(ref, work / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".tar"))
             node.ctr("images", "import", "--local", "--platform", "linux/amd64", "--snapshotter", "native",
                      str(archive))
         ports = {k: free_port() for k in ("verbs", "metrics", "scheduler", "agent")}
-        inst = Installed(cp, node, values_file(work / "values.yaml", cp, images, ports), ports)
+        inst = Installed(cp, node, values_file(work / "values.yaml", cp, images, mps_image, ports), ports)
         # docs/install.md's quick start, with this cluster's values file.
         notes = inst.sh(docs.command(INSTALL_MD, "helm install gpufrac") + f" -f {inst.values}").stdout
         assert "kubectl -n gpufrac-system rollout status" in notes and "MPS control daemon" in notes  # NOTES.txt
         try:
-            for component in ("extender", "scheduler", "agent"):
+            for component in ("extender", "scheduler", "agent", "mps-control-daemon"):
                 wait_until(lambda c=component: running(inst.pods(c)), 180, f"a {component} pod running and ready")
         except Exception as exc:
             raise AssertionError(f"{exc}\n{inst.debug()}") from None
@@ -175,14 +179,16 @@ def fractional_pod(name: str, fraction: str = "0.25") -> dict[str, Any]:
                      "tolerations": [NOT_READY_TOLERATION], "terminationGracePeriodSeconds": 0,
                      "automountServiceAccountToken": False,
                      "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["/bin/sh", "-c", "env | sort; echo END-OF-ENV; sleep 3600"],
+                                     "command": ["/bin/sh", "-c", "env | sort; test -p $CUDA_MPS_PIPE_DIRECTORY/control "
+                                                 "&& echo MPS-PIPE-SEEN; echo END-OF-ENV; sleep 3600"],
                                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                                                    "limits": {"gpufrac.io/gpu": "1"}}}]}}
 
 
 def run_pod(inst: Installed, ns: str, name: str, timeout_s: float = 120) -> tuple[dict[str, Any], dict[str, str]]:
     """Create a fractional pod; wait until the installed scheduler and gpufrac bound it and
-    kubelet started it. The pod and its container's environment."""
+    kubelet started it. The pod and its container's environment (with ``MPS-PIPE-SEEN`` as a
+    key when the container found the daemon's named pipe)."""
     inst.cp.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(fractional_pod(name)))
 
     def started() -> tuple[dict[str, Any], dict[str, str]] | None:
@@ -190,7 +196,9 @@ def run_pod(inst: Installed, ns: str, name: str, timeout_s: float = 120) -> tupl
         out = inst.logs(ns, name)
         if pod["status"].get("phase") != "Running" or "END-OF-ENV" not in out:
             return None
-        env = dict(line.split("=", 1) for line in out.split("END-OF-ENV")[0].splitlines() if "=" in line)
+        lines = out.split("END-OF-ENV")[0].splitlines()
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
+        env.update({line: "" for line in lines if line == "MPS-PIPE-SEEN"})
         return pod, env
     try:
         return wait_until(started, timeout_s, f"pod {ns}/{name} running", interval_s=0.5)  # type: ignore[no-any-return]
@@ -232,6 +240,11 @@ def test_a_fractional_pod_is_placed_by_the_installed_gpufrac(installed: Installe
     chosen = pod["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
     assert env["NVIDIA_VISIBLE_DEVICES"] == chosen
     assert pod["spec"]["nodeName"] == NODE_NAME
+    # The chart's MPS control daemon runs; the agent (mpsPipeDir defaulted to the daemon's pipe
+    # directory) mounted that directory into the container, with the quarter's limits.
+    assert "MPS-PIPE-SEEN" in env and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={GPU_MIB // 4}M"
+    assert "stand-in MPS control daemon started" in (inst.values.parent / "mps-log" / "control.log").read_text()
     assert inst.metric("gpufrac_bind_total", result="ok") == 1  # the installed gpufrac bound it
 
 
@@ -259,10 +272,15 @@ def test_helm_upgrade_reloads_the_config_without_restarting(installed: Installed
     after = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["restartCount"]
              for p in running(inst.pods("extender")) + running(inst.pods("scheduler"))}
     assert after == before  # the same pods, none restarted
-    # A bad value is refused by the chart's schema before anything reaches the cluster.
+    # A bad value is refused by the chart's schema before anything reaches the cluster, on
+    # upgrade and on install alike.
     bad = inst.helm("upgrade", "gpufrac", str(CHART), "-n", NS, "-f", str(inst.values),
                     "--set", "config.scoring.weights.nonsense=-3", check=False)
     assert bad.returncode != 0 and "/config/scoring/weights/nonsense" in bad.stderr
+    bad = inst.helm("install", "other", str(CHART), "-n", "other", "--create-namespace",
+                    "--set", "extender.replicas=abc", check=False)
+    assert bad.returncode != 0 and "at '/extender/replicas': got string, want integer" in bad.stderr
+    assert inst.helm("list", "-A", "-q").stdout.split() == ["gpufrac"]
 
 
 def test_scheduling_goes_on_when_the_running_extender_replica_is_deleted(installed: Installed) -> None:

@@ -94,7 +94,7 @@ def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None
     # one image per role: the extender's has the base install only (no NVML, no gRPC) and a
     # non-root user; the agent's adds the [agent] extra
     stages = dict(re.findall(r"^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", dockerfile, flags=re.M | re.S))
-    assert set(stages) == {"stubs", "source", "extender", "agent"}
+    assert set(stages) == {"go", "stubs", "source", "extender", "agent"}  # go: the GO_BASE toolchain, copied into stubs
     assert "pip install --no-cache-dir . " in stages["extender"] and "[agent]" not in stages["extender"]
     assert "USER 65532:65532" in stages["extender"] and '".[agent]"' in stages["agent"]
     scripts = set(project["project"]["scripts"])

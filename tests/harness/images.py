@@ -172,3 +172,33 @@ def run(ref: str, *cmd: str) -> str:
         return buildah("run", "--isolation", "chroot", ctr, "--", *cmd)
     finally:
         buildah("rm", ctr)
+
+
+MPS_STANDIN = """#!/bin/sh
+# Stand-in for NVIDIA's nvidia-cuda-mps-control (no GPU here): in the foreground (-f) it
+# makes what the real daemon makes in CUDA_MPS_PIPE_DIRECTORY (the named pipe "control")
+# and a log line in CUDA_MPS_LOG_DIRECTORY, then runs until stopped.
+[ "$1" = "-f" ] || { echo "stand-in: only -f (foreground) is supported" >&2; exit 2; }
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ] || mkfifo "$CUDA_MPS_PIPE_DIRECTORY/control"
+echo "stand-in MPS control daemon started" >> "$CUDA_MPS_LOG_DIRECTORY/control.log"
+exec sleep infinity
+"""
+MPS_IMAGE = "localhost/gpufrac-test/mps-control-standin"
+
+
+def mps_standin_image() -> str:
+    """An image whose ``nvidia-cuda-mps-control`` is ``MPS_STANDIN`` (on the Python stand-in)."""
+    ref = f"{MPS_IMAGE}:{_key(MPS_STANDIN, python_base())}"
+    if exists(ref):
+        return ref
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "nvidia-cuda-mps-control"
+        script.write_text(MPS_STANDIN)
+        ctr = buildah("from", python_base())
+        try:
+            buildah("copy", "--chmod", "0755", ctr, str(script), "/usr/local/bin/nvidia-cuda-mps-control")
+            buildah("commit", "-q", ctr, ref)
+        finally:
+            buildah("rm", ctr)
+    return ref
