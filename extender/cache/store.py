@@ -381,7 +381,7 @@ class GpuCache:
                 return bool(rec.allocation.gpu_cols)
             return False
 
-    def _recount_overcommits(self, node: str) -> None:
+    def _recount_overcommits(self, node: str, skip: str = "") -> None:
         """Count the node's over-commits anew after something there was freed.
 
         An over-commit is counted only up to what was free when it was read; the pod really
@@ -390,6 +390,8 @@ class GpuCache:
         really uses before anyone else can be placed there.
         """
         for uid in list(self._overcommitted):
+            if uid == skip:  # the record being released (still stored by some callers)
+                continue
             other = self._pods[uid]
             if other.allocation is not None and other.allocation.node == node:
                 self._hold_record(other, sign=-1)
@@ -430,11 +432,17 @@ class GpuCache:
         self._hold_record(rec)
         return rec
 
-    def _release(self, rec: PodRecord) -> None:
-        """Free what a record holds; the node's over-commits then take up what they really use."""
+    def _release(self, rec: PodRecord, recount: bool = True) -> None:
+        """Free what a record holds; the node's other over-commits then take up what they
+        really use (``recount``), whether the freed record was an over-commit itself or not:
+        an over-commit holds what was free when it was read, and freeing that frees room as
+        much as freeing a trusted record does. Without it the cache kept counting less than
+        a restart would read back, and placed gpufrac's own pods on GPUs a record already
+        filled (tests/extender/test_invariants.py). The caller that re-holds the same record
+        in full at once (a claim confirming an over-commit) passes ``recount=False``."""
         self._hold_record(rec, sign=-1)
-        if rec.allocation is not None and not rec.overcommit:
-            self._recount_overcommits(rec.allocation.node)
+        if recount and rec.allocation is not None:
+            self._recount_overcommits(rec.allocation.node, skip=rec.intent.uid)
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -608,7 +616,7 @@ class GpuCache:
             # Read back as an over-commit (counted only up to what looked free) while the
             # claim says it was committed in full: count it in full, confirmed or not as
             # it was.
-            self._release(rec)
+            self._release(rec, recount=False)
             deadline = rec.assumed_until
         else:
             deadline = time.monotonic() + max(claim.hold_s, 0.0)
