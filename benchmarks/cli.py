@@ -9,11 +9,13 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import check_placements, cold_start, replay, soak
+from benchmarks import check_placements, cold_start, compare, replay, soak
 from podspec.cli_help import describe_subcommands
 
 
 def _replay(args: argparse.Namespace) -> int:
+    if args.compare:  # several policies over several variants: compare drives replay
+        return compare.run(args, replay.profile_from_args(args))
     return replay.run(args)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import constrain, memory, trace
+from benchmarks import constrain, memory, replay, trace
 from benchmarks.scheduler_emulation import Profile
 
 PAPER_VARIANTS = ("cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
@@ -115,8 +115,6 @@ def run(args: argparse.Namespace, profile: Profile) -> int:
     A policy written ``POLICY@FILE`` is replayed under the kube-scheduler profile in ``FILE``
     (e.g. ``bestfit@benchmarks/scheduler-config-simulator.yaml``), the others under ``profile``.
     """
-    from benchmarks import replay
-
     variants = variant_names(args.variants)
     cells: dict[str, dict[str, Any]] = {}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -179,8 +177,6 @@ def markdown_table(cells: dict[str, dict[str, Any]], seeds: list[int], in_proces
 
 def plot_allocation(out: Path, row: dict[str, Any], variant: str, seeds: list[int]) -> None:
     """Allocation ratio vs arrived workload, one line per policy (Fig. 9a of the paper)."""
-    from benchmarks import replay
-
     curves = {p: list(rec["curves"].values()) for p, rec in row.items()}
     replay.plot(out, curves, f"openb {variant}, seeds {seeds[0]}..{seeds[-1]}")
 

@@ -613,12 +613,9 @@ def result_record(args: argparse.Namespace, profile: Profile, results: list[Seed
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the replay; print the report; write result.json, placements, allocation.png."""
+    """Run the replay; print the report; write result.json, placements, allocation.png.
+    (``--compare`` goes to ``benchmarks.compare.run`` instead: ``benchmarks.cli`` picks.)"""
     profile = profile_from_args(args)
-    if args.compare:
-        from benchmarks import compare
-
-        return compare.run(args, profile)
     started = time.perf_counter()
     results = replay_seeds(args, profile)
     wall = time.perf_counter() - started

@@ -296,6 +296,10 @@ def test_scheduling_goes_on_when_the_running_extender_replica_is_deleted(install
 
 def test_helm_uninstall_removes_what_the_docs_say(installed: Installed) -> None:
     inst = installed
+    # docs/install.md's rollout check of the Deployments completes once each has only the
+    # replicas this one host-network node can run (the module docstring says why not two).
+    inst.cp.kubectl("scale", "-n", NS, "deploy/gpufrac-extender", "deploy/gpufrac-scheduler", "--replicas=1")
+    inst.sh(docs.command(INSTALL_MD, "kubectl -n gpufrac-system rollout status deploy/"), timeout_s=180)
     inst.sh(docs.command(INSTALL_MD, "helm uninstall gpufrac"))
     wait_until(lambda: not inst.pods("extender") and not inst.pods("agent"), 120, "the chart's pods gone")
     left = inst.cp.kubectl("get", "deploy,ds,svc,cm,secret,sa,pdb", "-n", NS, "-l",

@@ -29,6 +29,7 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("docs/install.md", "helm install gpufrac"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl -n gpufrac-system rollout status ds/gpufrac-agent"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl gpufrac inspect"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "kubectl -n gpufrac-system rollout status deploy/"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "buildah build -f deploy/Dockerfile"): "tests/harness/images.py",
     ("docs/install.md", "helm uninstall gpufrac"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl delete namespace gpufrac-claims"): "tests/e2e/test_install_e2e.py",
@@ -42,10 +43,6 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("README.md", 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[bench]"'):
         "ten minutes of replay: tests/benchmarks/test_replay.py runs the same `python -m benchmarks replay` "
         "on --limit smoke runs",
-    ("docs/install.md", "kubectl -n gpufrac-system rollout status deploy/"):
-        "the suite's one node runs host-network pods: the second replica of each Deployment cannot share "
-        "its ports and stays Pending, so the rollout never completes there (test_install_e2e checks one of "
-        "each runs and the other waits for ports)",
     ("docs/install.md", "buildah push"): "no registry here: the suite writes the images to Docker archives for "
                                          "containerd (tests/harness/images.py, archive)",
     ("deploy/README.md", "kubectl -n gpufrac-system rollout status deploy/"):
