@@ -19,7 +19,7 @@ A record that passes is counted as written. One that does not is an **over-commi
 pod really runs on those GPUs (the device plugin hands them out), so it is counted, but
 never beyond what was free: at most the share its class may still take and the free
 memory on each GPU, in a class no better than its tenant's ceiling. The GPU then reads as
-full, so gpufrac places nothing more on it, and the pod is flagged (``PodRecord.overcommit``,
+full, so gpufrac places nothing more on it, and the pod is flagged (``PodRecord.overcommit_reason``,
 the ``gpufrac_overcommitted_pods`` gauge, ``gpufrac inspect``). What the pod really uses on
 the GPU reaches the state through the agent's NVML memory reading, which guaranteed pods'
 placement already counts.
@@ -53,13 +53,13 @@ class ReadBack:
         What to hold: the record itself when trusted; else, per GPU, its part that was free
         (one allocation per GPU, the pod's CPU and memory on the first, none of them learned
         as demand: ``Allocation.in_workload`` is False).
-    overcommit : str
+    overcommit_reason : str
         Empty when the record is one gpufrac could have made; else why not (for logs,
         metrics and ``inspect``).
     """
 
     allocations: tuple[Allocation, ...]
-    overcommit: str = ""
+    overcommit_reason: str = ""
 
 
 def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: tuple[int, ...],
@@ -172,7 +172,7 @@ def account(state: ClusterState, policy: QosPolicy, tenancy: TenantLedger, inten
                         extra={"pod": intent.key, "node": node})
         alloc = Allocation(node, (), 0, (), qos, intent.cpu_milli, intent.memory_mib,
                            model_mask_of(intent, state))
-        return PodRecord(intent, alloc, overcommit=problem)
+        return PodRecord(intent, alloc, overcommit_reason=problem)
     milli = intent.assigned_gpu_milli or intent.gpu_milli
     if intent.assigned_memory_mib and len(intent.assigned_memory_mib) == len(cols):
         mem = intent.assigned_memory_mib
@@ -182,8 +182,8 @@ def account(state: ClusterState, policy: QosPolicy, tenancy: TenantLedger, inten
     verdict = tenancy.admission(intent, sum(dict(zip(cols, mem, strict=True)).values()),
                                 gpu_milli_total=milli * len(set(cols)))
     got = read_back(state, policy, intent, cols, milli, mem, model_mask_of(intent, state), verdict, qos)
-    if got.overcommit:
+    if got.overcommit_reason:
         log.warning("pod %s on %s: allocation record not one gpufrac could have made (%s); "
-                    "counting only what was free", intent.key, node, got.overcommit)
+                    "counting only what was free", intent.key, node, got.overcommit_reason)
     return PodRecord(intent, got.allocations[0], intent.assigned_gpus, None, got.allocations[1:],
-                     got.overcommit)
+                     got.overcommit_reason)

@@ -82,7 +82,7 @@ class PodRecord:
     pod bound to that node. It is a ``time.monotonic()`` deadline after which
     ``expire_assumed`` gives the allocation back.
 
-    ``overcommit`` is set for a bound pod whose recorded allocation gpufrac could not have
+    ``overcommit_reason`` is set for a bound pod whose recorded allocation gpufrac could not have
     made (``extender.cache.accounting``): ``allocation`` and ``extra`` then hold, per GPU, only
     what was free of it.
     """
@@ -92,7 +92,7 @@ class PodRecord:
     gpu_uuids: tuple[str, ...] = ()
     assumed_until: float | None = None
     extra: tuple[Allocation, ...] = ()
-    overcommit: str = ""
+    overcommit_reason: str = ""
 
     @property
     def held(self) -> tuple[Allocation, ...]:
@@ -113,7 +113,7 @@ class CandidateEvaluation:
     """Known candidate names, aligned with ``evaluation`` rows."""
     unknown: list[str]
     evaluation: Evaluation
-    rejected: str | None = None
+    rejection: str | None = None
     """Why the pod's tenant may not place it (QoS ceiling, quota); None when admitted."""
     names_array: np.ndarray | None = None
     """``names`` as an object array, when the cache keeps one for this candidate list."""

@@ -251,16 +251,16 @@ class GpuCache:
                 continue
             if alloc.node not in state.node_index:
                 log.info("node gone, dropping allocation", extra={"pod": rec.intent.key})
-                self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit=""))
+                self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit_reason=""))
                 continue
-            if rec.overcommit:
+            if rec.overcommit_reason:
                 self._put(uid, self._account(rec.intent))  # counted anew against the new arrays
                 continue
             if rec.gpu_uuids:
                 # Columns may move when a node's GPU list changes: re-resolve by UUID.
                 cols = accounting.cols_for_uuids(state, alloc.node, rec.gpu_uuids)
                 if cols is None:
-                    self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit=""))
+                    self._put(uid, replace(rec, allocation=None, gpu_uuids=(), extra=(), overcommit_reason=""))
                     continue
                 alloc = replace(alloc, gpu_cols=cols)
             # Model ids are positions in this state's model list: re-resolve the mask too.
@@ -293,7 +293,7 @@ class GpuCache:
     def _put(self, uid: str, rec: PodRecord) -> None:
         """The one write of a pod's record (``_store`` adds the workload bookkeeping)."""
         self._pods[uid] = rec
-        if rec.overcommit:
+        if rec.overcommit_reason:
             self._overcommitted.setdefault(uid)
         else:
             self._overcommitted.pop(uid, None)
@@ -422,7 +422,7 @@ class GpuCache:
         with self._lock:
             rec = self._pods.get(uid)
             return (rec is not None and rec.allocation is not None and rec.assumed_until is None
-                    and not rec.overcommit and rec.allocation.node == node
+                    and not rec.overcommit_reason and rec.allocation.node == node
                     and rec.gpu_uuids == tuple(gpu_uuids))
 
     def _account(self, intent: PodIntent) -> PodRecord:
@@ -465,7 +465,7 @@ class GpuCache:
                     if positions is not None and inbound.has_repeats(positions, len(memo.candidates.known)):
                         positions = None
                 if positions is not None:
-                    return CandidateEvaluation(list(names), [], ev.take(positions), memo.result.rejected)
+                    return CandidateEvaluation(list(names), [], ev.take(positions), memo.result.rejection)
             state = self._state
             cand = self._candidates
             if cand is None or cand.names != names:
@@ -605,7 +605,7 @@ class GpuCache:
         if rec.allocation is not None:
             if rec.allocation.node != claim.node or rec.gpu_uuids != claim.gpu_uuids:
                 return ClaimHold.VOID if rec.assumed_until is None else ClaimHold.BUSY
-            if not rec.overcommit:
+            if not rec.overcommit_reason:
                 return ClaimHold.HELD
         if claim.node not in self._state.node_index:
             return ClaimHold.VOID
@@ -750,14 +750,14 @@ class GpuCache:
                     "node": a.node,
                     "gpu_indices": [int(state.gpu_index[row, c]) for c in cols],
                     "gpu_uuids": [state.gpu_uuid[row][c] for c in cols],
-                    "gpu_milli": a.gpu_milli if not rec.overcommit else (
+                    "gpu_milli": a.gpu_milli if not rec.overcommit_reason else (
                         rec.intent.assigned_gpu_milli or rec.intent.gpu_milli),
                     "gpu_memory_mib": [m for h in held for m in h.gpu_memory_mib],
                     "held_milli": [h.gpu_milli for h in held for _ in h.gpu_cols],
                     "qos": a.qos.wire_name,
                     "cpu_milli": a.cpu_milli,
                     "memory_mib": a.memory_mib,
-                    "overcommit": rec.overcommit,
+                    "overcommit": rec.overcommit_reason,
                 })
             return out
 
@@ -776,7 +776,7 @@ class GpuCache:
             "gpu_allocated_milli": int(s.gpu_used_milli.sum()),
             "pods": len(records),
             "pods_bound": sum(1 for r in records if r.allocation is not None),
-            "pods_overcommitted": sum(1 for r in records if r.overcommit),
+            "pods_overcommitted": sum(1 for r in records if r.overcommit_reason),
         }
 
     def metrics_view(self) -> MetricsView:

@@ -77,10 +77,10 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  
     except ValueError as exc:
         return Reply(error_reply(str(exc)))
     ce = cache.evaluate(intent, names)
-    if ce.rejected is not None:
+    if ce.rejection is not None:
         passed: list[str] = []
         failed: dict[str, str] = {}
-        unresolvable = dict.fromkeys([*ce.names, *ce.unknown], ce.rejected)
+        unresolvable = dict.fromkeys([*ce.names, *ce.unknown], ce.rejection)
         unknown: list[str] = []
     else:
         names_or_array = ce.names if ce.names_array is None else ce.names_array

@@ -32,7 +32,7 @@ def prioritize(cache: GpuCache, args: ExtenderArgs) -> Reply:
     except ValueError as exc:
         return Reply({"Error": str(exc)}, status=400)
     ce = cache.evaluate(intent, names)
-    scores = [0] * len(ce.names) if ce.rejected is not None else outbound.wire_scores(ce.evaluation)
+    scores = [0] * len(ce.names) if ce.rejection is not None else outbound.wire_scores(ce.evaluation)
     body: list[HostPriority] = [{"Host": n, "Score": s} for n, s in zip(ce.names, scores, strict=True)]
     body.extend({"Host": n, "Score": 0} for n in ce.unknown)
     return Reply(body)

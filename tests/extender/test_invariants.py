@@ -140,7 +140,7 @@ def check_invariants_after(ops: list[tuple[Any, ...]], ties: str | None = None) 
             api[intent.uid] = p
             ce = cache.evaluate(intent, ["a", "b"])
             best = ce.evaluation.best()
-            if ce.rejected is None and best >= 0:
+            if ce.rejection is None and best >= 0:
                 try:
                     rec = cache.bind(intent.uid, ns, name, ce.names[best])
                 except BindError:
@@ -243,5 +243,5 @@ def test_a_tenant_cannot_forge_its_way_past_quota_or_ceiling() -> None:
     assert all("may ask for QoS class burstable or lower" in a["overcommit"] for a in allocs.values())
     nxt = pod_intent(pod("next", "team-a", {ann.FRACTION: "0.5"}))
     cache.apply_pod_event("ADDED", nxt)
-    assert "over GPU quota" in (cache.evaluate(nxt, ["a", "b"]).rejected or "")
+    assert "over GPU quota" in (cache.evaluate(nxt, ["a", "b"]).rejection or "")
     assert np.all(cache.state_copy().gpu_used_milli <= 1000)
