@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import socket
 import ssl
@@ -77,11 +76,7 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPl
 
 
 def sh(cp: ControlPlane, command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    path = os.pathsep.join([str(cp.bins["kubectl"].parent), str(Path(sys.executable).parent), os.environ["PATH"]])
-    proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PATH": path, "KUBECONFIG": str(cp.admin_kubeconfig)})
-    assert proc.returncode == 0, f"`{command}`: {proc.stdout}{proc.stderr}"
-    return proc
+    return docs.run(command, cp.admin_kubeconfig, (cp.bins["kubectl"],), cwd=cwd, timeout_s=120)
 
 
 def test_deploy_readme_certificates_secrets_and_kustomize(bare_cluster: ControlPlane, tmp_path: Path) -> None:

@@ -24,9 +24,7 @@ chart, the same a cluster without kube-proxy or a CNI would set):
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,16 +66,9 @@ class Installed:
         return helm(*args, "--kubeconfig", str(self.cp.admin_kubeconfig), check=check)
 
     def sh(self, command: str, check: bool = True, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run a docs command as a user's shell would, from the repository root: kubectl, helm
-        and gpufrac's console scripts (kubectl-gpufrac) on PATH, KUBECONFIG this cluster's."""
-        path = os.pathsep.join([str(self.cp.bins["kubectl"].parent), str(build_helm().parent),
-                                str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-        env = {**os.environ, "PATH": path, "KUBECONFIG": str(self.cp.admin_kubeconfig)}
-        proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout_s)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"`{command}` failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
-        return proc
+        """A docs command on this cluster, with kubectl and helm on PATH (``docs.run``)."""
+        return docs.run(command, self.cp.admin_kubeconfig, (self.cp.bins["kubectl"], build_helm()),
+                        check=check, timeout_s=timeout_s)
 
     def pods(self, component: str) -> list[dict[str, Any]]:
         return list(self.kubectl_json("get", "pods", "-n", NS, "-l",

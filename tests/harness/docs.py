@@ -10,7 +10,11 @@ the two and that each named test names the command it runs.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +89,18 @@ def command(doc: str, start: str) -> str:
 def block(doc: str, starts: tuple[str, ...]) -> list[str]:
     """Every command of ``doc`` that begins with one of ``starts``, in the doc's order."""
     return [c for c in commands(doc) if c.startswith(starts)]
+
+
+def run(command: str, kubeconfig: Path, tools: Iterable[Path], cwd: Path = ROOT, check: bool = True,
+        timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run a docs command as a user's shell would: bash in ``cwd`` (the repository root, as the
+    docs' relative paths assume), the directories of ``tools`` (kubectl, helm) and this
+    interpreter's console scripts (gpufrac, kubectl-gpufrac) first on PATH, ``KUBECONFIG``
+    set. ``check``: a non-zero exit fails with the command's output."""
+    path = os.pathsep.join([*(str(t.parent) for t in tools), str(Path(sys.executable).parent),
+                            os.environ.get("PATH", "")])
+    proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                          env={**os.environ, "PATH": path, "KUBECONFIG": str(kubeconfig)})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"`{command}` failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    return proc
