@@ -35,8 +35,8 @@ import numpy as np
 
 from benchmarks import trace
 from benchmarks.replay import source_commit
+from extender.admin_config import scoring_config
 from extender.clusterfile import synthetic_uuid
-from extender.settings import scoring_config
 from scoring.incremental import DEFAULT_TOLERANCE, IncrementalScorer
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.scorer import build_scorer

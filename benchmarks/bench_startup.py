@@ -33,9 +33,9 @@ import yaml
 from benchmarks import bench_core, trace
 from benchmarks.bench_http import synthetic_cluster
 from benchmarks.replay import source_commit
+from extender.admin_config import scoring_config
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
-from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer

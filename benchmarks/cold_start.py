@@ -37,7 +37,7 @@ import numpy as np
 
 from benchmarks import replay
 from benchmarks.scheduler_emulation import Profile, SchedulerView
-from extender.settings import AdminPolicy, scoring_config
+from extender.admin_config import AdminConfig, scoring_config
 from extender.translate import inbound
 from scoring.state import GpuSpec, NodeSpec
 
@@ -107,7 +107,7 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
     spread = policy == "kube-scheduler"
     profile = Profile(**{**base.__dict__, "extender_weight": 0 if spread else base.extender_weight})
     # Spread: every feasible node must reach kube-scheduler's scoring (gpufrac decides nothing).
-    client = replay.InProcessClient(specs, AdminPolicy(scoring_config("default" if spread else policy)),
+    client = replay.InProcessClient(specs, AdminConfig(scoring_config("default" if spread else policy)),
                                     decision="prioritize" if spread else "filter")
     names = replay.ClusterNames.build(specs, profile.node_cache_capable)
     view = SchedulerView(np.array([s.cpu_milli for s in specs]), np.array([s.memory_mib for s in specs]),

@@ -36,9 +36,9 @@ from tqdm import tqdm
 
 from benchmarks import constrain, memory, trace
 from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
+from extender.admin_config import AdminConfig, load_admin_config, scoring_config
 from extender.cache import GpuCache
 from extender.clusterfile import load_cluster_file
-from extender.settings import AdminPolicy, load_policy, scoring_config
 from extender.verbs.bind import ExtenderBindingArgs, bind
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.pod_events import PodEvent, pod_events
@@ -107,7 +107,7 @@ class InProcessClient:
     replay's and a seed takes seconds: this is the pure-core replay used to explore weights.
     """
 
-    def __init__(self, specs: list[NodeSpec], policy: AdminPolicy, decision: str = "filter") -> None:
+    def __init__(self, specs: list[NodeSpec], policy: AdminConfig, decision: str = "filter") -> None:
         self.cache = GpuCache(build_scorer(policy.scoring), policy.tolerance)
         self.cache.set_nodes(specs)
         self.decide = decision == "filter"
@@ -517,7 +517,7 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
     proc = None
     client: ExtenderClient | InProcessClient
     if args.in_process:
-        policy = load_policy(args.config) if args.config else AdminPolicy(scoring_config(args.preset))
+        policy = load_admin_config(args.config) if args.config else AdminConfig(scoring_config(args.preset))
         client = InProcessClient(specs, policy, args.decision)
     else:
         if args.url is None:

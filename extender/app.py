@@ -13,6 +13,7 @@ from kubernetes.client import CoreV1Api
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
+from extender.admin_config import AdminConfig
 from extender.bodies import (
     BadRequest,
     BodyLimitMiddleware,
@@ -30,7 +31,7 @@ from extender.metrics import Metrics
 from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
 from extender.routes import health, verbs
-from extender.settings import AdminPolicy, Settings, policy_from_settings
+from extender.settings import Settings, admin_config_from_settings
 from extender.verbs.bind import Binder
 from scoring.scorer import build_scorer
 
@@ -112,14 +113,14 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     ValueError
         Invalid scoring config or cluster file: start-up fails once, with field paths.
     """
-    policy = policy_from_settings(settings)
+    policy = admin_config_from_settings(settings)
     scorer = build_scorer(policy.scoring)
     own_cache = cache is None
     cache = cache if cache is not None else GpuCache(scorer, policy.tolerance)
     if own_cache or settings.config_file is not None:
         cache.set_policy(scorer, policy.tenants, policy.tolerance)
 
-    def apply_policy(new: AdminPolicy) -> None:
+    def apply_policy(new: AdminConfig) -> None:
         cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance)
 
     metrics = Metrics(cache.summary, cache.metrics_view)

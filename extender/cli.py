@@ -20,9 +20,10 @@ from podspec.version import installed_version
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from extender.admin_config import ConfigError
     from extender.app import create_app
     from extender.server import serve
-    from extender.settings import ConfigError, Settings
+    from extender.settings import Settings
 
     overrides = {k: v for k, v in {
         "mode": args.mode, "host": args.host, "port": args.port, "cluster_file": args.cluster_file,
@@ -102,12 +103,12 @@ def _inspect(args: argparse.Namespace) -> int:
 def _tenant_namespaces(args: argparse.Namespace, api: Any) -> list[str]:
     """The namespaces the admin config (``--config``) gives tenant ``args.tenant``, plus those
     labelled with its ``tenant_label``."""
-    from extender.settings import ConfigError, load_policy
+    from extender.admin_config import ConfigError, load_admin_config
 
     if args.config is None:
         raise SystemExit("gpufrac inspect: --tenant needs --config (the admin config that defines tenants)")
     try:
-        tenants = load_policy(args.config).tenants
+        tenants = load_admin_config(args.config).tenants
     except ConfigError as exc:
         raise SystemExit(f"gpufrac inspect: invalid admin config: {exc}") from None
     if args.tenant not in tenants.by_name:
@@ -137,7 +138,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _config_schema(args: argparse.Namespace) -> int:
-    from extender.settings import config_json_schema
+    from extender.admin_config import config_json_schema
 
     schema = config_json_schema()
     if args.values_schema is None:
@@ -161,7 +162,7 @@ def _helm_config_value(path: Path) -> str:
     """
     import yaml
 
-    from extender.settings import ConfigError
+    from extender.admin_config import ConfigError
 
     try:
         values = yaml.safe_load(path.read_text())
@@ -176,13 +177,14 @@ def _helm_config_value(path: Path) -> str:
 
 def _config_validate(args: argparse.Namespace) -> int:
     """Validate an admin config file as ``serve`` would; print the effective weights."""
-    from extender.settings import ConfigError, build_scorer, load_policy, parse_admin_config
+    from extender.admin_config import ConfigError, load_admin_config, parse_admin_config
+    from scoring.scorer import build_scorer
 
     try:
         if args.helm_values:
             policy = parse_admin_config(_helm_config_value(args.file), f"{args.file} (its config value)")
         else:
-            policy = load_policy(args.file)
+            policy = load_admin_config(args.file)
         build_scorer(policy.scoring)
     except (ConfigError, ValueError) as exc:
         print(f"gpufrac: {args.file}: invalid configuration:\n{exc}", file=sys.stderr)

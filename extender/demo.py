@@ -19,11 +19,13 @@ from typing import Any
 
 import uvicorn
 
+from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.inspection import gather, render_table
-from extender.settings import Settings, build_scorer, scoring_config
+from extender.settings import Settings
 from podspec import annotations as ann
+from scoring.scorer import build_scorer
 from scoring.state import GpuSpec, NodeSpec
 
 NEXT_DOC = "docs/install.md"

@@ -2,7 +2,7 @@
 
 The file is polled: its bytes are hashed every ``poll_s`` seconds, which also sees the
 symlink swap by which kubelet updates a mounted ConfigMap (an inotify watch on the file would
-miss it). A changed file is validated in full (``extender.settings.parse_admin_config``)
+miss it). A changed file is validated in full (``extender.admin_config.parse_admin_config``)
 before anything is applied; an invalid one is logged with its field paths and counted, and
 the previous config stays in force.
 """
@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from extender.admin_config import AdminConfig, ConfigError, parse_admin_config
 from extender.metrics import Metrics
-from extender.settings import AdminPolicy, ConfigError, parse_admin_config
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +28,14 @@ class ConfigWatcher:
     ----------
     path : Path
     apply : callable
-        Called with the new ``AdminPolicy`` (the cache swaps scorer and tenants atomically).
+        Called with the new ``AdminConfig`` (the cache swaps scorer and tenants atomically).
     metrics : Metrics
         ``gpufrac_config_reloads_total{result}`` and ``gpufrac_config_valid``.
     poll_s : float
         Seconds between two reads of the file.
     """
 
-    def __init__(self, path: Path, apply: Callable[[AdminPolicy], None], metrics: Metrics,
+    def __init__(self, path: Path, apply: Callable[[AdminConfig], None], metrics: Metrics,
                  poll_s: float) -> None:
         self.path = path
         self._apply = apply

@@ -1,7 +1,7 @@
 """Feasibility of one pod on candidate nodes: per GPU, per node, with a reason per node.
 
 A GPU fits when it exists, is of an allowed model, is healthy, may hold the pod's QoS class
-(isolation), has the share and the memory the class may take (``scoring.request.QosPolicy``)
+(isolation), has the share and the memory the class may take (``scoring.request.QoSPolicy``)
 and a free time-slicing replica slot. A node fits when it is ready, has the pod's CPU and host
 memory free, and at least ``gpu_count`` GPUs fit. The first failing check names the reason.
 """
@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from scoring.fragmentation import TaskTypes
 from scoring.reduce import clip
-from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
 from scoring.state import ClusterState
 
 
@@ -164,12 +164,12 @@ def gpu_memory_request_mib(
     return (gpu_milli * mem_total_mib) // MILLI_PER_GPU
 
 
-DEFAULT_QOS_POLICY = QosPolicy()
+DEFAULT_QOS_POLICY = QoSPolicy()
 
 
 def share_room(qos: QoSClass, used: NDArray[np.int64], best_effort: NDArray[np.int64],
-               qos_pods: NDArray[np.int64], policy: QosPolicy) -> NDArray[np.int64]:
-    """The most share a pod of class ``qos`` may take on each GPU (``QosPolicy`` rules).
+               qos_pods: NDArray[np.int64], policy: QoSPolicy) -> NDArray[np.int64]:
+    """The most share a pod of class ``qos`` may take on each GPU (``QoSPolicy`` rules).
 
     ``share_fits`` is ``request <= share_room``; the cache also uses it to bound what it
     counts of an allocation it did not make (``extender.cache.accounting``).
@@ -181,7 +181,7 @@ def share_room(qos: QoSClass, used: NDArray[np.int64], best_effort: NDArray[np.i
         Allocated share, and its best-effort part, milli-GPU.
     qos_pods : ndarray of shape (m, g, 3), int64
         Pods per QoS class on each GPU.
-    policy : QosPolicy
+    policy : QoSPolicy
 
     Returns
     -------
@@ -198,7 +198,7 @@ def share_room(qos: QoSClass, used: NDArray[np.int64], best_effort: NDArray[np.i
 
 
 def share_fits(request: PodRequest, used: NDArray[np.int64], best_effort: NDArray[np.int64],
-               qos_pods: NDArray[np.int64], policy: QosPolicy) -> NDArray[np.bool_]:
+               qos_pods: NDArray[np.int64], policy: QoSPolicy) -> NDArray[np.bool_]:
     """Whether each GPU has the share the pod's QoS class may take: ``request.gpu_milli <=
     share_room(request.qos, ...)``, the other parameters as ``share_room``'s.
 
@@ -210,14 +210,14 @@ def share_fits(request: PodRequest, used: NDArray[np.int64], best_effort: NDArra
 
 
 def isolation_ok(request: PodRequest, qos_pods: NDArray[np.int64],
-                 policy: QosPolicy) -> NDArray[np.bool_] | None:
+                 policy: QoSPolicy) -> NDArray[np.bool_] | None:
     """GPUs the pod may join under ``policy.isolate_guaranteed``; None when nothing is excluded.
 
     Parameters
     ----------
     request : PodRequest
     qos_pods : ndarray of shape (m, g, 3), int64
-    policy : QosPolicy
+    policy : QoSPolicy
 
     Returns
     -------
@@ -275,7 +275,7 @@ _SPARE_MEMO: WeakKeyDictionary[ClusterState, tuple[tuple[object, ...], tuple[tup
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
-        policy: QosPolicy = DEFAULT_QOS_POLICY, terms: ClusterTerms | None = None) -> FitContext:
+        policy: QoSPolicy = DEFAULT_QOS_POLICY, terms: ClusterTerms | None = None) -> FitContext:
     """Decide feasibility of ``request`` on the nodes ``rows``.
 
     Parameters
@@ -285,7 +285,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
     request : PodRequest
     rows : ndarray of shape (m,), int64
         Candidate node rows; may be empty.
-    policy : QosPolicy
+    policy : QoSPolicy
         What each QoS class may share.
     terms : ClusterTerms, optional
         The cluster-wide terms to score with; ``cluster_terms(state)`` by default. An

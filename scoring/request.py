@@ -35,7 +35,7 @@ N_QOS = len(QoSClass)
 
 
 @dataclass(frozen=True, slots=True)
-class QosPolicy:
+class QoSPolicy:
     """What each QoS class may share, enforced by ``scoring.fit`` (admin config ``qos:``).
 
     Share rules per GPU, with ``used`` the share allocated to every pod there, ``reserved``

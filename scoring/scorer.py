@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from scoring import strategies
 from scoring.fit import ClusterTerms, FitContext, fit
 from scoring.reduce import clip, mean_at, take_cols
-from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
 from scoring.state import ClusterState
 from scoring.workload import ShapePrior
 
@@ -121,7 +121,7 @@ class ScoringConfig:
     qos_overrides : mapping of str to mapping of str to float
         QoS class wire name (``guaranteed``...) -> weights replacing ``weights`` entries for
         pods of that class.
-    qos : QosPolicy
+    qos : QoSPolicy
         What each QoS class may share (feasibility, not score).
     prior : ShapePrior
         The shapes the learned workload starts from (``scoring.workload.ShapePrior``).
@@ -131,7 +131,7 @@ class ScoringConfig:
 
     weights: Mapping[str, float]
     qos_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    qos: QosPolicy = field(default_factory=QosPolicy)
+    qos: QoSPolicy = field(default_factory=QoSPolicy)
     prior: ShapePrior = field(default_factory=ShapePrior)
     ties: Ties = Ties.KEEP_WHOLE
 
@@ -285,9 +285,9 @@ class Scorer:
     """Weighted combination of registered strategies (build with ``build_scorer``)."""
 
     def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]],
-                 policy: QosPolicy | None = None, prior: ShapePrior | None = None,
+                 qos_policy: QoSPolicy | None = None, prior: ShapePrior | None = None,
                  ties: Ties = Ties.KEEP_WHOLE) -> None:
-        self.policy = policy if policy is not None else QosPolicy()
+        self.qos_policy = qos_policy if qos_policy is not None else QoSPolicy()
         self.prior = prior if prior is not None else ShapePrior()
         self.ties = ties
         self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
@@ -318,7 +318,7 @@ class Scorer:
         -------
         Evaluation
         """
-        ctx = fit(state, request, rows, self.policy, terms)
+        ctx = fit(state, request, rows, self.qos_policy, terms)
         plan = self._plans[request.qos]
         m, k = ctx.rows.shape[0], request.gpu_count
         if k == 0:

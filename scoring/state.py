@@ -44,7 +44,7 @@ class GpuSpec:
         False once NVML reports a fatal XID or the GPU is lost; such a GPU is never chosen.
     memory_used_mib : int
         GPU memory NVML reports in use, MiB (the inventory's ``memory_used_mib``): counted
-        against the memory headroom of guaranteed pods (``scoring.request.QosPolicy``).
+        against the memory headroom of guaranteed pods (``scoring.request.QoSPolicy``).
     """
 
     index: int
@@ -150,7 +150,7 @@ class ClusterState:
     gpu_mem_total_mib, gpu_mem_used_mib : ndarray of shape (n_nodes, max_gpus), int64
     gpu_used_milli : ndarray of shape (n_nodes, max_gpus), int64
         Allocated compute share, milli-GPU; above 1000 only when best-effort pods
-        oversubscribe the GPU (``QosPolicy.best_effort_cap_milli``).
+        oversubscribe the GPU (``QoSPolicy.best_effort_cap_milli``).
     gpu_best_effort_milli : ndarray of shape (n_nodes, max_gpus), int64
         The part of ``gpu_used_milli`` held by best-effort pods (not reserved).
     gpu_mem_nvml_used_mib : ndarray of shape (n_nodes, max_gpus), int64

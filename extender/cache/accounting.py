@@ -33,11 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.cache.records import PodRecord, model_mask_of
+from extender.cache.records import PodRecord
 from extender.cache.tenancy import TenantLedger
+from extender.translate.inbound import model_mask_of
 from podspec.pods import PodIntent
 from scoring.fit import gpu_memory_request_mib, share_room
-from scoring.request import MILLI_PER_GPU, QoSClass, QosPolicy
+from scoring.request import MILLI_PER_GPU, QoSClass, QoSPolicy
 from scoring.state import Allocation, ClusterState
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class ReadBack:
     overcommit_reason: str = ""
 
 
-def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: tuple[int, ...],
+def read_back(state: ClusterState, policy: QoSPolicy, intent: PodIntent, cols: tuple[int, ...],
               milli: int, memory_mib: tuple[int, ...], model_mask: int,
               tenant_verdict: str | None, qos: QoSClass) -> ReadBack:
     """Check a recorded allocation against the state; what to count of it.
@@ -71,7 +72,7 @@ def read_back(state: ClusterState, policy: QosPolicy, intent: PodIntent, cols: t
     ----------
     state : ClusterState
         Read only; the pod's node must be in it.
-    policy : QosPolicy
+    policy : QoSPolicy
         The scorer's QoS rules.
     intent : PodIntent
         The bound pod (``node_name`` set).
@@ -138,18 +139,18 @@ def cols_for_uuids(state: ClusterState, node: str, uuids: Iterable[str]) -> tupl
         return None
 
 
-def account(state: ClusterState, policy: QosPolicy, tenancy: TenantLedger, intent: PodIntent) -> PodRecord:
+def account(state: ClusterState, policy: QoSPolicy, tenancy: TenantLedger, intent: PodIntent) -> PodRecord:
     """The record to hold for a bound pod gpufrac did not just bind, from its allocation record.
 
     CPU and memory always count. Its GPUs count as recorded when the record is one gpufrac
     could have made (``read_back``), else only what was free of them (an over-commit). The
-    caller holds the record (``GpuCache._hold_record``).
+    caller holds the record (``Ledger.hold_record``).
 
     Parameters
     ----------
     state : ClusterState
         Read only; ``intent.node_name`` must be in it.
-    policy : QosPolicy
+    policy : QoSPolicy
     tenancy : TenantLedger
         For the tenant's QoS ceiling and quota.
     intent : PodIntent

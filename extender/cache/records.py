@@ -8,8 +8,8 @@ from typing import Literal
 
 import numpy as np
 
+from extender.translate.inbound import model_mask_of
 from podspec.pods import PodIntent
-from scoring.request import model_mask
 from scoring.scorer import Evaluation
 from scoring.state import Allocation, ClusterState
 
@@ -129,11 +129,6 @@ def task_key(intent: PodIntent, state: ClusterState) -> tuple[int, int, int, int
     """The pod's task type, as ``ClusterState.apply`` counts an allocation."""
     return (intent.gpu_count, intent.gpu_milli, intent.cpu_milli, intent.memory_mib,
             model_mask_of(intent, state), intent.gpu_memory_mib or 0)
-
-
-def model_mask_of(intent: PodIntent, state: ClusterState) -> int:
-    """The bitmask of the state's model ids the pod accepts (``scoring.request.model_mask``)."""
-    return model_mask(None if intent.gpu_models is None else state.model_ids(intent.gpu_models))
 
 
 @dataclass(frozen=True, slots=True)

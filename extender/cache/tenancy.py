@@ -18,12 +18,12 @@ class TenantLedger:
 
     Attributes
     ----------
-    policy : TenantPolicy
+    tenant_policy : TenantPolicy
         The admin config's tenants (swapped on a config reload).
     """
 
-    def __init__(self, policy: TenantPolicy = NO_TENANTS) -> None:
-        self.policy = policy
+    def __init__(self, tenant_policy: TenantPolicy = NO_TENANTS) -> None:
+        self.tenant_policy = tenant_policy
         # GPU share (milli) and memory (MiB) held per namespace, for tenant quotas.
         self._usage: dict[str, list[int]] = {}
         # Namespace labels (cluster mode: the namespace watch), for the tenant label.
@@ -31,7 +31,7 @@ class TenantLedger:
 
     def tenant(self, namespace: str) -> Tenant | None:
         """The namespace's tenant (listed, labelled or default); None when unrestricted."""
-        return self.policy.tenant(namespace, self._labels.get(namespace))
+        return self.tenant_policy.tenant(namespace, self._labels.get(namespace))
 
     def usage(self, namespaces: Iterable[str] | None = None) -> Usage:
         """GPU share and memory held by the pods of ``namespaces`` (None: every namespace)."""
@@ -48,8 +48,8 @@ class TenantLedger:
 
     def by_tenant(self) -> dict[str, tuple[Tenant, Usage]]:
         """Every tenant of the policy (listed, named or default) with what its namespaces hold."""
-        tenants = {t.name: t for t in (*self.policy.by_namespace.values(), *self.policy.by_name.values(),
-                                       *(() if self.policy.default is None else (self.policy.default,)))}
+        tenants = {t.name: t for t in (*self.tenant_policy.by_namespace.values(), *self.tenant_policy.by_name.values(),
+                                       *(() if self.tenant_policy.default is None else (self.tenant_policy.default,)))}
         held: dict[str, list[int]] = {name: [0, 0] for name in tenants}
         for ns, (milli, mib) in self._usage.items():
             tenant = self.tenant(ns)
@@ -65,7 +65,7 @@ class TenantLedger:
         admitted, else the user-facing reason. ``gpu_milli_total``: the pod's total share
         (``gpu_count x gpu_milli`` when None; a recorded allocation's own otherwise)."""
         total = intent.gpu_count * intent.gpu_milli if gpu_milli_total is None else gpu_milli_total
-        return self.policy.admit(intent.namespace, intent.qos, total, gpu_memory_mib,
+        return self.tenant_policy.admit(intent.namespace, intent.qos, total, gpu_memory_mib,
                                  self.tenant_usage(intent.namespace), self._labels.get(intent.namespace))
 
     def hold(self, namespace: str, alloc: Allocation, sign: int = 1) -> None:

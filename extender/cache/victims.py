@@ -1,24 +1,32 @@
 """Preemption's victim search: on one node, the fewest lowest-class pods whose removal makes
 a pod fit (the ``preempt`` verb, through ``GpuCache.preempt``), within a budget.
 
-Pure functions over a one-row copy of the state (``ClusterState.rows_copy``): the live
-arrays are never changed, and the cache holds its lock only around one node's search.
+``preempt`` walks the candidate nodes, taking the cache lock per node, never across the
+whole search; each node's search (``victims_on``) runs on a one-row copy of the state
+(``ClusterState.rows_copy``): the live arrays are never changed.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from extender.cache.ledger import Ledger
 from extender.cache.records import PodRecord
+from extender.translate import inbound
 from podspec.pods import PodIntent
 from scoring.fit import fit
-from scoring.request import PodRequest, QosPolicy
+from scoring.request import PodRequest, QoSPolicy
 from scoring.state import Allocation, ClusterState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,37 @@ class PreemptBudget:
     max_victims: int = 128
     max_tries: int = 512
     time_s: float = 1.0
+
+
+def preempt(lock: AbstractContextManager[Any], ledger: Ledger, intent: PodIntent, nodes: Iterable[str],
+            budget: PreemptBudget) -> dict[str, list[str]]:
+    """Victims that would make ``intent`` fit, per candidate node (``GpuCache.preempt``).
+
+    ``lock`` (the cache's) is taken for the one pass that finds the pods on the candidate
+    nodes and then per node, so filter, bind and the watches go on between nodes; after
+    ``budget.time_s`` the nodes answered so far are returned.
+    """
+    deadline = time.monotonic() + budget.time_s
+    nodes = list(nodes)
+    with lock:
+        if ledger.tenancy.admission(intent, inbound.admission_memory_mib(intent)) is not None:
+            return {}
+        on_node: dict[str, list[str]] = {n: [] for n in nodes}
+        for uid, rec in ledger.pods.items():
+            if rec.allocation is not None and rec.allocation.node in on_node:
+                on_node[rec.allocation.node].append(uid)
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        if time.monotonic() > deadline:
+            log.info("preempt for %s: time budget spent; answering %d node(s)", intent.key, len(out))
+            break
+        with lock:
+            state = ledger.state
+            victims = victims_on(state, ledger.scorer.qos_policy, intent, inbound.pod_request(intent, state), node,
+                                 [(uid, ledger.pods.get(uid)) for uid in on_node[node]], budget, deadline)
+        if victims:
+            out[node] = victims
+    return out
 
 
 def fewest_victims(eligible: list[tuple[str, PodRecord]],
@@ -86,7 +125,7 @@ def _greedy_victims(eligible: list[tuple[str, PodRecord]],
     return [uid for uid, _ in chosen]
 
 
-def victims_on(state: ClusterState, policy: QosPolicy, intent: PodIntent, request: PodRequest,
+def victims_on(state: ClusterState, policy: QoSPolicy, intent: PodIntent, request: PodRequest,
                node: str, records: Sequence[tuple[str, PodRecord | None]], budget: PreemptBudget,
                deadline: float) -> list[str]:
     """The victims on one node (``GpuCache.preempt`` calls it under its lock).
@@ -95,7 +134,7 @@ def victims_on(state: ClusterState, policy: QosPolicy, intent: PodIntent, reques
     ----------
     state : ClusterState
         Read only: the search runs on a one-row copy.
-    policy : QosPolicy
+    policy : QoSPolicy
         The scorer's QoS rules.
     intent, request : PodIntent, PodRequest
         The preemptor, and its request against ``state``.

@@ -14,8 +14,8 @@ import pytest
 from agent.inventory import build_inventory, pod_uid_of_pid, replicas_for
 from agent.nvml import FakeNvml, ProcessReading, XidEvent
 from agent.publisher import Publisher, PublishOptions
+from extender.admin_config import scoring_config
 from extender.cache import GpuCache
-from extender.settings import scoring_config
 from extender.translate import outbound
 from podspec import annotations as ann
 from podspec.nodes import node_observation

@@ -14,8 +14,8 @@ import yaml
 from benchmarks import check_placements, replay, trace
 from benchmarks.cli import main
 from benchmarks.scheduler_emulation import Profile
+from extender.admin_config import AdminConfig, scoring_config
 from extender.clusterfile import load_cluster_file
-from extender.settings import AdminPolicy, scoring_config
 from scoring.fragmentation import TaskTypes
 
 NODES, PODS = trace.DEFAULT_NODES, trace.DEFAULT_PODS
@@ -195,7 +195,7 @@ def test_the_profile_decides_which_pods_reach_the_extender(tmp_path: Path, confi
 
     specs = load_cluster_file(NODES, replicas_per_gpu=20)
     pods = trace.load_pods(PODS)
-    client = Counting(specs, AdminPolicy(scoring_config("bestfit")))
+    client = Counting(specs, AdminConfig(scoring_config("bestfit")))
     if config == "gpu-pods-only":  # the shipped profile with the managedResources it documents
         cfg = yaml.safe_load((REPO / "scheduler-config.yaml").read_text())
         cfg["extenders"][0]["managedResources"] = [{"name": "gpufrac.io/gpu", "ignoredByScheduler": False}]

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from kubernetes import watch
 
+from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder, raw_watch_target
 from extender.fence import ClaimFence
-from extender.settings import scoring_config
 from podspec.kubeio import kube_api, response_json
 from podspec.nodes import node_observation
 from podspec.pods import pod_intent

@@ -182,7 +182,7 @@ def test_bad_values_fail_with_the_schemas_message() -> None:
 
 
 def test_the_values_schema_carries_the_admin_config_model() -> None:
-    from extender.settings import config_json_schema
+    from extender.admin_config import config_json_schema
 
     committed = json.loads((CHART / "values.schema.json").read_text())
     generated = config_json_schema()

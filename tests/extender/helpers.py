@@ -12,9 +12,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
-from extender.settings import Settings, scoring_config
+from extender.settings import Settings
 from scoring.scorer import build_scorer
 from scoring.state import NodeSpec
 

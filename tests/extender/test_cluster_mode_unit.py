@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import urllib3
 
+from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
-from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.kubeio import core_path
 from podspec.nodes import node_observation

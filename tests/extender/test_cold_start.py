@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import cold_start
+from extender.admin_config import scoring_config
 from extender.cache import GpuCache
-from extender.settings import scoring_config
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 

@@ -69,7 +69,7 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     assert {s for r, s in subjects if r in extender_roles} == {"gpufrac-extender"}
     assert {s for r, s in subjects if r not in extender_roles} == {"gpufrac-scheduler"}
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    # extender/cluster.py: list/watch nodes and pods, read a pod at bind, create the Binding
+    # extender/cluster/: list/watch nodes and pods, read a pod at bind, create the Binding
     # (which carries the allocation annotations), patch pending pods' requeue annotation,
     # list/watch namespaces (tenant_label).
     assert granted == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder
 from extender.fence import CLAIMS_LABEL, Claim, ClaimFence, FenceConflict, Ledger, ledger_name, parse_ledger
-from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.scorer import build_scorer

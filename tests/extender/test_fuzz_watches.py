@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender.admin_config import scoring_config
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.fence import ClaimFence, ledger_name
-from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer

@@ -19,11 +19,12 @@ import httpx
 import pytest
 import uvicorn
 
+from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, SyncOptions
 from extender.server import uvicorn_config
-from extender.settings import Settings, scoring_config
+from extender.settings import Settings
 from podspec import annotations as ann
 from podspec.nodes import node_observation
 from podspec.pods import allocation_annotations, pod_intent

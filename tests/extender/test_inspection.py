@@ -41,7 +41,7 @@ def test_a_gpu_holding_more_than_it_has_is_flagged_and_unreadable_pods_are_liste
 
 
 def test_best_effort_share_past_the_gpu_is_not_an_overcommit() -> None:
-    # 1000 burstable + 500 best-effort: best-effort is squeezed, not reserved (QosPolicy).
+    # 1000 burstable + 500 best-effort: best-effort is squeezed, not reserved (QoSPolicy).
     (report,) = inspection.gather([node("n")], [bound("a", 1000, 8192), bound("b", 500, 4096, "best-effort")],
                                   stale_after_s=60, now=NOW)
     assert report.gpus[0].reserved_milli == 1000 and not report.gpus[0].overcommitted

@@ -29,8 +29,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
-from extender.settings import scoring_config
 from extender.tenants import Tenant, TenantPolicy
 from podspec import annotations as ann
 from podspec.pods import allocation_annotations, pod_intent
@@ -82,7 +82,7 @@ def check(cache: GpuCache, forged: set[str]) -> None:
     exists = s.gpu_exists
     assert ((s.gpu_used_milli - s.gpu_best_effort_milli)[exists] <= 1000).all()
     # best-effort share alone stays within the cap (1000: no oversubscription configured);
-    # burstable pods may squeeze it (QosPolicy), so used as a whole may pass 1000.
+    # burstable pods may squeeze it (QoSPolicy), so used as a whole may pass 1000.
     assert (s.gpu_best_effort_milli[exists] <= 1000).all()
     assert (s.gpu_mem_used_mib[exists] <= s.gpu_mem_total_mib[exists]).all()
     trusted_pods: dict[str, int] = defaultdict(int)

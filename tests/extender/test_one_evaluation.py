@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import numpy as np
+from collections import Counter
 
+import numpy as np
+import pytest
+
+from extender.admin_config import scoring_config
 from extender.cache import GpuCache
-from extender.settings import scoring_config
 from extender.translate import inbound
+from extender.verbs.filter import ExtenderArgs, filter
+from extender.verbs.prioritize import prioritize
+from podspec import annotations as ann
 from podspec.pods import pod_intent
+from scoring import request as request_module
 from scoring.incremental import EXACT
 from scoring.scorer import build_scorer
+from scoring.state import ClusterState
 from tests.conftest import gpu_node, pod_json
 
 SHAPES = [("0.25", "2", "4Gi"), ("0.5", "4", "8Gi"), ("1", "8", "16Gi"), ("0.75", "1", "2Gi")]
@@ -46,3 +54,45 @@ def test_every_verb_answers_as_a_full_evaluation_would(rng: np.random.Generator)
         if rng.random() < 0.2:
             cache.remove_pod(bound.pop(int(rng.integers(len(bound)))))
     assert len(bound) > 30
+
+
+def test_a_filter_converts_its_names_mask_and_request_once_and_prioritize_converts_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The conversions of translate.inbound are counted on a filter whose NodeNames repeat two
+    # nodes and name one gpufrac does not know, then on the prioritize kube-scheduler sends
+    # next: the filter parses, resolves the names (dropping the repeats in the same pass),
+    # builds the request and its model mask once each; prioritize reuses all of it.
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes([gpu_node("a", 4), gpu_node("b", 2, model="A100"), gpu_node("c", 8)])
+    calls: Counter[str] = Counter()
+
+    def counted(owner: object, name: str) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for name in ("extender_args", "candidates", "rows_for_names", "pod_request", "model_mask_of"):
+        counted(inbound, name)
+    counted(request_module, "model_mask")
+    counted(ClusterState, "model_ids")
+    pod = pod_json("m", annotations={ann.FRACTION: "0.5", ann.GPU_MODEL: "T4"})
+    names = ["a", "b", "a", "ghost", "c", "c"]
+    reply = filter(cache, ExtenderArgs(Pod=pod, NodeNames=names), decide=False)
+    assert reply.body["Error"] == ""
+    assert sorted(reply.body["NodeNames"]) == ["a", "c"]
+    assert list(reply.body["FailedNodes"]) == ["ghost"]  # each once
+    assert list(reply.body["FailedAndUnresolvableNodes"]) == ["b"]  # the model: preemption cannot help
+    assert calls == {"extender_args": 1, "candidates": 1, "rows_for_names": 2,  # the second after repeats
+                     "pod_request": 1, "model_ids": 1}, calls
+    calls.clear()
+    ranked = prioritize(cache, ExtenderArgs(Pod=pod, NodeNames=reply.body["NodeNames"]))
+    assert sorted(h["Host"] for h in ranked.body) == ["a", "c"]
+    assert calls == {"extender_args": 1}, calls  # parsing the body; nothing converted again
+    calls.clear()
+    other = pod_json("n", annotations={ann.FRACTION: "0.25", ann.GPU_MODEL: "T4"})
+    filter(cache, ExtenderArgs(Pod=other, NodeNames=["a", "b", "c"]), decide=False)
+    assert calls == {"extender_args": 1, "candidates": 1, "rows_for_names": 1, "pod_request": 1,
+                     "model_ids": 1}, calls  # no repeats: one lookup

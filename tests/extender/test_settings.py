@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from extender.admin_config import ConfigError, load_admin_config, scoring_config
 from extender.cli import main
-from extender.settings import ConfigError, load_admin_config, load_policy, scoring_config
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.scorer import Ties
@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_override_on_top_of_preset(tmp_path: Path) -> None:
     cfg = load_admin_config(write(tmp_path, "scoring:\n  preset: default\n  weights:\n    spread: 0.5\n"
-                                            "  qos_overrides:\n    best-effort: {node_packing: 3}\n"))
+                                            "  qos_overrides:\n    best-effort: {node_packing: 3}\n")).scoring
     assert cfg.weights == {**PRESETS["default"].weights, "spread": 0.5}
     assert cfg.qos_overrides == {"best-effort": {"node_packing": 3.0}}
 
@@ -54,8 +54,8 @@ def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -
 
 
 def test_tolerance_defaults_to_the_shipped_one_and_is_read(tmp_path: Path) -> None:
-    assert load_policy(write(tmp_path, "scoring:\n  preset: default\n")).tolerance == DEFAULT_TOLERANCE
-    exact = load_policy(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0, spare_need: 0}\n"))
+    assert load_admin_config(write(tmp_path, "scoring:\n  preset: default\n")).tolerance == DEFAULT_TOLERANCE
+    exact = load_admin_config(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0, spare_need: 0}\n"))
     assert exact.tolerance == Tolerance(0.0, 0.0, 0.0)
 
 
@@ -164,12 +164,12 @@ def test_serve_logs_where_it_listens_and_which_config_it_loaded(tmp_path: Path) 
 def test_prior_and_ties_from_the_admin_config(tmp_path: Path) -> None:
     cfg = load_admin_config(write(tmp_path, (
         "scoring:\n  preset: default\n  ties: row\n  prior:\n    floor: 0.02\n    shapes:\n"
-        "    - {gpus: 8, weight: 3}\n    - {fraction: 0.25}\n")))
+        "    - {gpus: 8, weight: 3}\n    - {fraction: 0.25}\n"))).scoring
     # Shapes in milli-GPU; pods kept from the preset's prior; ties replaced.
     assert cfg.prior == ShapePrior(((8, 1000, 3), (1, 250, 1)), PRESETS["default"].prior.pods, 0.02)
     assert cfg.ties == Ties.ROW
     # Left out: the preset's (the paper baselines have none).
-    assert load_admin_config(write(tmp_path, "scoring:\n  preset: fgd\n")).prior == PRESETS["fgd"].prior
+    assert load_admin_config(write(tmp_path, "scoring:\n  preset: fgd\n")).scoring.prior == PRESETS["fgd"].prior
 
 
 

@@ -14,9 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from extender.admin_config import ConfigError, load_admin_config
 from extender.app import create_app
 from extender.cache import GpuCache
-from extender.settings import ConfigError, Settings, load_policy
+from extender.settings import Settings
 from scoring.scorer import Scorer
 from scoring.state import NodeSpec
 from tests.conftest import gpu_node, pod_json
@@ -53,7 +54,7 @@ def app_with(nodes: list[NodeSpec], config: Path, **settings: Any) -> Iterator[t
 def load_scorer(config: Path) -> Scorer:
     from scoring.scorer import build_scorer
 
-    return build_scorer(load_policy(config).scoring)
+    return build_scorer(load_admin_config(config).scoring)
 
 
 def pod(name: str, ns: str, fraction: str | None = None, qos: str | None = None, gpus: int = 1,
@@ -166,7 +167,7 @@ def test_tenant_and_qos_config_errors_name_the_field(tmp_path: Path, text: str, 
     path = tmp_path / "c.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as exc:
-        load_policy(path)
+        load_admin_config(path)
     assert message in str(exc.value)
 
 
@@ -336,7 +337,7 @@ def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatc
     def no_rebuild() -> None:
         raise AssertionError("a usage-only heartbeat rebuilt the arrays")
 
-    monkeypatch.setattr(cache, "_rebuild", no_rebuild)
+    monkeypatch.setattr(cache._ledger, "rebuild", no_rebuild)
     # NVML sees 12000 of 16384 MiB used: a guaranteed half (8192 MiB) no longer fits
     busy = replace(node, gpus=(replace(node.gpus[0], memory_used_mib=12000),))
     cache.upsert_node(busy)

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import ClusterSync, SyncOptions
 from extender.quarantine import Quarantine
-from extender.settings import scoring_config
 from podspec import annotations as ann
 from podspec.nodes import MAX_CLOCK_SKEW_S
 from podspec.pods import pod_intent

@@ -41,7 +41,7 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
         elif n_gpus and rng.random() < 0.8:
             col = int(rng.integers(n_gpus))
             qos = QoSClass(int(rng.integers(3)))
-            # best-effort pods may oversubscribe a GPU up to 1.5x (QosPolicy.best_effort_cap_milli)
+            # best-effort pods may oversubscribe a GPU up to 1.5x (QoSPolicy.best_effort_cap_milli)
             cap = 1500 if qos == QoSClass.BEST_EFFORT else 1000
             free = cap - int(st.gpu_used_milli[row, col])
             if free <= 0 or st.gpu_pods[row, col] >= st.gpu_replicas[row, col]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scoring.fit import Reason
-from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QosPolicy
+from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
 from scoring.state import ClusterState
 
 
@@ -302,7 +302,7 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
     }
 
 
-def _share_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: QosPolicy) -> bool:
+def _share_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: QoSPolicy) -> bool:
     used = int(state.gpu_used_milli[row, col])
     reserved = used - int(state.gpu_best_effort_milli[row, col])
     holds_g = int(state.gpu_qos_pods[row, col, QoSClass.GUARANTEED]) > 0
@@ -315,7 +315,7 @@ def _share_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: 
     return used + req.gpu_milli <= cap
 
 
-def _isolation_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: QosPolicy) -> bool:
+def _isolation_ok(state: ClusterState, row: int, col: int, req: PodRequest, policy: QoSPolicy) -> bool:
     if not policy.isolate_guaranteed or req.qos == QoSClass.BURSTABLE:
         return True
     other = QoSClass.BEST_EFFORT if req.qos == QoSClass.GUARANTEED else QoSClass.GUARANTEED
@@ -330,7 +330,7 @@ def _mem_free(state: ClusterState, row: int, col: int, req: PodRequest) -> int:
     return total - used
 
 
-def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, policy: QosPolicy) -> int:
+def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, policy: QoSPolicy) -> int:
     """How many of the nested GPU checks (in ``fit``'s order) one GPU passes, 0..7."""
     mem_req = (req.gpu_memory_mib if req.gpu_memory_mib is not None
                else req.gpu_milli * int(state.gpu_mem_total_mib[row, col]) // MILLI_PER_GPU)
@@ -360,21 +360,21 @@ REFERENCE_TERMS = frozenset({
 
 
 def evaluate_node(state: ClusterState, req: PodRequest, row: int,
-                  weights: Mapping[str, float], policy: QosPolicy | None = None) -> ReferenceResult:
+                  weights: Mapping[str, float], policy: QoSPolicy | None = None) -> ReferenceResult:
     """Reference evaluation of one pod on one node (weights: strategy -> weight > 0)."""
     return evaluate_node_all(state, req, row, [weights], policy)[0]
 
 
 def evaluate_node_all(state: ClusterState, req: PodRequest, row: int,
                       weight_sets: Sequence[Mapping[str, float]],
-                      policy: QosPolicy | None = None) -> list[ReferenceResult]:
+                      policy: QoSPolicy | None = None) -> list[ReferenceResult]:
     """``evaluate_node`` for several weight sets at once: the fit checks and every term are
     computed once per node; the terms that depend on the chosen GPUs once per choice."""
     for weights in weight_sets:
         missing = sorted(set(weights) - REFERENCE_TERMS)
         assert not missing, (f"no scalar reference for strategy {missing}: add its formula to "
                              "tests/scoring/reference.py (_gpu_terms or _node_terms)")
-    policy = policy if policy is not None else QosPolicy()
+    policy = policy if policy is not None else QoSPolicy()
     k = req.gpu_count
     gpu_checks = [_checks_passed(state, row, col, req, policy) for col in range(state.max_gpus)]
     reason = Reason.FITS

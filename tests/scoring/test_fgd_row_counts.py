@@ -7,7 +7,7 @@ import pytest
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext, fit
-from scoring.request import PodRequest, QosPolicy
+from scoring.request import PodRequest, QoSPolicy
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import fgd
 from tests.conftest import gpu_node
@@ -49,14 +49,14 @@ def test_kept_counts_follow_every_change_of_every_state(rng: np.random.Generator
     nodes = [gpu_node(f"n{i:02d}", (8, 4, 2)[i % 3], model=("T4", "A10")[i % 2]) for i in range(18)]
     first = ClusterState.from_nodes(nodes)
     for i, req in enumerate(MENU):  # every shape known from the start
-        ctx = fit(first, req, np.array([i]), QosPolicy())
+        ctx = fit(first, req, np.array([i]), QoSPolicy())
         place(first, ctx, 0)
     states = [first, first.copy()]
     compared = 0
     for step in range(160):
         st = states[step % 2]
         req = MENU[int(rng.integers(len(MENU)))]
-        ctx = fit(st, req, rng.permutation(st.n_nodes), QosPolicy())
+        ctx = fit(st, req, rng.permutation(st.n_nodes), QoSPolicy())
         assert np.array_equal(fgd.gpu_score(ctx), fresh_score(ctx)), step
         compared += 1
         placeable = np.flatnonzero(ctx.node_fits & (ctx.gpu_fits.sum(axis=1) >= req.gpu_count))

@@ -1,4 +1,4 @@
-"""QoS classes enforced by placement (``QosPolicy`` in ``scoring.fit``), worked case by case.
+"""QoS classes enforced by placement (``QoSPolicy`` in ``scoring.fit``), worked case by case.
 
 One node, one GPU of 16384 MiB with 8 replica slots; the pods already there are listed as
 (class, share milli). ``used`` is their total share, ``reserved`` the part not best-effort.
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from scoring.fit import Reason, fit
-from scoring.request import PodRequest, QoSClass, QosPolicy
+from scoring.request import PodRequest, QoSClass, QoSPolicy
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
 
 G, B, BE = QoSClass.GUARANTEED, QoSClass.BURSTABLE, QoSClass.BEST_EFFORT
-OVERSUB = QosPolicy(best_effort_cap_milli=1500)
-ISOLATED = QosPolicy(isolate_guaranteed=True, best_effort_cap_milli=1500)
+OVERSUB = QoSPolicy(best_effort_cap_milli=1500)
+ISOLATED = QoSPolicy(isolate_guaranteed=True, best_effort_cap_milli=1500)
 
 
 def one_gpu(held: list[tuple[QoSClass, int]], nvml_used_mib: int = 0) -> ClusterState:
@@ -41,7 +41,7 @@ CASES = [
     # 1000 + 501 = 1501 > 1500
     ([(B, 1000)], BE, 501, OVERSUB, Reason.INSUFFICIENT_GPU_SHARE),
     # without oversubscription (cap 1000): 1000 + 1 > 1000
-    ([(B, 1000)], BE, 1, QosPolicy(), Reason.INSUFFICIENT_GPU_SHARE),
+    ([(B, 1000)], BE, 1, QoSPolicy(), Reason.INSUFFICIENT_GPU_SHARE),
     # a guaranteed pod's GPU is never oversubscribed: cap falls back to 1000 (900 + 200 > 1000)
     ([(G, 900)], BE, 200, OVERSUB, Reason.INSUFFICIENT_GPU_SHARE),
     # isolation keeps best-effort off a guaranteed pod's GPU even with room (100 + 100)
@@ -51,14 +51,14 @@ CASES = [
     # reserved 600 + 401 = 1001 > 1000
     ([(B, 600), (BE, 300)], B, 401, OVERSUB, Reason.INSUFFICIENT_GPU_SHARE),
     # burstable on a guaranteed pod's GPU: used 500 + 300 (best-effort) + 300 = 1100 > 1000
-    ([(G, 500), (BE, 300)], B, 300, QosPolicy(), Reason.INSUFFICIENT_GPU_SHARE),
+    ([(G, 500), (BE, 300)], B, 300, QoSPolicy(), Reason.INSUFFICIENT_GPU_SHARE),
     # burstable may share with anyone, isolation or not
     ([(G, 300), (BE, 300)], B, 300, ISOLATED, Reason.FITS),
 ]
 
 
 @pytest.mark.parametrize(("held", "qos", "milli", "policy", "expected"), CASES)
-def test_share_rules(held: list[tuple[QoSClass, int]], qos: QoSClass, milli: int, policy: QosPolicy,
+def test_share_rules(held: list[tuple[QoSClass, int]], qos: QoSClass, milli: int, policy: QoSPolicy,
                      expected: Reason) -> None:
     st = one_gpu(held)
     ctx = fit(st, PodRequest(1, milli, qos=qos), np.array([0]), policy)

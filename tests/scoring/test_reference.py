@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scoring.presets import PRESETS
-from scoring.request import QosPolicy
+from scoring.request import QoSPolicy
 from scoring.scorer import STRATEGIES, ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 from tests.scoring.reference import evaluate_node_all
@@ -18,11 +18,11 @@ WEIGHT_SETS = [
 ]
 
 
-POLICIES = [QosPolicy(), QosPolicy(isolate_guaranteed=True, best_effort_cap_milli=1500)]
+POLICIES = [QoSPolicy(), QoSPolicy(isolate_guaranteed=True, best_effort_cap_milli=1500)]
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=["qos-default", "qos-isolated-oversubscribed"])
-def test_kernel_matches_reference(policy: QosPolicy, rng: np.random.Generator) -> None:
+def test_kernel_matches_reference(policy: QoSPolicy, rng: np.random.Generator) -> None:
     # Every weight set (the default, all strategies at once, each strategy alone) on the
     # same 400 random (state, pod) pairs; the scalar reference computes a node's terms once
     # for all of them (``evaluate_node_all``), the kernel evaluates each set on its own.

@@ -1,0 +1,82 @@
+"""Read views of the ledger: what ``/allocations``, ``/readyz`` and ``/metrics`` show.
+
+Pure reads; ``GpuCache`` decides when they run under its lock (``allocations``) and when
+they must not wait for it (``summary``, ``metrics_view``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from extender.cache.ledger import Ledger
+from extender.cache.records import MetricsView, PodRecord
+from scoring.state import ClusterState
+
+
+def allocations(ledger: Ledger) -> list[dict[str, Any]]:
+    """Every bound pod's allocation, for ``/allocations`` and the replay's placements.
+
+    ``gpu_milli`` is the share the pod's record gives it; ``held_milli`` and
+    ``gpu_memory_mib`` what the cache counts per GPU (less than recorded only for an
+    over-commit, whose reason is in ``overcommit``; empty otherwise).
+    """
+    state = ledger.state
+    out: list[dict[str, Any]] = []
+    for rec in ledger.pods.values():
+        a = rec.allocation
+        if a is None:
+            continue
+        row = state.node_index[a.node]
+        held = rec.held
+        cols = [c for h in held for c in h.gpu_cols]
+        out.append({
+            "uid": rec.intent.uid,
+            "namespace": rec.intent.namespace,
+            "name": rec.intent.name,
+            "node": a.node,
+            "gpu_indices": [int(state.gpu_index[row, c]) for c in cols],
+            "gpu_uuids": [state.gpu_uuid[row][c] for c in cols],
+            "gpu_milli": a.gpu_milli if not rec.overcommit_reason else (
+                rec.intent.assigned_gpu_milli or rec.intent.gpu_milli),
+            "gpu_memory_mib": [m for h in held for m in h.gpu_memory_mib],
+            "held_milli": [h.gpu_milli for h in held for _ in h.gpu_cols],
+            "qos": a.qos.wire_name,
+            "cpu_milli": a.cpu_milli,
+            "memory_mib": a.memory_mib,
+            "overcommit": rec.overcommit_reason,
+        })
+    return out
+
+
+def summary(state: ClusterState, records: list[PodRecord]) -> dict[str, int]:
+    """Totals for metrics and readiness: nodes, GPUs, allocated milli, pods, over-commits."""
+    return {
+        "nodes": state.n_nodes,
+        "gpus": int(state.gpu_exists.sum()),
+        "gpu_allocated_milli": int(state.gpu_used_milli.sum()),
+        "pods": len(records),
+        "pods_bound": sum(1 for r in records if r.allocation is not None),
+        "pods_overcommitted": sum(1 for r in records if r.overcommit_reason),
+    }
+
+
+def metrics_view(ledger: Ledger) -> MetricsView:
+    """Per-GPU allocation and per-tenant usage, copied at one instant (``MetricsView``)."""
+    s = ledger.state
+    rows, cols = np.nonzero(s.gpu_exists)
+    used = s.gpu_used_milli[rows, cols].tolist()
+    mem = s.gpu_mem_used_mib[rows, cols].tolist()
+    total = s.gpu_mem_total_mib[rows, cols].tolist()
+    replicas = s.gpu_replicas[rows, cols].tolist()
+    pods = s.gpu_pods[rows, cols].tolist()
+    healthy = s.gpu_healthy[rows, cols].tolist()
+    model = s.gpu_model[rows, cols].tolist()
+    ready = s.node_ready[rows].tolist()
+    gpus = [(s.node_names[r], s.gpu_uuid[r][c], s.models[model[i]] if 0 <= model[i] < len(s.models) else "",
+             used[i], mem[i], total[i], replicas[i], pods[i], bool(healthy[i]), bool(ready[i]))
+            for i, (r, c) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True))]
+    tenants = [(name, u.gpu_milli, u.gpu_memory_mib, t.quota_gpu_milli, t.quota_gpu_memory_mib)
+               for name, (t, u) in sorted(ledger.tenancy.by_tenant().items())]
+    return MetricsView(gpus, tenants)

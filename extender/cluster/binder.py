@@ -1,0 +1,369 @@
+"""``KubeBinder``: the cluster-mode bind.
+
+Hold the allocation as assumed in the cache (the fit re-checked under the cache lock), then
+create the Binding carrying the allocation record as annotations, which the API server
+writes onto the pod together with ``spec.nodeName``. If the call fails the assumed
+allocation is given back and the error goes to kube-scheduler. With a ``ClaimFence``
+(``--fence-namespace``, for more than one replica) the allocation is first claimed on the
+node's ledger by compare-and-swap (``extender.fence``), binds to one node sharing one claim
+write (group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
+from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
+from extender.fence import Claim, ClaimFence, FenceConflict, Ledger
+from podspec.kubeio import core_path, response_json, write_json
+from podspec.pods import allocation_annotations, pod_intent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Queued:
+    """One fenced bind waiting in its node's group commit."""
+
+    uid: str
+    namespace: str
+    name: str
+    done: bool = False
+    record: PodRecord | None = None
+    error: BindError | None = None
+
+
+class _NodeGroup:
+    """A node's group commit: binds queued for the next claim write, and whether one is
+    being written (``cond`` guards both and is the node's lock for fenced binds)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.queue: list[_Queued] = []
+        self.writing = False
+
+
+class KubeBinder:
+    """Cluster-mode bind: assume, then one Binding that also writes the allocation record.
+
+    Parameters
+    ----------
+    api : kubernetes.client.CoreV1Api
+    cache : GpuCache
+    assume_ttl_s : float
+        Passed to ``GpuCache.assume``.
+    now : callable returning a timezone-aware datetime, optional
+        For the ``gpufrac.io/assigned-at`` timestamp.
+    fence : ClaimFence, optional
+        Fence every bind with a claim on the node's ledger first (two writes per bind).
+        None: one write, safe only while one instance binds.
+    api_timeout_s : float, optional
+        Limit of each API call a bind makes, seconds (``Settings.bind_api_timeout_s``).
+    """
+
+    def __init__(self, api: client.CoreV1Api, cache: GpuCache, assume_ttl_s: float,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 fence: ClaimFence | None = None, api_timeout_s: float = 4.0) -> None:
+        self._api = api
+        self._timeout_s = api_timeout_s
+        self._cache = cache
+        self._ttl = assume_ttl_s
+        self._now = now
+        self.fence = fence
+        self._groups_guard = threading.Lock()
+        self._absent: dict[str, float] = {}
+        self._groups: dict[str, _NodeGroup] = {}
+        # The pod watch's progress (set by ClusterSync): fenced binds wait for a ledger's
+        # watermark, and drop claims of pods it shows bound (extender.fence).
+        self.pods_rv: Callable[[], int | None] = lambda: None
+        self.bound_rv: Callable[[str], int | None] = lambda uid: None
+
+    def _node_lock(self, node: str) -> threading.Lock:
+        """The node's lock: unfenced binds hold it around assume; fenced ones go through
+        the same node's group commit (``_NodeGroup.cond`` wraps this lock)."""
+        return self._group(node).lock
+
+    def _ensure_known(self, uid: str, namespace: str, name: str) -> None:
+        """Bind may come before the pod watch delivered the pod: read it once.
+
+        Raises
+        ------
+        BindError
+            The pod cannot be read, is not the pod ``uid`` (recreated), or does not parse.
+        """
+        if self._cache.knows_pod(uid):
+            return
+        try:
+            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False,
+                                                               _request_timeout=self._timeout_s))
+        except ApiException as exc:
+            raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
+        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+            raise BindError(f"gpufrac: reading pod {namespace}/{name}: {type(exc).__name__}") from None
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or meta.get("uid") != uid:
+            raise BindError(f"gpufrac: pod {namespace}/{name} has another UID than {uid} (recreated)")
+        try:
+            intent = pod_intent(obj)
+        except ValueError as exc:
+            raise BindError(f"gpufrac: pod {namespace}/{name}: {exc}") from None
+        self._cache.apply_pod_event("ADDED", intent)
+
+    def bind(self, uid: str, namespace: str, name: str, node: str) -> None:
+        """Bind one pod to ``node`` with the GPUs gpufrac chooses there.
+
+        Fenced, every API read (the ledger the first time, claimed pods the pod watch has
+        not shown yet) happens before the node lock is taken; under it, only the claim's
+        compare-and-swap write.
+
+        Raises
+        ------
+        BindError
+            The pod does not fit any more (another bind took the share), is unknown to the
+            API, or the Binding failed; nothing stays held, and nothing was written.
+        """
+        self._ensure_known(uid, namespace, name)
+        if self.fence is not None:
+            self._read_claimed_pods(node)
+            rec = self._assume_and_claim(uid, namespace, name, node)
+        else:
+            with self._node_lock(node):
+                # Choose and hold: serialized per node here and by the cache lock inside,
+                # so of two binds racing for the last share exactly one gets it.
+                rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
+        alloc = rec.allocation
+        assert alloc is not None
+        # The Binding runs outside the node lock: the share is already held (and claimed),
+        # and binds of other pods to the same node proceed in parallel.
+        record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
+                                                  alloc.gpu_memory_mib, self._now())
+        try:
+            self._create_binding(uid, namespace, name, node, record)
+        except ApiException as exc:
+            if exc.status == HTTP_CONFLICT and self._bound_there(uid, namespace, name, node):
+                return  # a retried bind whose first attempt went through, or another instance's
+            self._cache.forget(uid)
+            raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
+                            f"{exc.status} {exc.reason}") from None
+
+    def _unseen_claims(self, ledger: Ledger) -> list[ClaimedAllocation]:
+        """Live foreign claims of pods neither the cache knows nor a read found absent."""
+        now = time.monotonic()
+        return [c for c in self._claimed(ledger)
+                if not self._cache.knows_pod(c.uid) and self._absent.get(c.uid, 0.0) <= now]
+
+    def _read_claimed_pods(self, node: str) -> None:
+        """Before the node lock: read ``node``'s ledger if never seen, and the pods its live
+        claims name that the cache has not seen (newest first, for at most
+        ``CLAIM_READ_BUDGET_S``). A pod that is gone or recreated holds nothing, and is not
+        read again while its claim lives.
+
+        Raises
+        ------
+        BindError
+            The ledger cannot be read, or the budget ran out with pods left to read (the
+            next try goes on where this one stopped).
+        """
+        fence = self.fence
+        assert fence is not None
+        try:
+            ledger = fence.view(node)
+        except ApiException as exc:
+            raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
+        deadline = time.monotonic() + WATERMARK_WAIT_S
+        while not self._reached(ledger):  # the watch moves on in its own thread
+            if time.monotonic() > deadline:
+                raise BindError(f"gpufrac: the pod watch is behind the claim ledger of {node} (revision "
+                                f"{self.pods_rv()} < {ledger.watermark}); kube-scheduler retries the pod")
+            time.sleep(0.002)
+            ledger = fence.view(node)
+        unseen = self._unseen_claims(ledger)
+        deadline = time.monotonic() + CLAIM_READ_BUDGET_S
+        for i, c in enumerate(reversed(unseen)):
+            if time.monotonic() > deadline:
+                raise BindError(f"gpufrac: the claim ledger of {node} names {len(unseen) - i} pods not read yet "
+                                f"(read {i} in {CLAIM_READ_BUDGET_S:.0f} s); kube-scheduler retries the pod")
+            try:
+                self._ensure_known(c.uid, c.namespace, c.name)
+            except BindError:
+                # Deleted or recreated: counted as nothing (ClaimHold.UNKNOWN).
+                if len(self._absent) >= MAX_ABSENT:
+                    self._absent = {u: t for u, t in list(self._absent.items()) if t > time.monotonic()}
+                self._absent[c.uid] = time.monotonic() + c.hold_s
+
+    def _reached(self, ledger: Ledger) -> bool:
+        """True when this instance's pod watch has applied every pod event up to the
+        ledger's watermark, so the claims dropped below it are counted by the pods."""
+        if ledger.watermark == 0:
+            return True
+        rv = self.pods_rv()
+        return rv is not None and rv >= ledger.watermark
+
+    def _shown_bound(self, claim: Claim) -> int | None:
+        """The pod-event revision at which the pod watch showed ``claim`` bound as claimed;
+        None while it has not (the claim stays in the ledger)."""
+        rv = self.bound_rv(claim.uid)
+        if rv is None or not self._cache.shows_bound(claim.uid, claim.node, claim.gpu_uuids):
+            return None
+        return rv
+
+    def _live_claims(self, node: str) -> tuple[Ledger, list[ClaimedAllocation]]:
+        """Under the node lock, no API call: ``node``'s ledger as last seen, and its live
+        claims by other instances, for ``GpuCache.assume`` to count under its lock.
+
+        Raises
+        ------
+        BindError
+            A live claim names a pod that was neither read nor found absent (its claim
+            arrived after ``_read_claimed_pods``): counting nothing for it could
+            over-commit, so the bind is refused and retried.
+        """
+        fence = self.fence
+        assert fence is not None
+        ledger = fence.view(node)  # kept since _read_claimed_pods: no API read
+        if not self._reached(ledger):
+            raise BindError(f"gpufrac: the claim ledger of {node} moved past this instance's pod watch; "
+                            "kube-scheduler retries the pod")
+        if unseen := self._unseen_claims(ledger):
+            c = unseen[-1]
+            raise BindError(f"gpufrac: the claim ledger of {node} names pod {c.namespace}/{c.name}, "
+                            "not seen yet; kube-scheduler retries the pod")
+        return ledger, self._claimed(ledger)
+
+    def _claimed(self, ledger: Ledger) -> list[ClaimedAllocation]:
+        """The live claims of ``ledger`` made by other instances (ours are held by our own
+        assume, or were given back when their Binding failed)."""
+        fence = self.fence
+        assert fence is not None
+        return [c.counted(left) for c, left in fence.live(ledger) if c.owner != fence.identity]
+
+    def fold(self, ledger: Ledger) -> None:
+        """Count other instances' live claims of ``ledger`` in the cache now (the claims
+        watch), so that filter and prioritize see them before any bind re-counts them."""
+        for c in self._claimed(ledger):
+            self._cache.hold_claim(c)
+
+    def _assume_and_claim(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
+        """Fenced: choose and hold the pod's GPUs, and commit its claim, in a group commit.
+
+        Binds to one node queue up; the first one not waiting on a write becomes the
+        leader and, under the node lock, assumes every queued pod against one view of the
+        ledger (each counting the others' holds), then writes all their claims in one
+        compare-and-swap with the lock released, so binds arriving meanwhile queue for the
+        next write. One write covers every bind that came while the previous one was in
+        flight, and the choice is the same as one bind at a time: each pod was assumed
+        against the ledger version the write is conditioned on. A conflict refuses the
+        whole group (each is retried by kube-scheduler); a pod that no longer fits is
+        refused alone.
+
+        Raises
+        ------
+        BindError
+            The pod does not fit, or its group's claim could not be written.
+        """
+        group = self._group(node)
+        me = _Queued(uid, namespace, name)
+        with group.cond:
+            group.queue.append(me)
+            while not me.done:
+                if group.writing:
+                    group.cond.wait()
+                    continue
+                group.writing = True
+                batch, group.queue = group.queue, []
+                try:
+                    self._commit_group(node, group, batch)
+                finally:
+                    for q in batch:
+                        q.done = True
+                    group.writing = False
+                    group.cond.notify_all()
+        if me.error is not None:
+            raise me.error
+        assert me.record is not None
+        return me.record
+
+    def _commit_group(self, node: str, group: _NodeGroup, batch: list[_Queued]) -> None:
+        """Assume ``batch`` against one view of ``node``'s ledger and write their claims;
+        called with ``group.cond`` held, released around the write only."""
+        fence = self.fence
+        assert fence is not None
+        try:
+            seen, claims = self._live_claims(node)
+        except BindError as exc:
+            for q in batch:
+                q.error = exc
+            return
+        for q in batch:
+            try:
+                q.record = self._cache.assume(q.uid, q.namespace, q.name, node, hold_s=self._ttl, claims=claims)
+            except BindError as exc:
+                q.error = exc
+        assumed = [q for q in batch if q.error is None]
+        if not assumed:
+            return
+        ours = []
+        for q in assumed:
+            rec = q.record
+            assert rec is not None and rec.allocation is not None
+            ours.append(fence.claim_of(q.uid, q.namespace, q.name, node, rec.gpu_uuids,
+                                       rec.allocation.gpu_milli, rec.allocation.gpu_memory_mib))
+        failed: BindError | None = None
+        group.cond.release()
+        try:
+            fence.commit_all(seen, ours, bound_rv=self._shown_bound)
+        except FenceConflict as exc:
+            failed = BindError(f"gpufrac: {exc}: another gpufrac instance bound there first; "
+                               "kube-scheduler retries the pod", "conflict")
+        except ApiException as exc:
+            failed = BindError(f"gpufrac: writing the claim ledger of {node}: {exc.status} {exc.reason}")
+        finally:
+            group.cond.acquire()
+        if failed is not None:
+            for q in assumed:
+                self._cache.forget(q.uid)
+                q.error = failed
+
+    def _group(self, node: str) -> _NodeGroup:
+        with self._groups_guard:
+            return self._groups.setdefault(node, _NodeGroup())
+
+    def _create_binding(self, uid: str, namespace: str, name: str, node: str,
+                        annotations: Mapping[str, str]) -> None:
+        # One call, atomic: the API server copies a Binding's annotations onto the pod in
+        # the same write that sets spec.nodeName (BindingREST.setPodNodeAndMetadata in
+        # pkg/registry/core/pod/storage/storage.go). A pod is never bound without its
+        # allocation record, nor annotated without being bound, so a failure leaves nothing
+        # to undo in the API. metadata.uid makes it fail rather than bind a recreated pod.
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                             "annotations": dict(annotations)},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        # The API answers a Status, which is not read further.
+        write_json(self._api, "POST", core_path("namespaces", namespace, "pods", name, "binding"), body,
+                   timeout_s=self._timeout_s)
+
+    def _bound_there(self, uid: str, namespace: str, name: str, node: str) -> bool:
+        """After a 409: True when the pod is bound to ``node`` already. The cache then counts
+        the allocation record the pod carries (another instance's Binding of the same pod
+        may have landed first, on other GPUs)."""
+        try:
+            intent = pod_intent(response_json(self._api.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout_s)))
+        except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
+            return False
+        if intent.uid != uid or intent.node_name != node:
+            return False
+        self._cache.apply_pod_event("MODIFIED", intent)
+        return True
