@@ -37,8 +37,15 @@ class ToleranceFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workload: float = Field(DEFAULT_TOLERANCE.workload, ge=0.0, le=1.0)
-    cpu_pressure: float = Field(DEFAULT_TOLERANCE.cpu_pressure, ge=0.0, allow_inf_nan=False)
-    spare_need: float = Field(DEFAULT_TOLERANCE.spare_need, ge=0.0, le=1.0)
+    # One field per strategy term (``TERM`` of ``scoring.strategies``; a test holds the two
+    # lists equal): adaptive_balance's effective CPU pressure, spare_nodes' probabilities.
+    cpu_pressure: float = Field(DEFAULT_TOLERANCE.of("cpu_pressure"), ge=0.0, allow_inf_nan=False)
+    spare_need: float = Field(DEFAULT_TOLERANCE.of("spare_need"), ge=0.0, le=1.0)
+
+    def tolerance(self) -> Tolerance:
+        """As ``scoring.incremental.Tolerance``."""
+        terms = self.model_dump()
+        return Tolerance(terms.pop("workload"), terms)
 
 
 class PriorShapeFile(BaseModel):
@@ -352,8 +359,7 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
         raise ConfigError("\n".join(errors))
     policy = QoSPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
-    tol = parsed.scoring.tolerance
-    return AdminConfig(replace(scoring, qos=policy), tenants, Tolerance(tol.workload, tol.cpu_pressure, tol.spare_need))
+    return AdminConfig(replace(scoring, qos=policy), tenants, parsed.scoring.tolerance.tolerance())
 
 
 _WEIGHTS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, float])

@@ -197,7 +197,9 @@ def _config_validate(args: argparse.Namespace) -> int:
         print(f"{qos}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(over.items())))
     print(f"qos: isolate_guaranteed={config.qos.isolate_guaranteed}, "
           f"best_effort_cap_milli={config.qos.best_effort_cap_milli}")
-    print(f"tolerance: workload={policy.tolerance.workload:g}, cpu_pressure={policy.tolerance.cpu_pressure:g}")
+    tol = policy.tolerance
+    print(f"tolerance: workload={tol.workload:g}"
+          + "".join(f", {name}={bound:g}" for name, bound in sorted(tol.terms.items())))
     tenants = policy.tenants
     for name, tenant in sorted(tenants.by_name.items()):
         listed = [ns for ns, t in tenants.by_namespace.items() if t is tenant]

@@ -9,15 +9,15 @@ memory free, and at least ``gpu_count`` GPUs fit. The first failing check names 
 from __future__ import annotations
 
 import enum
-import math
-from dataclasses import dataclass
-from weakref import WeakKeyDictionary
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fragmentation import TaskTypes
-from scoring.reduce import clip
+from scoring.memo import Memo
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
 from scoring.state import ClusterState
 
@@ -53,6 +53,11 @@ _REASON_BY_STAGE = np.array([
     Reason.FITS,
 ], dtype=np.int8)
 """Reason for a node whose k-th best GPU passed this many nested GPU checks."""
+_REASON_BY_STAGE.setflags(write=False)
+
+
+NO_TERMS: Mapping[str, object] = MappingProxyType({})
+"""No strategy terms (read-only)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -92,17 +97,18 @@ class FitContext:
     tasks : TaskTypes or None
         The target workload for fragmentation (``ClusterState.workload``); None while the
         cluster holds no GPU pod.
-    cpu_pressure : float
-        ``cpu_pressure(state)``: cluster-wide, the same for every candidate.
     gpus_by_model : tuple of int
         ``ClusterState.gpus_by_model``: healthy GPUs of each model id in the whole cluster; a
         tuple, not an array, because it is cluster-wide, not per candidate.
     gpus_by_kind : tuple of (int, int, int)
         ``ClusterState.gpus_by_kind``: (model id, GPUs of the node, healthy GPUs), cluster-wide.
-    spare_need : tuple of (int, float)
-        ``ClusterTerms.spare_need``.
     whole_node_unseen : bool
         ``ClusterTerms.whole_node_unseen``.
+    terms : mapping of str to object
+        ``ClusterTerms.strategy_terms``: each strategy's own cluster-wide term, under its
+        ``TERM`` name (``scoring.strategies``); read only by that strategy.
+    memo : Memo
+        What the evaluation's owner keeps between evaluations (``scoring.memo``).
     """
 
     request: PodRequest
@@ -126,11 +132,11 @@ class FitContext:
     gpu_healthy: NDArray[np.bool_] | None = None
     gpu_mem_free_mib: NDArray[np.int64] | None = None
     tasks: TaskTypes | None = None
-    cpu_pressure: float = 0.0
     gpus_by_model: tuple[int, ...] = ()
     gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
-    spare_need: tuple[tuple[int, float], ...] = ()
     whole_node_unseen: bool = False
+    terms: Mapping[str, object] = field(default_factory=lambda: NO_TERMS)
+    memo: Memo = field(default_factory=Memo)
 
 
 def gpu_memory_request_mib(
@@ -232,50 +238,34 @@ def isolation_ok(request: PodRequest, qos_pods: NDArray[np.int64],
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ClusterTerms:
-    """The cluster-wide inputs of the strategies, the same for every candidate node.
+    """The cluster-wide inputs of the scores, the same for every candidate node.
 
     Attributes
     ----------
     tasks : TaskTypes or None
         ``ClusterState.workload.task_types()``.
-    cpu_pressure : float
-        ``cpu_pressure(state)``.
-    spare_need : tuple of (int, float)
-        ``spare_need``: for each multi-GPU pod size ``k``, the
-        probability that every ``k``-GPU slot will be needed.
     whole_node_unseen : bool
         ``not ClusterState.workload.whole_node_seen()``: no counted pod has taken a whole node
         of the largest size yet (``scoring.scorer.Ties.KEEP_WHOLE`` then keeps empty nodes
         through near-ties).
+    strategy_terms : mapping of str to object
+        The strategies' own cluster-wide terms, by ``TERM`` name (``Scorer.cluster_terms``
+        adds them; this module knows none of them).
     """
 
     tasks: TaskTypes | None
-    cpu_pressure: float
-    spare_need: tuple[tuple[int, float], ...] = ()
     whole_node_unseen: bool = False
+    strategy_terms: Mapping[str, object] = field(default_factory=lambda: NO_TERMS)
 
 
 def cluster_terms(state: ClusterState) -> ClusterTerms:
-    """The state's current ``ClusterTerms``."""
-    shares = state.workload.share_by_gpu_count()
-    key = (state.version, tuple(sorted(shares.items())))
-    memo = _SPARE_MEMO.get(state)
-    if memo is None or memo[0] != key:  # filter and prioritize of one pod see the same state
-        healthy_free = np.where(state.gpu_healthy, clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
-        whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
-        memo = (key, spare_need(shares, float(healthy_free.sum()), whole_free))
-        _SPARE_MEMO[state] = memo
-    return ClusterTerms(state.workload.task_types(), cpu_pressure(state), memo[1],
-                        not state.workload.whole_node_seen())
-
-
-_SPARE_MEMO: WeakKeyDictionary[ClusterState, tuple[tuple[object, ...], tuple[tuple[int, float], ...]]] = (
-    WeakKeyDictionary())
-"""``spare_need`` per state, at the state's version and workload shares."""
+    """The state's current workload terms (no strategy terms: ``Scorer.cluster_terms`` adds them)."""
+    return ClusterTerms(state.workload.task_types(), not state.workload.whole_node_seen())
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
-        policy: QoSPolicy = DEFAULT_QOS_POLICY, terms: ClusterTerms | None = None) -> FitContext:
+        policy: QoSPolicy = DEFAULT_QOS_POLICY, terms: ClusterTerms | None = None,
+        memo: Memo | None = None) -> FitContext:
     """Decide feasibility of ``request`` on the nodes ``rows``.
 
     Parameters
@@ -291,6 +281,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         The cluster-wide terms to score with; ``cluster_terms(state)`` by default. An
         incremental evaluation (``scoring.incremental``) passes the ones its kept rows were
         scored with, so that every row of one evaluation sees the same workload.
+    memo : Memo, optional
+        The evaluation owner's (``scoring.memo``); a fresh one when None.
 
     Returns
     -------
@@ -372,72 +364,9 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         gpu_healthy=state.gpu_healthy[rows],
         gpu_mem_free_mib=state.gpu_mem_free_mib[rows],
         tasks=terms.tasks,
-        cpu_pressure=terms.cpu_pressure,
         gpus_by_model=state.gpus_by_model,
         gpus_by_kind=state.gpus_by_kind,
-        spare_need=terms.spare_need,
         whole_node_unseen=terms.whole_node_unseen,
+        terms=terms.strategy_terms,
+        memo=memo if memo is not None else Memo(),
     )
-
-
-def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
-               whole_free: NDArray[np.int64]) -> tuple[tuple[int, float], ...]:
-    """``(k, P_k)`` for every ``k >= 2`` of the workload (``scoring.strategies.spare_nodes``).
-
-    Parameters
-    ----------
-    share_by_gpus : dict of int to int
-        ``WorkloadModel.share_by_gpu_count()``: GPU share of the learned demand by GPUs per
-        pod, milli-GPU.
-    free_share_milli : float
-        ``F``: free share of the healthy GPUs, milli-GPU, >= 0.
-    whole_free : ndarray of shape (n_nodes,), int64
-        Wholly free healthy GPUs of each node, >= 0.
-
-    Returns
-    -------
-    tuple of (int, float)
-        Ascending ``k``; ``P_k`` in [0, 1]. Empty without multi-GPU demand.
-    """
-    total = float(sum(share_by_gpus.values()))
-    out = []
-    for k in sorted(share_by_gpus):
-        if k < 2:
-            continue
-        mu = share_by_gpus[k] / total * free_share_milli / (MILLI_PER_GPU * k)
-        spare = int((whole_free // k).sum())
-        p = 0.0 if mu <= 0 else 0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2.0 * mu))
-        out.append((int(k), min(max(p, 0.0), 1.0)))
-    return tuple(out)
-
-
-PRESSURE_GPU_FLOOR = 0.1
-"""GPU utilization below which ``cpu_pressure`` divides by this instead (a near-empty cluster)."""
-
-
-def cpu_pressure(state: ClusterState) -> float:
-    """How fast CPU fills against the GPUs on the GPU nodes, cluster-wide.
-
-    ``u_cpu / max(u_gpu, PRESSURE_GPU_FLOOR)`` with ``u_cpu`` the requested over allocatable
-    CPU and ``u_gpu`` the allocated over total GPU share, both summed over the nodes that
-    have GPUs (CPU-only nodes strand no GPU). Above 1 the CPU runs out first, and what is
-    left of the GPUs then is stranded (openb cpu250 replays run at about 1.03 throughout,
-    default at about 0.83; ``scoring.strategies.adaptive_balance``).
-
-    Parameters
-    ----------
-    state : ClusterState
-        Read only.
-
-    Returns
-    -------
-    float
-        ``>= 0``; 0 when no node has GPUs or allocatable CPU.
-    """
-    gpu_nodes = state.node_gpu_total_milli > 0
-    total_milli = int(state.node_gpu_total_milli.sum())
-    cpu_alloc = int(state.cpu_alloc_milli[gpu_nodes].sum())
-    if total_milli <= 0 or cpu_alloc <= 0:
-        return 0.0
-    u_gpu = int(state.node_gpu_used_milli.sum()) / total_milli
-    return int(state.cpu_used_milli[gpu_nodes].sum()) / cpu_alloc / max(u_gpu, PRESSURE_GPU_FLOOR)

@@ -23,6 +23,7 @@ pods of openb default seed 42, most of them early, while the counts are few).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -52,7 +53,33 @@ def _priced_waste(key: tuple[tuple[int, int], ...], n_gpus: int) -> NDArray[np.f
     return u
 
 
-def gap_waste(tasks: TaskTypes, n_gpus: int) -> NDArray[np.float64]:
+@dataclass(slots=True, eq=False)
+class GapMemo:
+    """What the gap values keep between evaluations (``scoring.memo``, slot ``gaps``).
+
+    Attributes
+    ----------
+    tasks, by_gpus : TaskTypes or None, dict
+        The last workload ``gap_waste`` saw, and its answers by GPUs.
+    joint_tasks, by_kinds : TaskTypes or None, dict
+        The last workload ``joint_gap_waste`` saw, and its answers by GPU kinds.
+    joint_solved : dict
+        The last joint prices per GPUs by kind, with the class shares they were solved for
+        (kept while the shares move by ``JOINT_DRIFT`` or less).
+    """
+
+    tasks: TaskTypes | None = None
+    by_gpus: dict[int, NDArray[np.float64]] = field(default_factory=dict)
+    joint_tasks: TaskTypes | None = None
+    by_kinds: dict[tuple[tuple[int, int, int], ...], GapTables] = field(default_factory=dict)
+    joint_solved: dict[tuple[int, ...], tuple[dict[tuple[int, int], float], GapTables]] = field(default_factory=dict)
+
+
+MEMO_SLOT = "gaps"
+"""The gap values' slot in a ``scoring.memo.Memo``."""
+
+
+def gap_waste(tasks: TaskTypes, n_gpus: int, memo: GapMemo | None = None) -> NDArray[np.float64]:
     """Share ``U(f)`` of a gap of ``f`` milli lost at the workload's shadow prices, models ignored.
 
     Parameters
@@ -66,20 +93,14 @@ def gap_waste(tasks: TaskTypes, n_gpus: int) -> NDArray[np.float64]:
     -------
     ndarray of shape (1001,), float64, read-only
         ``U[f]`` in ``[0, f]`` milli-GPU; ``U[f] = f`` (no price) when ``n_gpus`` is 0. Cached per rounded workload, and per workload object
-        (``TaskTypes`` are immutable): the same one asked again costs a lookup.
+        (``TaskTypes`` are immutable) in ``memo``: the same one asked again costs a lookup.
     """
-    global _LAST
-    last_tasks, memo = _LAST
-    if last_tasks is not tasks:  # one workload at a time: an incremental evaluation keeps one for long
-        memo = {}
-        _LAST = (tasks, memo)
-    if n_gpus not in memo:
-        memo[n_gpus] = _gap_waste(tasks, n_gpus)
-    return memo[n_gpus]
-
-
-_LAST: tuple[TaskTypes | None, dict[int, NDArray[np.float64]]] = (None, {})
-"""The last workload ``gap_waste`` saw, and its answers by GPUs."""
+    memo = memo if memo is not None else GapMemo()
+    if memo.tasks is not tasks:  # one workload at a time: an incremental evaluation keeps one for long
+        memo.tasks, memo.by_gpus = tasks, {}
+    if n_gpus not in memo.by_gpus:
+        memo.by_gpus[n_gpus] = _gap_waste(tasks, n_gpus)
+    return memo.by_gpus[n_gpus]
 
 
 def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, int, int, int]]:
@@ -139,9 +160,10 @@ def model_waste(ctx: FitContext) -> GapTables:
     """
     tasks = ctx.tasks
     assert tasks is not None
+    memo = ctx.memo.slot(MEMO_SLOT, GapMemo)
     if not ctx.gpus_by_kind or not restricted(tasks):
-        return (gap_waste(tasks, sum(ctx.gpus_by_model)),)
-    return joint_gap_waste(tasks, ctx.gpus_by_kind)
+        return (gap_waste(tasks, sum(ctx.gpus_by_model), memo),)
+    return joint_gap_waste(tasks, ctx.gpus_by_kind, memo)
 
 
 def restricted(tasks: TaskTypes) -> bool:
@@ -171,7 +193,8 @@ def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int],
     return out
 
 
-def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -> GapTables:
+def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...],
+                    memo: GapMemo | None = None) -> GapTables:
     """``U_i(f)`` per GPU kind from one cutting-stock LP with a bin kind per GPU kind.
 
     Every counted pod (``demand_rows(every_pod=True)``) is grouped into classes by (share,
@@ -189,6 +212,8 @@ def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -
         The learned workload.
     kinds : tuple of (int, int, int)
         ``ClusterState.gpus_by_kind``.
+    memo : GapMemo, optional
+        The caller's (a fresh one when None: nothing kept).
 
     Returns
     -------
@@ -197,21 +222,15 @@ def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -
         may use. Cached per workload object and per rounded workload; the last prices for
         the same GPUs are kept while the classes' shares move by ``JOINT_DRIFT`` or less.
     """
-    global _LAST_JOINT
-    last_tasks, memo = _LAST_JOINT
-    if last_tasks is not tasks:
-        memo = {}
-        _LAST_JOINT = (tasks, memo)
-    if kinds not in memo:
-        memo[kinds] = _joint_gap_waste(tasks, kinds)
-    return memo[kinds]
+    memo = memo if memo is not None else GapMemo()
+    if memo.joint_tasks is not tasks:
+        memo.joint_tasks, memo.by_kinds = tasks, {}
+    if kinds not in memo.by_kinds:
+        memo.by_kinds[kinds] = _joint_gap_waste(tasks, kinds, memo)
+    return memo.by_kinds[kinds]
 
 
-_LAST_JOINT: tuple[TaskTypes | None, dict[tuple[tuple[int, int, int], ...], GapTables]] = (None, {})
-"""The last workload ``joint_gap_waste`` saw, and its answers by GPU kinds."""
-
-
-def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) -> GapTables:
+def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...], memo: GapMemo) -> GapTables:
     every = accepted_kinds(ANY_MODEL_MASK, 0, kinds)
     n_gpus = sum(n for _, _, n in kinds)
     none = _priced_waste((), 0)
@@ -222,19 +241,19 @@ def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...]) 
             cls = (min(r, MILLI_PER_GPU), accepted)
             pods[cls] = pods.get(cls, 0) + k * c
     if all(m == every for _, m in pods):
-        return (gap_waste(tasks, n_gpus),) * len(kinds) + (none,)
+        return (gap_waste(tasks, n_gpus, memo),) * len(kinds) + (none,)
     demand_milli = sum(s * n for (s, _), n in pods.items())
     share = {cls: cls[0] * n / demand_milli for cls, n in pods.items()}
     gpus = tuple(n for _, _, n in kinds)
-    last = _JOINT_SOLVED.get(gpus)
+    last = memo.joint_solved.get(gpus)
     if last is not None and total_variation(last[0], share) <= JOINT_DRIFT:
         return last[1]
     scale = SATURATION * MILLI_PER_GPU * n_gpus / demand_milli
     key = tuple((s, m, round(math.log(n * scale) / math.log(COUNT_STEP))) for (s, m), n in sorted(pods.items()))
     tables = _joint_priced_waste(key, gpus) + (none,)
-    if len(_JOINT_SOLVED) >= 8:
-        _JOINT_SOLVED.clear()
-    _JOINT_SOLVED[gpus] = (share, tables)
+    if len(memo.joint_solved) >= 8:
+        memo.joint_solved.clear()
+    memo.joint_solved[gpus] = (share, tables)
     return tables
 
 
@@ -243,9 +262,6 @@ JOINT_DRIFT = 0.02
 prices for the same GPUs are kept. Restricted pods make many small classes; rounding each
 count to ``COUNT_STEP`` alone re-solved the LP (about 140 ms with 229 classes) every few
 pods on openb ``default-m33``."""
-
-_JOINT_SOLVED: dict[tuple[int, ...], tuple[dict[tuple[int, int], float], GapTables]] = {}
-"""The last joint prices per GPUs by kind, with the class shares they were solved for."""
 
 
 @lru_cache(maxsize=64)

@@ -2,7 +2,7 @@
 
 A node's feasibility, scores and GPU choice depend on three things only: its own row of
 the ``ClusterState``, the pod's request, and the cluster-wide ``ClusterTerms`` (the learned
-workload, the CPU pressure). Every strategy is row-local (``scoring.strategies``: no term
+workload, the strategies' own terms). Every strategy is row-local (``scoring.strategies``: no term
 reads another candidate). So ``IncrementalScorer`` keeps, per distinct ``PodRequest`` (the
 pod's shape), the ``Evaluation`` of every row together with the ``ClusterState.row_version``
 it was computed at, and answers a later pod of the same shape by recomputing only the rows
@@ -12,10 +12,12 @@ The cluster-wide terms move with every pod (the workload counts the pods placed 
 waiting). The kept rows are scored with the terms frozen when they were computed, and the
 whole store is dropped (one full evaluation per shape) when the current terms have drifted
 from the frozen ones by more than ``Tolerance``: the total variation distance between the
-two workloads' task-type distributions, and the absolute change of the CPU pressure within
-the band where a score reads it (``effective_pressure``). With
-``Tolerance(0, 0)`` the store is dropped on any change of either, and every evaluation is
-the full recomputation's to the bit (``tests/scoring/test_incremental.py``).
+two workloads' task-type distributions, and each strategy term's own drift (``Term.drift``:
+``adaptive_balance``'s CPU pressure within the band where its score reads it,
+``spare_nodes``' probabilities). With ``EXACT`` the store is dropped on any change of any,
+and every evaluation is the full recomputation's to the bit
+(``tests/scoring/test_incremental.py``). The memo the strategies keep between evaluations
+(``scoring.memo``) is this object's too.
 
 Memory: an entry holds the ``Evaluation`` of every row (node fits, reason, score, chosen
 GPUs and their memory: about 20 + 16 * gpu_count bytes per node) plus ~2 KiB of Python
@@ -27,18 +29,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring.fit import ClusterTerms, cluster_terms
+from scoring.fit import ClusterTerms
 from scoring.fragmentation import TaskTypes, total_variation
+from scoring.memo import Memo
 from scoring.request import PodRequest
-from scoring.scorer import Evaluation, Scorer
+from scoring.scorer import STRATEGIES, Evaluation, Scorer, Term
 from scoring.state import ClusterState
-from scoring.strategies import adaptive_balance
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +54,9 @@ class Tolerance:
     workload : float
         Largest total variation distance, in [0, 1], between the frozen and the current
         task-type distribution (``workload_drift``); 0: any change of the counts.
-    cpu_pressure : float
-        Largest absolute change of ``scoring.fit.cpu_pressure``, >= 0; 0: any change.
-    spare_need : float
-        Largest absolute change of any ``ClusterTerms.spare_need`` probability, in [0, 1];
-        0: any change.
+    terms : mapping of str to float
+        Per strategy term (``Term.name``: ``cpu_pressure``, ``spare_need``), the largest
+        ``Term.drift`` allowed, >= 0; a term not named here: 0, any change.
 
     Raises
     ------
@@ -63,25 +65,28 @@ class Tolerance:
     """
 
     workload: float = 0.0
-    cpu_pressure: float = 0.0
-    spare_need: float = 0.0
+    terms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.workload <= 1.0:
             raise ValueError(f"workload: must be in [0, 1], got {self.workload!r}")
-        if not 0.0 <= self.spare_need <= 1.0:
-            raise ValueError(f"spare_need: must be in [0, 1], got {self.spare_need!r}")
-        if not 0.0 <= self.cpu_pressure < float("inf"):
-            raise ValueError(f"cpu_pressure: must be a finite number >= 0, got {self.cpu_pressure!r}")
+        for name, bound in self.terms.items():
+            if not 0.0 <= bound < float("inf"):
+                raise ValueError(f"{name}: must be a finite number >= 0, got {bound!r}")
+        object.__setattr__(self, "terms", MappingProxyType(dict(self.terms)))
+
+    def of(self, term: str) -> float:
+        """The bound of one strategy term (0 when not named)."""
+        return self.terms.get(term, 0.0)
 
 
-EXACT = Tolerance(0.0, 0.0, 0.0)
-"""Drop every kept row whenever the workload, the CPU pressure or the spare-node need changes at all."""
+EXACT = Tolerance(0.0)
+"""Drop every kept row whenever the workload or any strategy term changes at all."""
 
-DEFAULT_TOLERANCE = Tolerance(0.01, 0.002, 0.01)
-"""The shipped tolerance: a 1 % move of the workload distribution, 0.002 of effective CPU
-pressure (2 % of ``adaptive_balance``'s ramp), 0.01 of a spare-node probability
-(``scoring.strategies.spare_nodes``). Measured in ``benchmarks/README.md``."""
+DEFAULT_TOLERANCE = Tolerance(0.01, {s.term.name: s.term.tolerance for s in STRATEGIES.values() if s.term})
+"""The shipped tolerance: a 1 % move of the workload distribution, and each strategy term's
+own ``TERM_TOLERANCE`` (``adaptive_balance``: 0.002 of effective CPU pressure, 2 % of its
+ramp; ``spare_nodes``: 0.01 of a spare-node probability). Measured in ``benchmarks/README.md``."""
 
 
 def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
@@ -129,39 +134,18 @@ def _demand_share(t: TaskTypes) -> dict[tuple[int, ...], float]:
     return {(k, r, m): c / total for k, r, m, c in t.demand}
 
 
-def effective_pressure(pressure: float) -> float:
-    """The CPU pressure as the scores see it: clipped to the band where it moves any.
-
-    ``adaptive_balance`` is the one strategy that reads ``FitContext.cpu_pressure``, through
-    ``pressure_ramp``, which is flat below ``PRESSURE_START`` and above ``PRESSURE_FULL``
-    (``tests/scoring/test_incremental.py`` holds that no other strategy reads it).
-    """
-    return min(max(pressure, adaptive_balance.PRESSURE_START), adaptive_balance.PRESSURE_FULL)
-
-
-def spare_drift(a: tuple[tuple[int, float], ...], b: tuple[tuple[int, float], ...]) -> float:
-    """Largest change of a spare-node probability between two ``ClusterTerms.spare_need`` (a
-    pod size missing from one counts as probability 0 there)."""
-    pa, pb = dict(a), dict(b)
-    return max((abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys()), default=0.0)
-
-
-def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance) -> bool:
+def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance, terms: Sequence[Term] = ()) -> bool:
     """True when ``now`` is past ``tolerance`` from ``frozen`` (exactly: differs at all when 0).
 
-    The pressure is compared as ``effective_pressure``: outside its band it changes no score.
+    ``terms``: the strategy terms to compare (``Scorer.terms``), each by its own ``drift``.
     """
     if frozen.whole_node_unseen != now.whole_node_unseen:  # the tie band turns off (or on)
         return True
-    if spare_drift(frozen.spare_need, now.spare_need) > tolerance.spare_need or (
-            tolerance.spare_need == 0.0 and frozen.spare_need != now.spare_need):
-        return True
-    before, after = effective_pressure(frozen.cpu_pressure), effective_pressure(now.cpu_pressure)
-    if tolerance.cpu_pressure == 0.0:
-        if before != after:
+    for term in terms:
+        before, after = frozen.strategy_terms.get(term.name), now.strategy_terms.get(term.name)
+        bound = tolerance.of(term.name)
+        if (before != after) if bound == 0.0 else term.drift(before, after) > bound:
             return True
-    elif abs(after - before) > tolerance.cpu_pressure:
-        return True
     if frozen.tasks is now.tasks:
         return False
     if frozen.tasks is None or now.tasks is None:
@@ -260,6 +244,8 @@ class IncrementalScorer:
     _terms: ClusterTerms | None = field(default=None, repr=False)
     _entries: OrderedDict[PodRequest, _Entry] = field(default_factory=OrderedDict, repr=False)
     _bytes: int = field(default=0, repr=False)
+    memo: Memo = field(default_factory=Memo, repr=False)
+    """What the strategies keep between this scorer's evaluations (``scoring.memo``)."""
 
     def evaluate(self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Evaluation:
         """As ``Scorer.evaluate(state, request, rows)``, with the kept rows' cluster terms.
@@ -280,8 +266,9 @@ class IncrementalScorer:
         rows = np.asarray(rows, dtype=np.int64)
         with self._lock:
             self.stats.evaluations += 1
-            now = cluster_terms(state)
-            if state is not self._state or self._terms is None or drifted(self._terms, now, self.tolerance):
+            now = self.scorer.cluster_terms(state, self.memo)
+            if state is not self._state or self._terms is None or drifted(
+                    self._terms, now, self.tolerance, self.scorer.terms):
                 if state is self._state and self._terms is not None:
                     self.stats.term_refreshes += 1
                 self._state, self._terms = state, now
@@ -300,7 +287,8 @@ class IncrementalScorer:
         entry = self._entries.get(request)
         if entry is None:
             self.stats.full += 1
-            ev = self.scorer.evaluate(state, request, np.arange(state.n_nodes, dtype=np.int64), self._terms)
+            ev = self.scorer.evaluate(state, request, np.arange(state.n_nodes, dtype=np.int64), self._terms,
+                                      self.memo)
             ev = replace(ev, context=None)  # the context is the bulk of the memory; the verbs do not read it
             entry = _Entry(ev, state.row_version.copy(), _nbytes(ev))
             self._entries[request] = entry
@@ -313,7 +301,7 @@ class IncrementalScorer:
         stale = np.flatnonzero(entry.versions != state.row_version)
         if stale.size:
             self.stats.rows_rescored += int(stale.size)
-            part = self.scorer.evaluate(state, request, stale, self._terms)
+            part = self.scorer.evaluate(state, request, stale, self._terms, self.memo)
             entry.evaluation = _splice(entry.evaluation, stale, part, copy=entry.shared)
             entry.versions[stale] = state.row_version[stale]
             entry.shared = False

@@ -35,7 +35,7 @@ PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
         "qos_interference": 0.5,
         "multi_gpu_reserve": 3.75,
     }),
-    "random": ScoringConfig({"random": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
+    "random": ScoringConfig({"random_fit": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
     "bestfit": ScoringConfig({"best_fit": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),
     "packing": ScoringConfig({"node_packing": 1.0}),
     "spread": ScoringConfig({"spread": 1.0}, prior=NO_PRIOR, ties=Ties.ROW),

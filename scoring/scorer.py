@@ -19,13 +19,15 @@ import enum
 import math
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import NDArray
 
 from scoring import strategies
-from scoring.fit import ClusterTerms, FitContext, fit
+from scoring.fit import ClusterTerms, FitContext, cluster_terms, fit
+from scoring.memo import Memo
 from scoring.reduce import clip, mean_at, take_cols
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
 from scoring.state import ClusterState
@@ -33,6 +35,19 @@ from scoring.workload import ShapePrior
 
 GpuScoreFn = Callable[[FitContext], NDArray[np.float64]]
 NodeScoreFn = Callable[[FitContext, NDArray[np.bool_]], NDArray[np.float64]]
+TermFn = Callable[[ClusterState, Memo], object]
+DriftFn = Callable[[object, object], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A strategy's own cluster-wide term (``scoring.strategies``: ``TERM``, ``cluster_term``,
+    ``term_drift``, ``TERM_TOLERANCE``)."""
+
+    name: str
+    compute: TermFn
+    drift: DriftFn
+    tolerance: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +60,8 @@ class Strategy:
     one_gpu_node_score_is_gpu_score: bool = False
     """For a one-GPU pod, the node score equals the chosen GPU's per-GPU score (so the
     scorer reuses it instead of calling ``node_score``)."""
+    term: Term | None = None
+    """The strategy's cluster-wide term, when it declares one."""
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
@@ -62,21 +79,33 @@ def _strategy(module: types.ModuleType) -> Strategy:
     # Both defined (fgd): gpu_score picks the GPUs, node_score scores the node with them.
     if gpu_score is None and node_score is None:
         raise TypeError(f"{module.__name__}: define gpu_score, node_score or both")
+    term = None
+    if hasattr(module, "TERM"):
+        parts = (getattr(module, "cluster_term", None), getattr(module, "term_drift", None),
+                 getattr(module, "TERM_TOLERANCE", None))
+        if not isinstance(module.TERM, str) or not module.TERM or None in parts:
+            raise TypeError(f"{module.__name__}: a TERM needs cluster_term, term_drift and TERM_TOLERANCE")
+        term = Term(module.TERM, module.cluster_term, module.term_drift, float(module.TERM_TOLERANCE))
     return Strategy(name, gpu_score, node_score,
-                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)))
+                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)), term)
 
 
 def _registry(found: list[types.ModuleType]) -> dict[str, Strategy]:
     registry: dict[str, Strategy] = {}
+    terms: set[str] = set()
     for module in found:
         strategy = _strategy(module)
         if strategy.name in registry:
             raise TypeError(f"{module.__name__}: strategy name {strategy.name!r} is taken")
+        if strategy.term is not None:
+            if strategy.term.name in terms or strategy.term.name == "workload":
+                raise TypeError(f"{module.__name__}: term name {strategy.term.name!r} is taken")
+            terms.add(strategy.term.name)
         registry[strategy.name] = strategy
     return registry
 
 
-STRATEGIES: dict[str, Strategy] = _registry(strategies.modules())
+STRATEGIES: Mapping[str, Strategy] = MappingProxyType(_registry(strategies.modules()))
 """Registry: strategy name -> Strategy."""
 
 
@@ -134,6 +163,12 @@ class ScoringConfig:
     qos: QoSPolicy = field(default_factory=QoSPolicy)
     prior: ShapePrior = field(default_factory=ShapePrior)
     ties: Ties = Ties.KEEP_WHOLE
+
+    def __post_init__(self) -> None:
+        # Read-only copies: a preset is shared by everyone who asks for it.
+        object.__setattr__(self, "weights", MappingProxyType(dict(self.weights)))
+        object.__setattr__(self, "qos_overrides", MappingProxyType(
+            {q: MappingProxyType(dict(w)) for q, w in self.qos_overrides.items()}))
 
 
 def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str]:
@@ -294,6 +329,28 @@ class Scorer:
             qos: tuple((STRATEGIES[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
             for qos, ws in weights_by_qos.items()
         }
+        # Every registered strategy's term, weighted or not: the incremental scorer's
+        # refreshes (and so the published baselines' placements) stay what they were before
+        # the terms moved into their strategies. Only the weighted ones would be cheaper.
+        self.terms: tuple[Term, ...] = tuple(sorted(
+            (s.term for s in STRATEGIES.values() if s.term is not None), key=lambda t: t.name))
+        """The strategies' cluster-wide terms, by name."""
+
+    def cluster_terms(self, state: ClusterState, memo: Memo | None = None) -> ClusterTerms:
+        """The state's ``ClusterTerms`` with the strategies' own terms (``terms``).
+
+        Parameters
+        ----------
+        state : ClusterState
+            Read only.
+        memo : Memo, optional
+            The evaluation owner's (``scoring.memo``), where a term keeps what it computed last.
+        """
+        base = cluster_terms(state)
+        if not self.terms:
+            return base
+        memo = memo if memo is not None else Memo()
+        return replace(base, strategy_terms=MappingProxyType({t.name: t.compute(state, memo) for t in self.terms}))
 
     def weights(self, qos: QoSClass) -> dict[str, float]:
         """Effective weights for pods of one QoS class."""
@@ -301,7 +358,7 @@ class Scorer:
 
     def evaluate(
         self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
-        terms: ClusterTerms | None = None,
+        terms: ClusterTerms | None = None, memo: Memo | None = None,
     ) -> Evaluation:
         """Feasibility, node scores and GPU choice of ``request`` on ``rows``.
 
@@ -312,13 +369,19 @@ class Scorer:
         request : PodRequest
         rows : ndarray of shape (m,), int64
         terms : ClusterTerms, optional
-            Cluster-wide terms (``scoring.fit.fit``); the state's current ones by default.
+            Cluster-wide terms (``scoring.fit.fit``); the state's current ones
+            (``cluster_terms``) by default.
+        memo : Memo, optional
+            What the caller keeps between evaluations (``scoring.memo``); a fresh one when None.
 
         Returns
         -------
         Evaluation
         """
-        ctx = fit(state, request, rows, self.qos_policy, terms)
+        memo = memo if memo is not None else Memo()
+        if terms is None:
+            terms = self.cluster_terms(state, memo)
+        ctx = fit(state, request, rows, self.qos_policy, terms, memo)
         plan = self._plans[request.qos]
         m, k = ctx.rows.shape[0], request.gpu_count
         if k == 0:

@@ -6,8 +6,21 @@ A strategy module defines ``NAME`` (the name admins use in the config) and ``gpu
 ``node_score`` scores the node with them); the unused one is ``None``. Every score is a
 float64 in [0, 1], higher is better, 0 where the pod does not fit. A module with both may set
 ``ONE_GPU_NODE_SCORE_IS_GPU_SCORE = True`` when its per-GPU score is, by construction, the node
-score with the pod on that GPU alone. Both functions are pure: they read the ``FitContext``
-of the candidate rows and nothing else, so a row's terms depend on that row's state alone.
+score with the pod on that GPU alone. Both functions read the ``FitContext`` of the candidate
+rows and nothing else, so a row's terms depend on that row's state alone; what a strategy
+keeps between evaluations to compute faster (never to answer differently, except where its
+notes say so) is in ``ctx.memo`` under its ``NAME`` (``scoring.memo``), never in a module global.
+
+A strategy that reads a cluster-wide quantity declares it as its own term: ``TERM`` (its
+name, also the key of its bound in ``scoring.incremental.Tolerance`` and the admin config's
+``scoring.tolerance``), ``cluster_term(state, memo)`` (computed once per evaluation; the
+strategy reads it as ``ctx.terms[TERM]``), ``term_drift(frozen, now)`` (how far it moved;
+past the tolerance every kept row is scored anew) and ``TERM_TOLERANCE`` (the shipped
+bound). ``adaptive_balance`` (``cpu_pressure``) and ``spare_nodes`` (``spare_need``) do;
+the kernel (``scoring.fit``) knows the learned workload only.
+
+Strategies do not import each other (an import-linter independence contract): a formula two
+of them use is in ``scoring.utilization`` or ``scoring.gaps``.
 
 ``modules()`` finds every module of this package, so a new strategy is one file here (and its
 test); ``scoring.scorer`` registers them and validates each once, at import.
@@ -20,8 +33,7 @@ The default preset's terms (``scoring.presets``):
 - ``priced_stranding``: the gap value a node's free CPU and memory can no longer serve;
 - ``spare_nodes``: the multi-GPU pods expected to fail when a node stops having ``k`` free GPUs.
 
-The paper's baselines (Weng et al., USENIX ATC '23): ``random_fit`` (``random``),
-``best_fit`` (``best_fit``), and ``fgd``.
+The paper's baselines (Weng et al., USENIX ATC '23): ``random_fit``, ``best_fit`` and ``fgd``.
 
 Other terms, of the ``balance`` preset and for admins to weigh: ``gpu_best_fit``,
 ``resource_balance``, ``stranding``, ``node_packing``, ``multi_gpu_reserve``,

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 from scoring.reduce import clip
-from scoring.strategies import gpu_best_fit
+from scoring.utilization import tightness
 
 NAME = "best_fit"
 
@@ -42,8 +42,9 @@ SCORE_LEVELS = 100
 """The simulator's integer score range (kube-scheduler's ``MaxNodeScore``)."""
 
 
-gpu_score = gpu_best_fit.gpu_score
-"""The tightest GPU inside the node: ``1 - (f_g - r) / 1000`` (``scoring.strategies.gpu_best_fit``)."""
+gpu_score = tightness
+"""The tightest GPU inside the node: ``1 - (f_g - r) / 1000`` (``scoring.utilization.tightness``,
+as ``scoring.strategies.gpu_best_fit``)."""
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:

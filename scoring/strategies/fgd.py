@@ -127,7 +127,8 @@ def _with_memory(allowed: NDArray[np.bool_] | None, mem_free: NDArray[np.int64],
 
 
 class _RowCounts:
-    """``_per_task``'s ``cnt`` and ``small`` (m, t) kept between evaluations, by state row.
+    """``_per_task``'s ``cnt`` and ``small`` (m, t) kept between evaluations, by state row
+    (the evaluation owner's ``scoring.memo.Memo``, slot ``fgd``).
 
     They depend on a node's free shares and GPU models and on the task types' shares and
     model masks, not on the pod: between two pods one node changes. They are kept per
@@ -201,9 +202,6 @@ class _RowCounts:
             return self._cnt[state_rows][:, column], self._small[state_rows][:, column]
 
 
-_ROW_COUNTS = _RowCounts()
-
-
 def _usable_free(ctx: FitContext, rows: NDArray[np.int64]) -> NDArray[np.int32]:
     # int32: shares are at most a few thousand milli; half the memory traffic of int64.
     return np.where(ctx.gpu_exists[rows], ctx.free_milli[rows], 0).astype(np.int32)
@@ -242,7 +240,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     if memf is None:
         # Counts of the current state, shared by "before" and every per-GPU "after"; kept between
         # evaluations and recomputed only for the nodes whose GPUs changed (``_RowCounts``).
-        cnt, small = _ROW_COUNTS.get(ctx.rows[rows], free, model, tasks)  # (m, t) each
+        cnt, small = ctx.memo.slot(NAME, _RowCounts).get(ctx.rows[rows], free, model, tasks)  # (m, t) each
     else:  # GPU memory is a dimension: the row cache keys on shares and models only
         allowed_now = None if ctx.gpu_model is None else tasks.allowed(model)
         cnt, small = _per_task(free, tasks, _with_memory(allowed_now, memf, tasks))

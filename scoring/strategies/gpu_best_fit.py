@@ -21,13 +21,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.request import MILLI_PER_GPU
+from scoring.utilization import tightness
 
 NAME = "gpu_best_fit"
 
 
 def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
-    """Tightness of fit per GPU.
+    """Tightness of fit per GPU (``scoring.utilization.tightness``).
 
     Parameters
     ----------
@@ -38,9 +38,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     ndarray of shape (m, max_gpus), float64
         In [0, 1]; 0 where the GPU does not fit.
     """
-    left = ctx.free_milli - ctx.request.gpu_milli  # < 0 only for a pod squeezing best-effort ones
-    return np.where(ctx.gpu_fits, np.minimum(1.0 - left / MILLI_PER_GPU, 1.0), 0.0)
-
+    return tightness(ctx)
 
 
 node_score = None

@@ -28,8 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.fragmentation import TaskTypes
-from scoring.strategies.node_packing import node_score as _packing
+from scoring.utilization import multi_gpu_share, packing
 
 NAME = "multi_gpu_reserve"
 
@@ -38,25 +37,6 @@ S_FULL = 0.5
 
 gpu_score = None
 """No per-GPU preference: the GPU choice is left to the other strategies."""
-
-
-def multi_gpu_share(tasks: TaskTypes | None) -> float:
-    """``s``: the share of the GPU demand (milli-GPU) asked by task types of 2+ GPUs.
-
-    Parameters
-    ----------
-    tasks : TaskTypes or None
-
-    Returns
-    -------
-    float
-        In [0, 1]; 0 for None.
-    """
-    if tasks is None:
-        return 0.0
-    demand = tasks.popularity * tasks.gpu_count * tasks.gpu_milli
-    total = float(demand.sum())
-    return float(demand[tasks.gpu_count >= 2].sum()) / total if total > 0 else 0.0
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
@@ -74,4 +54,4 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         In [0, 1].
     """
     strength = min(1.0, (multi_gpu_share(ctx.tasks) / S_FULL) ** 2)
-    return _packing(ctx, chosen) * strength
+    return packing(ctx) * strength

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.utilization import packing
 
 NAME = "node_packing"
 
@@ -26,7 +27,7 @@ gpu_score = None
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """GPU share utilization of each node after placement.
+    """GPU share utilization of each node after placement (``scoring.utilization.packing``).
 
     Parameters
     ----------
@@ -39,7 +40,4 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     ndarray of shape (m,), float64
         In [0, 1]; 0 for a node without GPUs.
     """
-    after = ctx.node_used_milli + ctx.request.gpu_count * ctx.request.gpu_milli
-    total = ctx.node_total_milli
-    util = np.divide(after, total, out=np.zeros(after.shape), where=total > 0)
-    return np.minimum(util, 1.0)
+    return packing(ctx)

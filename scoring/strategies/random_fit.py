@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 
-NAME = "random"
+NAME = "random_fit"
 
 node_score = None
 """The node scores the mean of its chosen GPUs' draws."""

@@ -19,7 +19,8 @@ GPUs), ``c_i`` the wholly free GPUs of node ``i`` and ``E_k = sum_i floor(c_i / 
     mu_k   = phi_k * F / (1000 k)                 (k-GPU pods to come while the free share fills)
     P_k    = P(Poisson(mu_k) >= E_k)               (every slot will be needed)
 
-``P_k`` is computed once per evaluation from the whole cluster (``scoring.fit.spare_need``),
+``P_k`` is this strategy's cluster-wide term (``cluster_term``, ``spare_need``), computed once
+per evaluation from the whole cluster,
 with the normal approximation ``1/2 erfc((E_k - 1/2 - mu_k) / sqrt(2 mu_k))``. A placement
 that leaves a node with ``c'`` wholly free GPUs out of ``c`` costs, in the units of
 ``gap_price``::
@@ -43,14 +44,30 @@ node counts as spare for ``k`` whatever model it has.
 
 from __future__ import annotations
 
+import math
+import weakref
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
+from scoring.memo import Memo
 from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU
+from scoring.state import ClusterState
 
 NAME = "spare_nodes"
+
+TERM = "spare_need"
+"""This strategy's cluster-wide term (``cluster_term``): ``(k, P_k)`` per multi-GPU pod size."""
+
+TERM_TOLERANCE = 0.01
+"""The shipped drift allowed before every kept row is scored anew (``scoring.incremental``):
+0.01 of any ``P_k`` (``benchmarks/README.md``)."""
+
+SpareNeed = tuple[tuple[int, float], ...]
+"""``(k, P_k)``, ascending ``k``."""
 
 gpu_score = None
 """A node property: the GPUs are chosen by the other terms."""
@@ -71,14 +88,76 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         In [0, 1]; 1/2 where the node stays spare for every size, or none is asked for.
     """
     m = chosen.shape[0]
-    if not ctx.spare_need:
+    need = ctx.terms.get(TERM, ())
+    if not isinstance(need, tuple) or not need:
         return np.full(m, 0.5)
     healthy = ctx.gpu_exists if ctx.gpu_healthy is None else ctx.gpu_exists & ctx.gpu_healthy
     whole = healthy & (ctx.free_milli >= MILLI_PER_GPU)
     before = whole.sum(axis=1)
     after = before - (whole & chosen).sum(axis=1)
     cost = np.zeros(m)
-    for k, p in ctx.spare_need:
+    for k, p in need:
         cost += (before // k - after // k) * (MILLI_PER_GPU * k * p)
     score: NDArray[np.float64] = clip(0.5 - cost / 2000.0, 0.0, 1.0)
     return score
+
+
+def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
+               whole_free: NDArray[np.int64]) -> SpareNeed:
+    """``(k, P_k)`` for every ``k >= 2`` of the workload (module notes).
+
+    Parameters
+    ----------
+    share_by_gpus : dict of int to int
+        ``WorkloadModel.share_by_gpu_count()``: GPU share of the learned demand by GPUs per
+        pod, milli-GPU.
+    free_share_milli : float
+        ``F``: free share of the healthy GPUs, milli-GPU, >= 0.
+    whole_free : ndarray of shape (n_nodes,), int64
+        Wholly free healthy GPUs of each node, >= 0.
+
+    Returns
+    -------
+    tuple of (int, float)
+        Ascending ``k``; ``P_k`` in [0, 1]. Empty without multi-GPU demand.
+    """
+    total = float(sum(share_by_gpus.values()))
+    out = []
+    for k in sorted(share_by_gpus):
+        if k < 2:
+            continue
+        mu = share_by_gpus[k] / total * free_share_milli / (MILLI_PER_GPU * k)
+        spare = int((whole_free // k).sum())
+        p = 0.0 if mu <= 0 else 0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2.0 * mu))
+        out.append((int(k), min(max(p, 0.0), 1.0)))
+    return tuple(out)
+
+
+@dataclass(slots=True)
+class _Last:
+    """The last ``spare_need`` computed: for which state, at which version and shares."""
+
+    state: weakref.ref[ClusterState] | None = None
+    key: tuple[object, ...] = ()
+    need: SpareNeed = ()
+
+
+def cluster_term(state: ClusterState, memo: Memo) -> SpareNeed:
+    """``spare_need`` of the state's workload and free GPUs; kept in ``memo`` while the
+    state's version and the workload's shares stay (filter and prioritize of one pod)."""
+    shares = state.workload.share_by_gpu_count()
+    key = (state.version, tuple(sorted(shares.items())))
+    last = memo.slot(NAME, _Last)
+    if last.state is None or last.state() is not state or last.key != key:
+        healthy_free = np.where(state.gpu_healthy, clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
+        whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
+        last.need = spare_need(shares, float(healthy_free.sum()), whole_free)
+        last.state, last.key = weakref.ref(state), key
+    return last.need
+
+
+def term_drift(frozen: object, now: object) -> float:
+    """The largest change of a ``P_k`` (a size missing from one counts as 0 there)."""
+    pa = dict(frozen) if isinstance(frozen, tuple) else {}
+    pb = dict(now) if isinstance(now, tuple) else {}
+    return max((abs(pa.get(k, 0.0) - pb.get(k, 0.0)) for k in pa.keys() | pb.keys()), default=0.0)

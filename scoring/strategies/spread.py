@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.strategies import node_packing
+from scoring.utilization import packing
 
 NAME = "spread"
 
@@ -39,5 +39,5 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     ndarray of shape (m,), float64
         In [0, 1]; 0 for a node without GPUs.
     """
-    util = node_packing.node_score(ctx, chosen)
+    util = packing(ctx)
     return np.where(ctx.node_total_milli > 0, 1.0 - util, 0.0)

@@ -23,8 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.reduce import clip
-from scoring.strategies.resource_balance import utilizations
+from scoring.utilization import host_lead
 
 NAME = "stranding"
 
@@ -33,7 +32,8 @@ gpu_score = None
 
 
 def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """How far host utilization would run ahead of GPU utilization, as ``1 - lead``.
+    """How far host utilization would run ahead of GPU utilization, as ``1 - lead``
+    (``scoring.utilization.host_lead``).
 
     Parameters
     ----------
@@ -47,6 +47,4 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         In [0, 1]; 1 where neither CPU nor memory would lead; 0 for a node without GPUs or
         without allocatable CPU or memory.
     """
-    ok, u_gpu, u_cpu, u_mem = utilizations(ctx)
-    lead = np.maximum(np.maximum(u_cpu - u_gpu, u_mem - u_gpu), 0.0)
-    return np.where(ok, clip(1.0 - lead, 0.0, 1.0), 0.0)
+    return host_lead(ctx)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from extender.admin_config import ConfigError, load_admin_config, scoring_config
+from extender.admin_config import ConfigError, ToleranceFile, load_admin_config, scoring_config
 from extender.cli import main
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
-from scoring.scorer import Ties
+from scoring.scorer import STRATEGIES, Ties
 from scoring.workload import ShapePrior
 
 
@@ -56,7 +56,16 @@ def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -
 def test_tolerance_defaults_to_the_shipped_one_and_is_read(tmp_path: Path) -> None:
     assert load_admin_config(write(tmp_path, "scoring:\n  preset: default\n")).tolerance == DEFAULT_TOLERANCE
     exact = load_admin_config(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0, spare_need: 0}\n"))
-    assert exact.tolerance == Tolerance(0.0, 0.0, 0.0)
+    assert exact.tolerance == Tolerance(0.0, {"cpu_pressure": 0.0, "spare_need": 0.0})
+
+
+def test_the_config_bounds_every_strategy_term_and_nothing_else() -> None:
+    # A strategy that declares a cluster-wide term (scoring.strategies: TERM) gets its bound
+    # in scoring.tolerance, under the same name, defaulting to its TERM_TOLERANCE.
+    terms = {s.term.name: s.term.tolerance for s in STRATEGIES.values() if s.term is not None}
+    assert set(ToleranceFile.model_fields) == {"workload", *terms}
+    assert ToleranceFile().tolerance() == DEFAULT_TOLERANCE
+    assert dict(DEFAULT_TOLERANCE.terms) == terms
 
 
 def test_every_preset_is_valid() -> None:
@@ -76,7 +85,8 @@ def test_config_validate_for_admins_and_ci(tmp_path: Path, capsys: pytest.Captur
     assert main(["config", "validate", str(good)]) == 0
     out = capsys.readouterr().out
     assert "valid" in out and "node_packing=2" in out and "best-effort: node_packing=3" in out
-    assert f"tolerance: workload={DEFAULT_TOLERANCE.workload:g}, cpu_pressure={DEFAULT_TOLERANCE.cpu_pressure:g}" in out
+    assert (f"tolerance: workload={DEFAULT_TOLERANCE.workload:g}, cpu_pressure={DEFAULT_TOLERANCE.of('cpu_pressure'):g}"
+            f", spare_need={DEFAULT_TOLERANCE.of('spare_need'):g}") in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("scoring:\n  preset: default\n  weights:\n    spread: -1\n    nope: 1\n")
     assert main(["config", "validate", str(bad)]) == 2

@@ -253,7 +253,7 @@ def _gpu_terms(state: ClusterState, row: int, col: int, req: PodRequest) -> dict
         "best_fit": tight,
         "qos_interference": 0.0 if conflict else 1.0,
         "fgd": _fgd_score(state, row, req, (col,)),
-        "random": _random_draw(state, row, col, req),
+        "random_fit": _random_draw(state, row, col, req),
         "gap_price": _gap_price_score(state, row, col, req),
     }
 
@@ -352,7 +352,7 @@ def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, pol
 
 
 REFERENCE_TERMS = frozenset({
-    "gpu_best_fit", "best_fit", "qos_interference", "fgd", "random", "gap_price",  # per GPU
+    "gpu_best_fit", "best_fit", "qos_interference", "fgd", "random_fit", "gap_price",  # per GPU
     "multi_gpu_reserve", "node_packing", "spread", "resource_balance", "stranding",  # per node
     "adaptive_balance", "priced_stranding", "spare_nodes",
 })

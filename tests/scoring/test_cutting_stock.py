@@ -220,13 +220,12 @@ def test_joint_prices_are_kept_while_the_demand_barely_moves() -> None:
         assert t is not None
         return t
 
-    gaps._JOINT_SOLVED.clear()
-    first = gaps.joint_gap_waste(workload(0), kinds)
-    assert gaps.joint_gap_waste(workload(1), kinds) is first
-    moved = gaps.joint_gap_waste(workload(20), kinds)
+    memo = gaps.GapMemo()  # one owner's, kept across the calls
+    first = gaps.joint_gap_waste(workload(0), kinds, memo)
+    assert gaps.joint_gap_waste(workload(1), kinds, memo) is first
+    moved = gaps.joint_gap_waste(workload(20), kinds, memo)
     assert moved is not first
-    gaps._JOINT_SOLVED.clear()
-    assert gaps.joint_gap_waste(workload(1), kinds) is not first  # solved afresh: the same prices
+    assert gaps.joint_gap_waste(workload(1), kinds, gaps.GapMemo()) is not first  # solved afresh: the same prices
     np.testing.assert_array_equal(np.stack(gaps.joint_gap_waste(workload(1), kinds)), np.stack(first))
 
 

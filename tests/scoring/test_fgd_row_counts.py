@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
-import pytest
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext, fit
+from scoring.memo import Memo
 from scoring.request import PodRequest, QoSPolicy
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import fgd
@@ -14,12 +16,8 @@ from tests.conftest import gpu_node
 
 
 def fresh_score(ctx: FitContext) -> NDArray[np.float64]:
-    """The score computed with nothing kept (a new, empty row-count store)."""
-    kept, fgd._ROW_COUNTS = fgd._ROW_COUNTS, fgd._RowCounts()
-    try:
-        return fgd.gpu_score(ctx)
-    finally:
-        fgd._ROW_COUNTS = kept
+    """The score computed with nothing kept (a new memo: an empty row-count store)."""
+    return fgd.gpu_score(replace(ctx, memo=Memo()))
 
 
 def place(st: ClusterState, ctx: FitContext, pos: int) -> None:
@@ -39,13 +37,12 @@ MENU = [PodRequest(1, 250, cpu_milli=2000, memory_mib=4096), PodRequest(1, 500, 
 the store keeps its counts across evaluations (random shapes would reset it every time)."""
 
 
-def test_kept_counts_follow_every_change_of_every_state(rng: np.random.Generator,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kept_counts_follow_every_change_of_every_state(rng: np.random.Generator) -> None:
     # Two copies of one state (same nodes, same learned shares: to the store their rows are
     # the same rows), evaluated in turn and each changed between its evaluations by a
     # placement: the score with kept counts equals the score computed from scratch, to the
     # bit, every time.
-    monkeypatch.setattr(fgd, "_ROW_COUNTS", fgd._RowCounts())
+    memo = Memo()  # one owner's, kept across every evaluation below
     nodes = [gpu_node(f"n{i:02d}", (8, 4, 2)[i % 3], model=("T4", "A10")[i % 2]) for i in range(18)]
     first = ClusterState.from_nodes(nodes)
     for i, req in enumerate(MENU):  # every shape known from the start
@@ -56,7 +53,7 @@ def test_kept_counts_follow_every_change_of_every_state(rng: np.random.Generator
     for step in range(160):
         st = states[step % 2]
         req = MENU[int(rng.integers(len(MENU)))]
-        ctx = fit(st, req, rng.permutation(st.n_nodes), QoSPolicy())
+        ctx = fit(st, req, rng.permutation(st.n_nodes), QoSPolicy(), memo=memo)
         assert np.array_equal(fgd.gpu_score(ctx), fresh_score(ctx)), step
         compared += 1
         placeable = np.flatnonzero(ctx.node_fits & (ctx.gpu_fits.sum(axis=1) >= req.gpu_count))

@@ -8,15 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scoring import gaps, strategies
-from scoring.fit import ClusterTerms, cluster_terms
+from scoring import gaps, strategies, utilization
+from scoring.fit import ClusterTerms
 from scoring.fragmentation import TaskTypes
 from scoring.incremental import EXACT, IncrementalScorer, Tolerance, drifted, workload_drift
 from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import Evaluation, build_scorer
 from scoring.state import Allocation, ClusterState
-from scoring.strategies import adaptive_balance
+from scoring.strategies import adaptive_balance, spare_nodes
 from tests.conftest import gpu_node
 
 MENU = [PodRequest(1, 250, cpu_milli=2000, memory_mib=4096), PodRequest(1, 500, cpu_milli=4000, memory_mib=8192),
@@ -90,10 +90,10 @@ def test_within_tolerance_rows_are_scored_with_the_frozen_terms(rng: np.random.G
     # A loose tolerance keeps the terms of the first evaluation; every row (kept or rescored)
     # then equals a full evaluation with those frozen terms, not with the current ones.
     scorer = build_scorer(PRESETS["default"])
-    inc = IncrementalScorer(scorer, Tolerance(workload=1.0, cpu_pressure=1e9, spare_need=1.0))
+    inc = IncrementalScorer(scorer, tol(1.0, 1e9, 1.0))
     st = cluster()
     place(st, scorer.evaluate(st, MENU[1], np.arange(st.n_nodes)), 0)
-    frozen = cluster_terms(st)
+    frozen = scorer.cluster_terms(st)
     rows = np.arange(st.n_nodes, dtype=np.int64)
     for step in range(40):
         req = MENU[int(rng.integers(len(MENU) - 1))]
@@ -158,47 +158,66 @@ def test_workload_drift_is_the_total_variation_distance() -> None:
     tail_a = replace(a, demand=((1, 250, -1, 2), (1, 500, 6, 8)))
     tail_b = replace(a, demand=((1, 250, -1, 4), (1, 500, 6, 6)))
     assert workload_drift(tail_a, tail_b) == pytest.approx(0.2)
-    assert drifted(ClusterTerms(tail_a, 0.5), ClusterTerms(tail_b, 0.5), EXACT)
+    assert drifted(ct(tail_a), ct(tail_b), EXACT, TERMS)
+
+
+TERMS = build_scorer(PRESETS["default"]).terms
+"""The strategy terms a scorer compares (adaptive_balance's cpu_pressure, spare_nodes' spare_need)."""
+
+
+def ct(tasks: TaskTypes, pressure: float = 0.5, spare: tuple[tuple[int, float], ...] = (),
+       unseen: bool = False) -> ClusterTerms:
+    """Terms as ``Scorer.cluster_terms`` makes them: the pressure as adaptive_balance keeps it."""
+    return ClusterTerms(tasks, unseen, {adaptive_balance.TERM: adaptive_balance.effective_pressure(pressure),
+                                        spare_nodes.TERM: spare})
+
+
+def tol(workload: float, pressure: float = 0.0, spare: float = 0.0) -> Tolerance:
+    return Tolerance(workload, {adaptive_balance.TERM: pressure, spare_nodes.TERM: spare})
 
 
 def test_drifted_is_strict_at_zero_and_bounded_otherwise() -> None:
     a, b = types([3, 1], [500, 250]), types([6, 2], [500, 250])
     # Same distribution, other counts: FGD's sums use the counts, so exact mode refreshes.
-    assert drifted(ClusterTerms(a, 0.5), ClusterTerms(b, 0.5), EXACT)
-    assert not drifted(ClusterTerms(a, 0.5), ClusterTerms(b, 0.5), Tolerance(0.01, 0.01))
-    assert drifted(ClusterTerms(a, 0.95), ClusterTerms(a, 0.97), Tolerance(0.01, 0.01))  # |0.97 - 0.95| > 0.01
-    assert not drifted(ClusterTerms(a, 0.95), ClusterTerms(a, 0.955), Tolerance(0.01, 0.01))
+    assert drifted(ct(a), ct(b), EXACT, TERMS)
+    assert not drifted(ct(a), ct(b), tol(0.01, 0.01), TERMS)
+    assert drifted(ct(a, 0.95), ct(a, 0.97), tol(0.01, 0.01), TERMS)  # |0.97 - 0.95| > 0.01
+    assert not drifted(ct(a, 0.95), ct(a, 0.955), tol(0.01, 0.01), TERMS)
     # Below adaptive_balance's ramp (0.9) and above its top (1.0) the pressure moves no score.
-    assert not drifted(ClusterTerms(a, 0.3), ClusterTerms(a, 0.85), EXACT)
-    assert not drifted(ClusterTerms(a, 1.2), ClusterTerms(a, 3.0), EXACT)
-    assert drifted(ClusterTerms(a, 0.85), ClusterTerms(a, 0.91), Tolerance(0.0, 0.005))  # 0.9 -> 0.91
+    assert not drifted(ct(a, 0.3), ct(a, 0.85), EXACT, TERMS)
+    assert not drifted(ct(a, 1.2), ct(a, 3.0), EXACT, TERMS)
+    assert drifted(ct(a, 0.85), ct(a, 0.91), tol(0.0, 0.005), TERMS)  # 0.9 -> 0.91
     # The spare-node probabilities: any change at 0, past the bound otherwise; a size that
     # appears counts from probability 0.
     p1, p2 = ((8, 0.10),), ((8, 0.105),)
-    assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, p2), EXACT)
-    assert not drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, p2), Tolerance(0.01, 0.01, 0.01))
-    assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((8, 0.12),)), Tolerance(0.01, 0.01, 0.01))
+    assert drifted(ct(a, spare=p1), ct(a, spare=p2), EXACT, TERMS)
+    assert not drifted(ct(a, spare=p1), ct(a, spare=p2), tol(0.01, 0.01, 0.01), TERMS)
+    assert drifted(ct(a, spare=p1), ct(a, spare=((8, 0.12),)), tol(0.01, 0.01, 0.01), TERMS)
     # The keep-whole band turning off (the first whole-node pod counted) drops every entry,
     # whatever the tolerance: a kept row must not break ties by the other rule.
-    loose = Tolerance(1.0, 1e9, 1.0)
-    assert drifted(ClusterTerms(a, 0.5, p1, True), ClusterTerms(a, 0.5, p1, False), loose)
-    assert not drifted(ClusterTerms(a, 0.5, p1, True), ClusterTerms(a, 0.5, p1, True), loose)
-    assert drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((4, 0.02), (8, 0.1))), Tolerance(0.01, 0.01, 0.01))
-    assert not drifted(ClusterTerms(a, 0.5, p1), ClusterTerms(a, 0.5, ((4, 0.0), (8, 0.1))), Tolerance(0.01, 0.01, 0.01))
+    loose = tol(1.0, 1e9, 1.0)
+    assert drifted(ct(a, spare=p1, unseen=True), ct(a, spare=p1), loose, TERMS)
+    assert not drifted(ct(a, spare=p1, unseen=True), ct(a, spare=p1, unseen=True), loose, TERMS)
+    assert drifted(ct(a, spare=p1), ct(a, spare=((4, 0.02), (8, 0.1))), tol(0.01, 0.01, 0.01), TERMS)
+    assert not drifted(ct(a, spare=p1), ct(a, spare=((4, 0.0), (8, 0.1))), tol(0.01, 0.01, 0.01), TERMS)
+    # A term the caller does not compare (a scorer without that strategy's term) moves nothing.
+    assert not drifted(ct(a, 0.95), ct(a, 0.97), EXACT, ())
 
 
 def test_only_adaptive_balance_reads_the_cpu_pressure() -> None:
     # effective_pressure clips the pressure to adaptive_balance's ramp: sound only while no
     # other strategy (or shared kernel the strategies call) reads it.
-    readers = [m.__name__ for m in (*strategies.modules(), gaps) if "cpu_pressure" in inspect.getsource(m)]
+    readers = [m.__name__ for m in (*strategies.modules(), gaps, utilization)
+               if "cpu_pressure" in inspect.getsource(m)]
     assert readers == [adaptive_balance.__name__]
 
 
-@pytest.mark.parametrize("kwargs", [{"workload": -0.1}, {"workload": 1.5}, {"cpu_pressure": float("nan")},
-                                    {"cpu_pressure": float("inf")}, {"spare_need": 1.5}])
-def test_tolerance_rejects_bounds_out_of_range(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
-        Tolerance(**kwargs)
+@pytest.mark.parametrize(("workload", "terms", "field"), [
+    (-0.1, {}, "workload"), (1.5, {}, "workload"), (0.0, {"cpu_pressure": float("nan")}, "cpu_pressure"),
+    (0.0, {"cpu_pressure": float("inf")}, "cpu_pressure"), (0.0, {"spare_need": -0.5}, "spare_need")])
+def test_tolerance_rejects_bounds_out_of_range(workload: float, terms: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Tolerance(workload, terms)
 
 
 def test_many_shapes_on_a_small_cluster_stay_within_the_budget() -> None:

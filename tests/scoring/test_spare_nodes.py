@@ -7,12 +7,24 @@ import math
 import numpy as np
 import pytest
 
-from scoring.fit import cluster_terms, fit
+from scoring.fit import ClusterTerms, fit
 from scoring.request import PodRequest, QoSClass
+from scoring.scorer import ScoringConfig, build_scorer
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import spare_nodes
 from tests.conftest import gpu_node
 from tests.scoring.reference import _spare_nodes_score
+
+
+def cluster_terms(st: ClusterState) -> ClusterTerms:
+    """The state's terms with spare_nodes' own (``spare_need``), as a scorer computes them."""
+    return build_scorer(ScoringConfig({"spare_nodes": 1.0})).cluster_terms(st)
+
+
+def need(terms: ClusterTerms) -> spare_nodes.SpareNeed:
+    got = terms.strategy_terms[spare_nodes.TERM]
+    assert isinstance(got, tuple)
+    return got
 
 
 def _state(empty_nodes: int) -> ClusterState:
@@ -40,8 +52,8 @@ def _state(empty_nodes: int) -> ClusterState:
 def test_spare_nodes_worked_table(empty_nodes: int, p8: float) -> None:
     st = _state(empty_nodes)
     terms = cluster_terms(st)
-    assert [k for k, _ in terms.spare_need] == [8]
-    assert terms.spare_need[0][1] == pytest.approx(p8, abs=5e-4)
+    assert [k for k, _ in need(terms)] == [8]
+    assert need(terms)[0][1] == pytest.approx(p8, abs=5e-4)
     req = PodRequest(1, 500, gpu_memory_mib=0)
     ctx = fit(st, req, np.arange(st.n_nodes), terms=terms)
     chosen = np.zeros((st.n_nodes, 8), dtype=bool)
@@ -51,7 +63,7 @@ def test_spare_nodes_worked_table(empty_nodes: int, p8: float) -> None:
     # b keeps 1 whole GPU (2 -> 1): no size crosses -> 0.5. c has none -> 0.5. An empty node
     # goes 8 -> 7: cost 8000 * P_8 (4800, 2552, 800) -> 0.5 - cost / 2000, clipped:
     # 0, 0, 0.1.
-    broken = min(max(0.5 - 8000 * terms.spare_need[0][1] / 2000, 0.0), 1.0)
+    broken = min(max(0.5 - 8000 * need(terms)[0][1] / 2000, 0.0), 1.0)
     np.testing.assert_allclose(score, [0.5, 0.5, *[broken] * empty_nodes])
     assert broken == pytest.approx({1: 0.0, 3: 0.0, 8: 0.1}[empty_nodes], abs=2e-3)
     for row in (0, 2):
@@ -62,7 +74,7 @@ def test_spare_nodes_is_neutral_without_multi_gpu_pods() -> None:
     st = ClusterState.from_nodes([gpu_node("a", 8)])
     st.apply(Allocation("a", (0,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024))
     terms = cluster_terms(st)
-    assert terms.spare_need == ()
+    assert need(terms) == ()
     ctx = fit(st, PodRequest(1, 1000), np.arange(1), terms=terms)
     assert spare_nodes.node_score(ctx, np.eye(1, 8, 1, dtype=bool)).tolist() == [0.5]
 
@@ -90,8 +102,8 @@ def test_spare_nodes_counts_slots_not_nodes() -> None:
     for node in ("h", "f0"):
         st.apply(Allocation(node, (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 4000, 4096))
     terms = cluster_terms(st)
-    assert [k for k, _ in terms.spare_need] == [4]
-    p4 = terms.spare_need[0][1]
+    assert [k for k, _ in need(terms)] == [4]
+    p4 = need(terms)[0][1]
     assert p4 == pytest.approx(0.5 * math.erfc(-0.125), abs=1e-9)
     assert p4 == pytest.approx(0.570, abs=5e-4)
     req = PodRequest(4, 1000, gpu_memory_mib=0)

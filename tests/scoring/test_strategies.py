@@ -12,6 +12,7 @@ from scoring.request import PodRequest, QoSClass
 from scoring.scorer import STRATEGIES
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import gpu_best_fit, node_packing, qos_interference, resource_balance, spread
+from scoring.utilization import multi_gpu_share
 from tests.conftest import gpu_node
 from tests.scoring.randstate import random_request, random_state
 
@@ -99,6 +100,12 @@ def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
     np.testing.assert_allclose(s, [1 - (32100 / 64000 - 850 / 2000), 1.0])
 
 
+def pressed(ctx: FitContext, pressure: float) -> FitContext:
+    """``ctx`` with adaptive_balance's term at ``pressure`` (as a scorer would compute it)."""
+    from scoring.strategies import adaptive_balance
+    return replace(ctx, terms={adaptive_balance.TERM: adaptive_balance.effective_pressure(pressure)})
+
+
 def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
     from scoring.strategies import adaptive_balance
     # Workload: the one 600-milli pod on a/GPU0, multi-GPU share s = 0 -> lam = 0:
@@ -107,9 +114,9 @@ def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
     # score is resource_balance itself; at a pressure of 0.9 or below k = 1.
     ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
     chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
-    assert ctx.cpu_pressure == pytest.approx(2.5)
-    np.testing.assert_allclose(adaptive_balance.node_score(ctx, chosen), [0.825, 0.95])
-    np.testing.assert_allclose(adaptive_balance.node_score(replace(ctx, cpu_pressure=0.9), chosen),
+    assert adaptive_balance.cpu_pressure(two_node_state()) == pytest.approx(2.5)
+    np.testing.assert_allclose(adaptive_balance.node_score(pressed(ctx, 2.5), chosen), [0.825, 0.95])
+    np.testing.assert_allclose(adaptive_balance.node_score(pressed(ctx, 0.9), chosen),
                                [0.4125, 0.475])
     # A 2 x 1000 pod on b: demand 0.5 * 600 = 300 and 0.5 * 2000 = 1000, s = 1000/1300 =
     # 0.77 >= 0.3 -> lam = 1: score = 2 * stranding / 2 = stranding. Quarter pod, 100m, 1 GiB:
@@ -140,12 +147,12 @@ def test_adaptive_balance_gains_weight_with_cpu_pressure(pressure: float, k: flo
     # 0.825 and 0.95 (test_resource_balance); at k = 2 it stays <= 1.
     ctx = ctx_for(PodRequest(1, 300, cpu_milli=8000, memory_mib=32768))
     chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
-    s = adaptive_balance.node_score(replace(ctx, cpu_pressure=pressure), chosen)
+    s = adaptive_balance.node_score(pressed(ctx, pressure), chosen)
     np.testing.assert_allclose(s, [k * 0.825 / 2, k * 0.95 / 2])
 
 
 def test_cpu_pressure_is_cpu_over_gpu_utilization() -> None:
-    from scoring.fit import cpu_pressure
+    from scoring.strategies.adaptive_balance import cpu_pressure
     # two_node_state: CPU 32000 of 2 x 64000 -> u_cpu 0.25; GPU 600 of 6 x 1000 -> u_gpu 0.1
     # -> 0.25 / 0.1 = 2.5
     st = two_node_state()
@@ -296,7 +303,7 @@ def test_multi_gpu_reserve_packs_in_proportion_to_multi_gpu_demand() -> None:
     for col in (2, 3, 4):
         st.apply(Allocation("b", (col,), 1000, (0,), QoSClass.BURSTABLE, 1000, 1024))
     ctx = fit(st, PodRequest(1), np.arange(2))
-    assert multi_gpu_reserve.multi_gpu_share(ctx.tasks) == pytest.approx(1 / 3)
+    assert multi_gpu_share(ctx.tasks) == pytest.approx(1 / 3)
     # a: (1000 + 1000) / 2000 = 1.0 -> 0.4444 ; b: (5000 + 1000) / 8000 = 0.75 -> 0.3333
     chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
     np.testing.assert_allclose(multi_gpu_reserve.node_score(ctx, chosen), [4 / 9, 0.75 * 4 / 9])
