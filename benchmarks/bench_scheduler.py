@@ -1,6 +1,6 @@
 """Pods/s through the real kube-scheduler: no extender, a no-op extender, and gpufrac.
 
-One control plane (``tests.harness.controlplane``: etcd, kube-apiserver, kube-scheduler built
+One control plane (``harness.controlplane``: etcd, kube-apiserver, kube-scheduler built
 from Go modules), one run, five setups side by side for each cluster size:
 
 - ``no extender``: kube-scheduler with the project's profile and the ``extenders`` section
@@ -45,7 +45,7 @@ from kubernetes.client.rest import ApiException
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
-from tests.harness.controlplane import (
+from harness.controlplane import (
     LOOPBACK,
     ControlPlane,
     add_fake_node,

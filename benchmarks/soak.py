@@ -1,7 +1,7 @@
 """Soak: pods created and deleted for minutes through the real control plane, with a fault
 every minute; afterwards no over-commit, no leaked hold, every pod bound or told why not.
 
-One control plane (``tests.harness.controlplane``: etcd, kube-apiserver, kube-scheduler with
+One control plane (``harness.controlplane``: etcd, kube-apiserver, kube-scheduler with
 the project's ``scheduler-config.yaml``), ``--nodes`` fake nodes of 8 GPUs (4 replica slots
 each), and gpufrac in cluster mode with fenced binds, as ``deploy/`` runs it. A creator
 thread creates ``--pods`` pods at an even pace over ``--minutes`` (shapes drawn, seeded,
@@ -51,8 +51,8 @@ from kubernetes.client.rest import ApiException
 
 from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
-from tests.harness.controlplane import LOOPBACK, ControlPlane, Proc, add_fake_node, fake_node_gpus, free_port
-from tests.harness.invariants import check_invariants
+from harness.controlplane import LOOPBACK, ControlPlane, Proc, add_fake_node, fake_node_gpus, free_port
+from harness.invariants import check_invariants
 
 SCHEDULER = "gpufrac-scheduler"
 NAMESPACE = "soak"

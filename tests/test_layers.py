@@ -17,7 +17,7 @@ def _tool(name: str) -> str:
 
 
 def test_import_contracts_kept() -> None:
-    # One arrow: tests > benchmarks > tests.harness > extender | agent > podspec > scoring;
+    # One arrow: tests > benchmarks > harness > extender | agent > podspec > scoring;
     # scoring imports no HTTP, Kubernetes, pydantic or YAML; the layers inside extender,
     # extender.cache and scoring (pyproject.toml's [tool.importlinter]).
     r = subprocess.run([_tool("lint-imports")], cwd=REPO, capture_output=True, text=True, check=False)

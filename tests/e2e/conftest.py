@@ -1,6 +1,6 @@
 """A real control plane for the end-to-end tests (session scope, built once, stopped by PID).
 
-etcd, kube-apiserver and kube-scheduler are the real binaries (``tests.harness.controlplane``
+etcd, kube-apiserver and kube-scheduler are the real binaries (``harness.controlplane``
 builds them from Go modules on first use); gpufrac runs in cluster mode as a subprocess,
 exactly as ``gpufrac serve --mode cluster`` would. Nothing here is skipped: a machine that
 cannot build or start them fails these tests.
@@ -18,7 +18,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from tests.harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
+from harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
 
 T = TypeVar("T")
 
@@ -142,7 +142,7 @@ class Images:
 def images(control_plane: ControlPlane) -> Images:
     """Both role images (on the stand-in bases) and a kube-scheduler image from the
     harness's binary; built once per session (layers cached by buildah across runs)."""
-    from tests.harness import images as img
+    from harness import images as img
 
     return Images(img.role_image("extender"), img.role_image("agent"),
                   img.scheduler_image(control_plane.bins["kube-scheduler"]))

@@ -6,8 +6,8 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.harness.controlplane import add_fake_node, fake_node_gpus
-from tests.harness.invariants import check_invariants
+from harness.controlplane import add_fake_node, fake_node_gpus
+from harness.invariants import check_invariants
 
 __all__ = ["SCHEDULER", "check_invariants", "gpu_pod", "make_nodes", "new_namespace"]
 

@@ -11,10 +11,10 @@ import grpc
 import yaml
 
 from agent.deviceplugin.stubs import load
+from harness.controlplane import add_fake_node, fake_node_gpus, start
 from tests.agent.kubelet import FakeKubelet
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
-from tests.harness.controlplane import add_fake_node, fake_node_gpus, start
 
 
 def test_agent_publishes_inventory_and_the_extender_places_by_it(cluster: Cluster, tmp_path: Path) -> None:

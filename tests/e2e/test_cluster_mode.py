@@ -217,7 +217,7 @@ def test_stream_survives_sigkill_and_restart(cluster: Cluster) -> None:
 
 def test_readyz_is_false_until_the_first_sync(cluster: Cluster, tmp_path: Path) -> None:
     """A gpufrac that cannot reach its API server never says ready."""
-    from tests.harness.controlplane import free_port, start
+    from harness.controlplane import free_port, start
 
     bad = tmp_path / "bad.kubeconfig"
     cfg = json.loads(json.dumps(__import__("yaml").safe_load(cluster.cp.admin_kubeconfig.read_text())))

@@ -1,5 +1,5 @@
 """Every shell command of the README, docs/ and deploy/README is run by a test, or exempt
-with the reason this machine cannot run it (``tests/harness/docs.py``); the ones no other
+with the reason this machine cannot run it (``harness/docs.py``); the ones no other
 test runs are run here, as written.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import docs
-from tests.harness.controlplane import LOOPBACK, ROOT, ControlPlane, free_port, start, wait_until
+from harness import docs
+from harness.controlplane import LOOPBACK, ROOT, ControlPlane, free_port, start, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def test_every_docs_command_is_run_by_a_test_or_exempt_with_a_reason() -> None:
             elif len(matches) > 1:
                 ambiguous.append((doc, command, matches))
             used.update(matches)
-    assert unaccounted == [], "add a test that runs these (tests/harness/docs.py RUN_BY), or say why not (EXEMPT)"
+    assert unaccounted == [], "add a test that runs these (harness/docs.py RUN_BY), or say why not (EXEMPT)"
     assert ambiguous == []
     assert set(keys) - used == set(), "entries for commands the docs no longer have"
     # The file named as the runner takes that command from the doc by its start.

@@ -25,10 +25,10 @@ import yaml
 from kubernetes import client, config
 
 from extender.fence import ClaimFence
+from harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
+from harness.latency_proxy import LatencyProxy
 from podspec.kubeio import kube_api
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
-from tests.harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
-from tests.harness.latency_proxy import LatencyProxy
 
 pytestmark = pytest.mark.e2e
 

@@ -21,13 +21,13 @@ from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder, raw_watch_target
 from extender.fence import ClaimFence
+from harness.controlplane import LOOPBACK, Proc, free_port, wait_until
 from podspec.kubeio import kube_api, response_json
 from podspec.nodes import node_observation
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
-from tests.harness.controlplane import LOOPBACK, Proc, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from harness.controlplane import ROOT
+from harness.helm import helm
 from tests.e2e.conftest import Cluster
-from tests.harness.controlplane import ROOT
-from tests.harness.helm import helm
 
 pytestmark = pytest.mark.e2e
 

@@ -13,9 +13,9 @@ import re
 
 import pytest
 
+from harness import images as img
+from harness.controlplane import kube_version
 from tests.e2e.conftest import Images
-from tests.harness import images as img
-from tests.harness.controlplane import kube_version
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ chart's own pods running on a real kubelet.
 The cluster: etcd, kube-apiserver with the ServiceAccount admission plugin (pods get tokens),
 kube-controller-manager (Deployments, ReplicaSets, the DaemonSet, service accounts, the
 root CA ConfigMap), the cluster's default kube-scheduler (it places the chart's pods), and
-one real node (kubelet, containerd, runc: ``tests/harness/node.py``). The chart's
+one real node (kubelet, containerd, runc: ``harness/node.py``). The chart's
 kube-scheduler (from an image of the harness's own binary), both gpufrac replicas and the
 agent DaemonSet (fake NVML: no GPU here) run as pods there.
 
@@ -34,12 +34,12 @@ from typing import Any
 import pytest
 import yaml
 
+from harness import docs
+from harness import images as img
+from harness.controlplane import LOOPBACK, ControlPlane, free_port, wait_until
+from harness.helm import build_helm, helm
+from harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
 from tests.e2e.conftest import Images
-from tests.harness import docs
-from tests.harness import images as img
-from tests.harness.controlplane import LOOPBACK, ControlPlane, free_port, wait_until
-from tests.harness.helm import build_helm, helm
-from tests.harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import STALE_AFTER_S, Cluster, unique, wait_for_pods
-from tests.e2e.helpers import gpu_pod, new_namespace
-from tests.harness.controlplane import (
+from harness.controlplane import (
     LOOPBACK,
     ROOT,
     add_fake_node,
@@ -32,6 +30,8 @@ from tests.harness.controlplane import (
     free_port,
     start,
 )
+from tests.e2e.conftest import STALE_AFTER_S, Cluster, unique, wait_for_pods
+from tests.e2e.helpers import gpu_pod, new_namespace
 
 pytestmark = pytest.mark.e2e
 

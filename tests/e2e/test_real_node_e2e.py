@@ -1,6 +1,6 @@
 """The node side against a real kubelet: the agent's device plugin, Allocate, kubelet restarts.
 
-A real kubelet with containerd 2.x and runc (``tests/harness/node.py``) joins the session's
+A real kubelet with containerd 2.x and runc (``harness/node.py``) joins the session's
 control plane as node ``localhost``; the agent runs as it ships (``gpufrac agent``, fake
 NVML backend of two 24 GiB GPUs, real gRPC, kubelet's real device-plugin socket). Pods are
 scheduled by the session's gpufrac-scheduler, bound by gpufrac with their allocation, and
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.controlplane import Proc, free_port, start, wait_until
+from harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import SCHEDULER, new_namespace
-from tests.harness.controlplane import Proc, free_port, start, wait_until
-from tests.harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from harness.controlplane import free_port
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
-from tests.harness.controlplane import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "base"

@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.harness import docs
-from tests.harness.controlplane import ROOT, ControlPlaneError, ensure_debian, kube_version
+from harness import docs
+from harness.controlplane import ROOT, ControlPlaneError, ensure_debian, kube_version
 
 SUITE = "bookworm"
 PYTHON_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")

@@ -12,7 +12,7 @@ import contextlib
 import threading
 from types import TracebackType
 
-from tests.harness.controlplane import LOOPBACK, free_port
+from harness.controlplane import LOOPBACK, free_port
 
 MAX_CONNECTIONS = 256
 CHUNK_BYTES = 64 * 1024

@@ -34,7 +34,7 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("docs/install.md", "kubectl -n gpufrac-system rollout status ds/gpufrac-agent"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl gpufrac inspect"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl -n gpufrac-system rollout status deploy/"): "tests/e2e/test_install_e2e.py",
-    ("docs/install.md", "buildah build -f deploy/Dockerfile"): "tests/harness/images.py",
+    ("docs/install.md", "buildah build -f deploy/Dockerfile"): "harness/images.py",
     ("docs/install.md", "helm uninstall gpufrac"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl delete namespace gpufrac-claims"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl annotate nodes --all gpufrac.io/inventory-"): "tests/e2e/test_install_e2e.py",
@@ -48,7 +48,7 @@ EXEMPT: dict[tuple[str, str], str] = {
         "ten minutes of replay: tests/benchmarks/test_replay.py runs the same `python -m benchmarks replay` "
         "on --limit smoke runs",
     ("docs/install.md", "buildah push"): "no registry here: the suite writes the images to Docker archives for "
-                                         "containerd (tests/harness/images.py, archive)",
+                                         "containerd (harness/images.py, archive)",
     ("deploy/README.md", "kubectl -n gpufrac-system rollout status deploy/"):
         "that cluster has no node for the Deployments' pods (test_install_e2e runs the chart's pods)",
 }

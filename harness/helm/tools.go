@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the Helm command the chart tests build (tests/harness/helm.py), so
+// Package tools pins the Helm command the chart tests build (harness/helm.py), so
 // `go mod tidy` keeps it.
 package tools
 

@@ -1,4 +1,4 @@
-"""Helm for the chart tests, built from its Go module (``tests/harness/helm/go.mod``).
+"""Helm for the chart tests, built from its Go module (``harness/helm/go.mod``).
 
 Built once into the same cache as the kube binaries (``build_go_commands``), keyed by the
 go.mod/go.sum pair, so a later run reuses it.
@@ -9,17 +9,17 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.harness.controlplane import ControlPlaneError, build_go_commands
+from harness.controlplane import ControlPlaneError, build_go_commands
 
 HARNESS = Path(__file__).resolve().parent
 
 
 def helm_version() -> str:
-    """The ``helm.sh/helm/v3`` version pinned in ``tests/harness/helm/go.mod``."""
+    """The ``helm.sh/helm/v3`` version pinned in ``harness/helm/go.mod``."""
     for line in (HARNESS / "helm" / "go.mod").read_text().splitlines():
         if line.startswith("require helm.sh/helm/v3 "):
             return line.split()[-1]
-    raise ControlPlaneError("tests/harness/helm/go.mod does not require helm.sh/helm/v3")
+    raise ControlPlaneError("harness/helm/go.mod does not require helm.sh/helm/v3")
 
 
 def build_helm() -> Path:

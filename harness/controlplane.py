@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on 127.0.0.1, for the end-to-end tests and benchmarks.
 
 Builds kube-apiserver, kube-scheduler and kubectl from the Go modules pinned in
-``tests/harness/kube/go.mod`` (``k8s.io/kubernetes`` with its staging modules replaced by their
+``harness/kube/go.mod`` (``k8s.io/kubernetes`` with its staging modules replaced by their
 published releases) into a cache directory keyed by that go.mod and go.sum, so later runs
 reuse them; installs Debian's ``etcd-server`` when no ``etcd`` is on the machine. Then starts
 etcd, kube-apiserver (self-signed CA, client-certificate authentication, RBAC), and on demand
@@ -56,12 +56,12 @@ def free_port() -> int:
 # -- binaries ------------------------------------------------------------------------------
 
 def kube_version() -> str:
-    """The ``k8s.io/kubernetes`` version pinned in ``tests/harness/kube/go.mod``."""
+    """The ``k8s.io/kubernetes`` version pinned in ``harness/kube/go.mod``."""
     for line in (GO_MODULE_DIR / "go.mod").read_text().splitlines():
         parts = line.split()
         if parts[:2] == ["require", "k8s.io/kubernetes"]:
             return parts[2]
-    raise ControlPlaneError("tests/harness/kube/go.mod does not require k8s.io/kubernetes")
+    raise ControlPlaneError("harness/kube/go.mod does not require k8s.io/kubernetes")
 
 
 def build_kube_binaries(cache_root: Path | None = None) -> dict[str, Path]:
@@ -431,7 +431,7 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--authorization-mode=RBAC",
                 *([] if service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
-                # The real node (tests/harness/node.py) is "localhost": kubelet listens on
+                # The real node (harness/node.py) is "localhost": kubelet listens on
                 # 127.0.0.1 only and refuses a loopback node IP, so logs go by its Hostname.
                 "--kubelet-preferred-address-types=Hostname,InternalIP,ExternalIP",
                 "--enable-priority-and-fairness=false",
@@ -540,7 +540,7 @@ class ControlPlane:
         """Start kube-controller-manager (built on first use) and wait for its health check.
 
         Every on-by-default controller runs but those that act on nodes' conditions and
-        clouds: the real node (``tests/harness/node.py``) stays NotReady without a CNI, and the
+        clouds: the real node (``harness/node.py``) stays NotReady without a CNI, and the
         node-lifecycle and taint-eviction controllers would taint it ``NoExecute`` and evict
         the pods on it.
         """

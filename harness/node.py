@@ -1,8 +1,8 @@
 """A real node for the end-to-end tests: kubelet, containerd 2.x and runc on 127.0.0.1.
 
 kubelet is built from the same ``k8s.io/kubernetes`` release as the control plane
-(``tests/harness/kubelet``), containerd and its runc shim from their Go module
-(``tests/harness/containerd``; Kubernetes 1.36 no longer supports the containerd 1.x Debian
+(``harness/kubelet``), containerd and its runc shim from their Go module
+(``harness/containerd``; Kubernetes 1.36 no longer supports the containerd 1.x Debian
 ships), runc and busybox from Debian's packages. Images cannot be pulled here: a sandbox
 ("pause") image and a workload image are written from Debian's static busybox as Docker
 archives and imported into containerd. What this machine needed, each in one place below:
@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness.controlplane import (
+from harness.controlplane import (
     LOOPBACK,
     ControlPlane,
     ControlPlaneError,
