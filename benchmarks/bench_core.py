@@ -1,4 +1,4 @@
-"""Cost of the placement decision alone, as the cluster grows (``python -m benchmarks.bench_core``).
+"""Cost of the placement decision alone, as the cluster grows (``python -m benchmarks bench core``).
 
 For each cluster size (identical 8-GPU, 96-core nodes, as ``bench_http``'s synthetic
 cluster), the state is filled to ``--load-pct`` of its GPU share with openb pods placed
@@ -86,15 +86,17 @@ def fill(state: ClusterState, pods: list[trace.TracePod], load_pct: float, rng: 
     return 100.0 * int(state.gpu_used_milli.sum()) / capacity
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print a Markdown table; write JSON."""
-    p = argparse.ArgumentParser(description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m benchmarks bench core``."""
     p.add_argument("--nodes", default="100,1000,5000,10000", help="cluster sizes, comma-separated")
     p.add_argument("--samples", type=int, default=200)
     p.add_argument("--load-pct", type=float, default=70.0)
     p.add_argument("--preset", default="default")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/core-decision.json"))
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; print a Markdown table; write JSON."""
     pods = trace.load_pods(trace.DEFAULT_PODS)
     scorer = build_scorer(scoring_config(args.preset))
     meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
@@ -151,6 +153,3 @@ def main(argv: list[str] | None = None) -> int:
               f"| {r['incremental_full_pct']:.1f} % | {r['incremental_rows_rescored_mean']:.1f} |")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

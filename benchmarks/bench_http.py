@@ -11,7 +11,7 @@ timing, each extender gets one untimed filter per distinct openb pod shape (126)
 running extender has seen them; pods are not bound between samples (``bench_core`` and
 ``bench_scheduler`` measure the cost of what a bind changes).
 
-Run: ``python -m benchmarks.bench_http [--samples 300] [--out benchmarks/results/http-latency.json]``
+Run: ``python -m benchmarks bench http [--samples 300] [--out benchmarks/results/http-latency.json]``
 """
 
 from __future__ import annotations
@@ -123,20 +123,22 @@ def time_calls(client: ExtenderClient, cluster: ClusterNames, pods: list[trace.T
 def start_noop() -> tuple[subprocess.Popen[bytes], ExtenderClient]:
     """The no-op extender (``benchmarks/noop_extender.py``) on a free loopback port, ready."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.noop_extender", str(port)], cwd=REPO_ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks", "noop-extender", str(port)], cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
     wait_ok(proc, f"{url}/healthz", 60, "no-op extender")
     return proc, ExtenderClient(url)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print a Markdown table; write JSON."""
-    p = argparse.ArgumentParser(description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m benchmarks bench http``."""
     p.add_argument("--samples", type=int, default=300)
     p.add_argument("--load-pct", type=float, default=70.0)
     p.add_argument("--synthetic-nodes", type=int, default=5000)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/http-latency.json"))
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; print a Markdown table; write JSON."""
     pods = trace.load_pods(trace.DEFAULT_PODS)
     rows: list[dict[str, Any]] = []
     meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
@@ -183,6 +185,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['server_cpu_ms_per_pod']:.2f} | {r['request_bytes']:,} |")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,7 +21,7 @@ counted. Pods are force-deleted between setups. With ``--rounds N`` the setups r
 times in turn (no extender, no-op, no-op binder, gpufrac, gpufrac fenced, no extender, ...), so a slow spell of the
 machine falls on all of them; the JSON is written after every setup.
 
-Run: ``python -m benchmarks.bench_scheduler [--nodes 50,500] [--pods 1000] [--rounds 1]``
+Run: ``python -m benchmarks bench scheduler [--nodes 50,500] [--pods 1000] [--rounds 1]``
 (``--pods 1000,1000,300`` gives each size its own count.)
 """
 
@@ -42,6 +42,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from benchmarks.errors import UsageError
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
@@ -107,7 +108,7 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
                                                  *fence])
     elif setup in ("no-op extender", "no-op binder"):
         bind = ["--bind", str(cp.admin_kubeconfig)] if setup == "no-op binder" else []
-        extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks.noop_extender",
+        extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks", "noop-extender",
                                                     str(port), *bind], cp.workdir))
         import httpx
 
@@ -147,8 +148,8 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
             "cpu_ms_per_pod_total": sum(per_pod.values())}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m benchmarks bench scheduler``."""
     p.add_argument("--nodes", default="50,500", help="cluster sizes, comma-separated")
     p.add_argument("--pods", default="1000", help="pods per setup: one count, or one per size")
     p.add_argument("--rounds", type=int, default=1, help="times the setups run in turn per size")
@@ -156,14 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/scheduler-throughput.json"))
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``python -m benchmarks bench scheduler``."""
     sizes = [int(x) for x in args.nodes.split(",")]
     setups = args.setups.split(",")
     if unknown := set(setups) - set(SETUPS):
-        p.error(f"--setups: unknown {sorted(unknown)}; choose from {list(SETUPS)}")
+        raise UsageError(f"--setups: unknown {sorted(unknown)}; choose from {list(SETUPS)}")
     counts = [int(x) for x in args.pods.split(",")]
     if len(counts) not in (1, len(sizes)):
-        p.error("--pods: one count, or one per size")
+        raise UsageError("--pods: one count, or one per size")
     pods_for = dict(zip(sizes, counts * len(sizes) if len(counts) == 1 else counts, strict=True))
     meta = {"kubernetes": kube_version(), "python": platform.python_version(),
             "machine": f"{platform.machine()}, {platform.system()}", "commit": source_commit(),
@@ -207,6 +211,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['cpu_ms_per_pod_total']:.1f} |")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

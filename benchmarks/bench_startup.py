@@ -13,7 +13,7 @@ Times (wall, one process) each step a restarted extender takes before ``/readyz`
 The JSON transfer and decoding of the API server's list are not included (orjson, outside
 gpufrac's code). Writes JSON after every step.
 
-Run: ``python -m benchmarks.bench_startup [--nodes 5000] [--pods 50000]``
+Run: ``python -m benchmarks bench startup [--nodes 5000] [--pods 50000]``
 """
 
 from __future__ import annotations
@@ -65,14 +65,16 @@ def pod_objects(specs: list[Any], n_pods: int, load_pct: float, seed: int) -> tu
     return out, min(len(placed), n_pods)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print a Markdown table; write JSON."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m benchmarks bench startup``."""
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--pods", type=int, default=50000)
     p.add_argument("--load-pct", type=float, default=98.0)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/startup.json"))
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; print a Markdown table; write JSON."""
     meta = {"machine": f"{platform.machine()}, {platform.system()}", "python": platform.python_version(),
             "commit": source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "nodes": args.nodes, "pods": args.pods}
@@ -107,6 +109,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {s['step']} | {s['seconds']:.2f} |")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

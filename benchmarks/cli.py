@@ -1,6 +1,10 @@
-"""``python -m benchmarks`` (``benchmarks.cli``): the replay benchmark and the independent placement check.
+"""``python -m benchmarks`` (``benchmarks.cli``): every benchmark, one verb each.
 
-Run from the repository root (the benchmarks are not part of the installed product).
+``replay`` (placement quality on openb, ``--compare`` for several policies), ``cold-start``,
+``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup``
+(costs), ``check-placements`` (the independent check of a replay's output) and
+``noop-extender`` (the baseline server the cost benchmarks compare against). Run from the
+repository root (the benchmarks are not part of the installed product).
 """
 
 from __future__ import annotations
@@ -9,7 +13,20 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks import check_placements, cold_start, compare, replay, soak
+from benchmarks import (
+    bench_core,
+    bench_http,
+    bench_scheduler,
+    bench_startup,
+    check_placements,
+    cold_start,
+    compare,
+    floor,
+    noop_extender,
+    replay,
+    soak,
+)
+from benchmarks.errors import UsageError
 from podspec.cli_help import describe_subcommands
 
 
@@ -45,6 +62,30 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_arguments(sk)
     sk.set_defaults(func=soak.run)
 
+    fl = sub.add_parser("floor", help="the least unallocated share any placement, and any work-conserving "
+                                      "scheduler, can leave once GPU demand reaches capacity (cutting-stock LPs)")
+    floor.add_arguments(fl)
+    fl.set_defaults(func=floor.run)
+
+    bench = sub.add_parser("bench", help="what gpufrac costs: the core decision, HTTP latency, kube-scheduler's "
+                                         "throughput, start-up")
+    costs = bench.add_subparsers(dest="bench", required=True)
+    for name, module, what in (
+            ("core", bench_core, "thread CPU of one pod's evaluation on every node, 100 to 10,000 nodes"),
+            ("http", bench_http, "p50/p99 of filter and prioritize as kube-scheduler sees them, against the "
+                                 "no-op extender"),
+            ("scheduler", bench_scheduler, "pods/s through a real kube-scheduler: no extender, the no-op "
+                                           "extender, gpufrac"),
+            ("startup", bench_startup, "loading a 5,000-node cluster file; cluster mode's first list of "
+                                       "50,000 pods")):
+        cost = costs.add_parser(name, help=what)
+        module.add_arguments(cost)
+        cost.set_defaults(func=module.run)
+
+    nx = sub.add_parser("noop-extender", help="serve the no-op extender (the cost benchmarks' baseline)")
+    noop_extender.add_arguments(nx)
+    nx.set_defaults(func=noop_extender.run)
+
     chk = sub.add_parser("check-placements", help="independent feasibility check of a placements CSV")
     chk.add_argument("placements", type=Path)
     chk.add_argument("--nodes", type=Path, required=True)
@@ -58,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m benchmarks``."""
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        parser.error(str(exc))
 
 

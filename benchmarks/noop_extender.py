@@ -10,7 +10,7 @@ the allocation annotations, the choice of GPUs or a pod watch). ``bench_schedule
 "no-op binder": the cost of the bind verb itself, which gpufrac's design (kube-scheduler calls
 the extender's bind, the extender writes the Binding with the allocation) cannot avoid.
 
-Run: ``python -m benchmarks.noop_extender PORT [--bind KUBECONFIG]``
+Run: ``python -m benchmarks noop-extender PORT [--bind KUBECONFIG]``
 """
 
 from __future__ import annotations
@@ -73,11 +73,15 @@ async def healthz() -> Response:
     return _json({"status": "ok"})
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("port", type=int)
-    parser.add_argument("--bind", metavar="KUBECONFIG", help="answer bind too, writing Bindings with this kubeconfig")
-    opts = parser.parse_args()
-    if opts.bind:
-        add_bind(kube_api(Path(opts.bind)))
-    uvicorn.run(app, host="127.0.0.1", port=opts.port, log_level="warning", access_log=False)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m benchmarks noop-extender``."""
+    p.add_argument("port", type=int)
+    p.add_argument("--bind", metavar="KUBECONFIG", help="answer bind too, writing Bindings with this kubeconfig")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve on ``127.0.0.1:PORT`` until stopped."""
+    if args.bind:
+        add_bind(kube_api(Path(args.bind)))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks import bench_core
+from benchmarks import bench_core, cli
 from scoring.state import ClusterState
 
 
@@ -23,7 +23,7 @@ def test_fill_reaches_the_load_without_breaking_the_state() -> None:
 
 def test_bench_core_writes_one_row_per_size(tmp_path: Path) -> None:
     out = tmp_path / "core.json"
-    assert bench_core.main(["--nodes", "10,20", "--samples", "3", "--out", str(out)]) == 0
+    assert cli.main(["bench", "core", "--nodes", "10,20", "--samples", "3", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert [r["nodes"] for r in doc["rows"]] == [10, 20] and doc["meta"]["samples"] == 3
     for r in doc["rows"]:

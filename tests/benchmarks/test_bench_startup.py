@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks import bench_startup
+from benchmarks import cli
 
 
 def test_bench_startup_times_every_step(tmp_path: Path) -> None:
     out = tmp_path / "startup.json"
-    assert bench_startup.main(["--nodes", "12", "--pods", "300", "--out", str(out)]) == 0
+    assert cli.main(["bench", "startup", "--nodes", "12", "--pods", "300", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert len(doc["steps"]) == 5 and all(s["seconds"] >= 0 for s in doc["steps"])
     # 12 nodes x 8 GPUs fill before 300 pods: some bound, the rest pending, and every record

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import floor, trace
-from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli
+from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli, share, work_conserving
 
 
 @pytest.mark.parametrize(("demand", "n_gpus", "expected"), [
@@ -199,8 +199,8 @@ def test_work_conserving_floor_bounds_greedy_schedulers_and_is_the_lowest_satura
     plain = floor.max_allocated_milli(floor.arrived_demand(arrived, capacity), n_gpus)
     assert got.unallocated_pct >= 100 * (capacity - plain) / capacity - 1e-6
     # Branch and bound finds the lowest point: the same as trying every a at that threshold.
-    bounds = floor._SaturationBounds(arrived)
-    every = [floor._column_generation(allowed, n_gpus, 10_000, required)
+    bounds = work_conserving._SaturationBounds(arrived)
+    every = [share.column_generation(allowed, n_gpus, 10_000, required)
              for allowed, required in (bounds(a, a, got.theta_milli) for a in range(len(arrived) + 1))]
     best = max(value for value, extra in every if extra <= 1e-6)
     assert got.unallocated_pct == pytest.approx(100 * (capacity - best) / capacity, abs=1e-6)
