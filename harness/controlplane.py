@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GO_MODULE_DIR = Path(__file__).resolve().parent / "kube"
 COMMANDS = ("kube-apiserver", "kube-scheduler", "kubectl")
 LOOPBACK = "127.0.0.1"
