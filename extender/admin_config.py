@@ -23,8 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
+from scoring.registry import STRATEGIES
 from scoring.request import MILLI_PER_GPU, QoSClass, QoSPolicy
-from scoring.scorer import STRATEGIES, ScoringConfig, Ties, validate_config
+from scoring.scorer import ScoringConfig, Ties, validate_config
 from scoring.workload import MAX_PRIOR_GPUS, MAX_PRIOR_WEIGHT, ShapePrior
 
 _M = TypeVar("_M")

@@ -5,8 +5,9 @@ Pure numpy + stdlib: no HTTP, no Kubernetes, no NVML.
 
 from scoring.fit import FitContext, Reason
 from scoring.presets import PRESETS
+from scoring.registry import STRATEGIES
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.scorer import STRATEGIES, Evaluation, Scorer, ScoringConfig, build_scorer
+from scoring.scorer import Evaluation, Scorer, ScoringConfig, build_scorer
 from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
 
 __all__ = [

@@ -40,8 +40,9 @@ from numpy.typing import NDArray
 from scoring.fit import ClusterTerms
 from scoring.fragmentation import TaskTypes, total_variation
 from scoring.memo import Memo
+from scoring.registry import STRATEGIES, Term
 from scoring.request import PodRequest
-from scoring.scorer import STRATEGIES, Evaluation, Scorer, Term
+from scoring.scorer import Evaluation, Scorer
 from scoring.state import ClusterState
 
 

@@ -1,7 +1,6 @@
-"""Strategy registry, weights, and the scorer that combines them.
+"""Weights, and the scorer that combines the registered strategies (``scoring.registry``).
 
-The registry holds every module of ``scoring.strategies`` (the contract a strategy module
-keeps is written there), checked once at import. For one-GPU pods the scorer reuses a
+For one-GPU pods the scorer reuses a
 strategy's per-GPU score as its node score when the module says they are the same number.
 ``build_scorer`` validates a ``ScoringConfig`` once and returns a ``Scorer``; nothing is
 parsed again per request.
@@ -17,96 +16,20 @@ from __future__ import annotations
 import difflib
 import enum
 import math
-import types
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring import strategies
 from scoring.fit import ClusterTerms, FitContext, cluster_terms, fit
 from scoring.memo import Memo
 from scoring.reduce import clip, mean_at, take_cols
+from scoring.registry import STRATEGIES, Strategy, Term
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
 from scoring.state import ClusterState
 from scoring.workload import ShapePrior
-
-GpuScoreFn = Callable[[FitContext], NDArray[np.float64]]
-NodeScoreFn = Callable[[FitContext, NDArray[np.bool_]], NDArray[np.float64]]
-TermFn = Callable[[ClusterState, Memo], object]
-DriftFn = Callable[[object, object], float]
-
-
-@dataclass(frozen=True, slots=True)
-class Term:
-    """A strategy's own cluster-wide term (``scoring.strategies``: ``TERM``, ``cluster_term``,
-    ``term_drift``, ``TERM_TOLERANCE``)."""
-
-    name: str
-    compute: TermFn
-    drift: DriftFn
-    tolerance: float
-
-
-@dataclass(frozen=True, slots=True)
-class Strategy:
-    """One registered scoring shape."""
-
-    name: str
-    gpu_score: GpuScoreFn | None
-    node_score: NodeScoreFn | None
-    one_gpu_node_score_is_gpu_score: bool = False
-    """For a one-GPU pod, the node score equals the chosen GPU's per-GPU score (so the
-    scorer reuses it instead of calling ``node_score``)."""
-    term: Term | None = None
-    """The strategy's cluster-wide term, when it declares one."""
-
-
-def _strategy(module: types.ModuleType) -> Strategy:
-    """A strategy module as a ``Strategy``, checked against the contract in ``scoring.strategies``.
-
-    Raises
-    ------
-    TypeError
-        When the module lacks ``NAME`` or defines neither score function.
-    """
-    name = getattr(module, "NAME", None)
-    gpu_score, node_score = getattr(module, "gpu_score", None), getattr(module, "node_score", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{module.__name__}: define NAME, the strategy's config name")
-    # Both defined (fgd): gpu_score picks the GPUs, node_score scores the node with them.
-    if gpu_score is None and node_score is None:
-        raise TypeError(f"{module.__name__}: define gpu_score, node_score or both")
-    term = None
-    if hasattr(module, "TERM"):
-        parts = (getattr(module, "cluster_term", None), getattr(module, "term_drift", None),
-                 getattr(module, "TERM_TOLERANCE", None))
-        if not isinstance(module.TERM, str) or not module.TERM or None in parts:
-            raise TypeError(f"{module.__name__}: a TERM needs cluster_term, term_drift and TERM_TOLERANCE")
-        term = Term(module.TERM, module.cluster_term, module.term_drift, float(module.TERM_TOLERANCE))
-    return Strategy(name, gpu_score, node_score,
-                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)), term)
-
-
-def _registry(found: list[types.ModuleType]) -> dict[str, Strategy]:
-    registry: dict[str, Strategy] = {}
-    terms: set[str] = set()
-    for module in found:
-        strategy = _strategy(module)
-        if strategy.name in registry:
-            raise TypeError(f"{module.__name__}: strategy name {strategy.name!r} is taken")
-        if strategy.term is not None:
-            if strategy.term.name in terms or strategy.term.name == "workload":
-                raise TypeError(f"{module.__name__}: term name {strategy.term.name!r} is taken")
-            terms.add(strategy.term.name)
-        registry[strategy.name] = strategy
-    return registry
-
-
-STRATEGIES: Mapping[str, Strategy] = MappingProxyType(_registry(strategies.modules()))
-"""Registry: strategy name -> Strategy."""
 
 
 class Ties(enum.StrEnum):

@@ -4,8 +4,7 @@ kube-scheduler's split, in gpufrac's terms: a mutating cache (``extender.cache.l
 node, pod and namespace events; ``extender.cache.assume``: assume, forget, expire, claims)
 and evaluations that read one consistent view of it (``extender.cache.evaluation``), each
 under the lock, so no request sees a half-applied change. Preemption takes the lock per node
-(``extender.cache.victims``); ``summary`` and ``metrics_view`` never wait for it
-(``extender.cache.views``). This class only routes and locks.
+(``victims``); ``summary`` and ``metrics_view`` never wait for it (``views``). It only routes and locks.
 """
 
 from __future__ import annotations
@@ -86,10 +85,6 @@ class GpuCache:
         with self._lock:
             self._ledger.set_nodes(nodes)
 
-    def upsert_node(self, node: NodeSpec) -> None:
-        """Add a node or replace its spec (inventory or allocatable changed)."""
-        self.upsert_nodes([node])
-
     def upsert_nodes(self, nodes: Iterable[NodeSpec]) -> None:
         """Add or replace several nodes; a rebuild only on a change (``Ledger.upsert_nodes``)."""
         with self._lock:
@@ -151,13 +146,7 @@ class GpuCache:
             return self._evaluator.evaluate(self._ledger, intent, names)
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
-        """Choose the GPUs for a pending pod on ``node`` and record the allocation (standalone).
-
-        Raises
-        ------
-        BindError
-            If the pod or node is unknown, the pod is bound elsewhere, or it no longer fits.
-        """
+        """``assume`` recorded as confirmed (standalone mode); raises ``BindError`` as it."""
         return self.assume(uid, namespace, name, node, hold_s=None)
 
     def assume(self, uid: str, namespace: str, name: str, node: str,
@@ -168,12 +157,10 @@ class GpuCache:
         Parameters
         ----------
         uid, namespace, name : str
-            The pod (``ExtenderBindingArgs``).
-        node : str
+            The pod (``ExtenderBindingArgs``); ``node``: kube-scheduler's choice.
         hold_s : float or None
             Cluster mode: seconds the allocation stays assumed before ``expire_assumed``
-            frees it, unless the pod watch confirms the pod bound to ``node`` first. None:
-            recorded as confirmed (standalone mode).
+            frees it, unless the pod watch confirms it first. None: confirmed (standalone).
         claims : iterable of ClaimedAllocation
             Fenced binds: other instances' live claims on ``node``, counted first under the
             same lock (``hold_claim``), so nothing frees one between counting and choosing.
@@ -186,8 +173,7 @@ class GpuCache:
         Raises
         ------
         BindError
-            If the pod or node is unknown, the pod is bound elsewhere, it no longer fits, or
-            a claim cannot be counted (``ClaimHold.BUSY``).
+            Unknown pod or node, bound elsewhere, no longer fits, a claim not countable.
         """
         with self._lock:
             return assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, hold_s, claims)
@@ -196,13 +182,9 @@ class GpuCache:
         """Count an allocation another gpufrac instance claimed (``extender.fence``), in full
         and assumed for ``claim.hold_s`` seconds.
 
-        Returns
-        -------
-        ClaimHold
-            ``HELD``: counted now, or already with these GPUs. ``VOID``: nothing to count
-            (the pod is bound elsewhere per the pod watch, or the node is not in the cache).
-            ``UNKNOWN``: no event of the pod seen. ``BUSY``: this cache holds the pod
-            elsewhere, or on other GPUs, for a bind still in flight.
+        Returns ``HELD`` (counted now, or already with these GPUs), ``VOID`` (nothing to
+        count: bound elsewhere per the pod watch, or the node unknown), ``UNKNOWN`` (no event of
+        the pod seen) or ``BUSY`` (held here elsewhere, or on other GPUs, for a bind in flight).
         """
         with self._lock:
             return assume_.hold_claim(self._ledger, claim)

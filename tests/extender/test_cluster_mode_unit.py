@@ -167,7 +167,7 @@ def test_pod_listed_before_its_node_is_accounted_when_the_node_arrives() -> None
     record = allocation_annotations(["GPU-n1-0"], 500, [8192], NOW)
     c.set_pods([pod_intent(pod_json("a", node="n1", phase="Running", annotations=record))])
     assert c.allocations() == []
-    c.upsert_node(gpu_node("n1", 1))
+    c.upsert_nodes([gpu_node("n1", 1)])
     assert [a["gpu_milli"] for a in c.allocations()] == [500]
 
 

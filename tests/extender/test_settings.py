@@ -10,7 +10,8 @@ from extender.admin_config import ConfigError, ToleranceFile, load_admin_config,
 from extender.cli import main
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
-from scoring.scorer import STRATEGIES, Ties
+from scoring.registry import STRATEGIES
+from scoring.scorer import Ties
 from scoring.workload import ShapePrior
 
 

@@ -340,7 +340,7 @@ def test_nvml_usage_heartbeat_patches_in_place_and_guaranteed_sees_it(monkeypatc
     monkeypatch.setattr(cache._ledger, "rebuild", no_rebuild)
     # NVML sees 12000 of 16384 MiB used: a guaranteed half (8192 MiB) no longer fits
     busy = replace(node, gpus=(replace(node.gpus[0], memory_used_mib=12000),))
-    cache.upsert_node(busy)
+    cache.upsert_nodes([busy])
     assert int(cache.state_copy().gpu_mem_nvml_used_mib[0, 0]) == 12000
     assert not cache.evaluate(g, ["a"]).evaluation.node_fits[0]
     b = pod_intent(pod("b", "default", "0.5", "burstable"))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from scoring.fit import fit
-from scoring.scorer import STRATEGIES, ScoringConfig, build_scorer
+from scoring.registry import STRATEGIES
+from scoring.scorer import ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from scoring.presets import PRESETS
+from scoring.registry import STRATEGIES
 from scoring.request import QoSPolicy
-from scoring.scorer import STRATEGIES, ScoringConfig, build_scorer
+from scoring.scorer import ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 from tests.scoring.reference import evaluate_node_all
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from scoring.fit import FitContext, fit
+from scoring.registry import STRATEGIES
 from scoring.request import PodRequest, QoSClass
-from scoring.scorer import STRATEGIES
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import gpu_best_fit, node_packing, qos_interference, resource_balance, spread
 from scoring.utilization import multi_gpu_share
