@@ -17,7 +17,7 @@ kubelet's ``Allocate`` names device IDs, not the pod. The match (pure logic, no 
 The one case the order cannot settle is two candidates created in the same second, which
 kubelet may admit in either order; their requests are then identical in size, and gpufrac
 writes nothing back, so at worst they exchange GPUs whose share and memory gpufrac counted
-for the other (README, "Device plugin").
+for the other (docs/agent.md, "Device plugin").
 """
 
 from __future__ import annotations
