@@ -48,3 +48,11 @@ def test_the_checks_see_links_and_paths() -> None:
     readme = (REPO / "README.md").read_text()
     assert "docs/install.md" in targets(REPO / "README.md")
     assert "scoring/strategies/__init__.py" in PATH.findall(readme)
+
+
+def test_results_stay_small() -> None:
+    # Issue 40: benchmarks/results/ keeps summaries and per-seed numbers, at most 1 MB; what
+    # a command regenerates (plots, curves) is not kept (results/MANIFEST.md).
+    files = [p for p in (REPO / "benchmarks/results").rglob("*") if p.is_file()]
+    assert files and sum(p.stat().st_size for p in files) <= 1_000_000
+    assert not [p for p in files if p.suffix == ".png"]
