@@ -103,7 +103,7 @@ class Claim:
     """One committed allocation, as written in a node's ledger.
 
     The attributes are ``extender.cache.ClaimedAllocation``'s (the cache's view of a claim,
-    ``counted``), with ``at_s`` for its ``hold_s``: the wall-clock time of the claim,
+    ``counted``), with ``at_s`` for its ``ttl_s``: the wall-clock time of the claim,
     seconds since the epoch.
     """
 
@@ -117,11 +117,11 @@ class Claim:
     owner: str
     at_s: float
 
-    def counted(self, hold_s: float) -> ClaimedAllocation:
-        """The claim as the cache counts it, for the ``hold_s`` seconds it has left
+    def counted(self, ttl_s: float) -> ClaimedAllocation:
+        """The claim as the cache counts it, for the ``ttl_s`` seconds it has left
         (``ClaimFence.live``)."""
         return ClaimedAllocation(self.uid, self.namespace, self.name, self.node, self.gpu_uuids, self.gpu_milli,
-                                 self.gpu_memory_mib, self.owner, hold_s)
+                                 self.gpu_memory_mib, self.owner, ttl_s)
 
     def to_json(self) -> dict[str, Any]:
         """The claim as stored in the ledger."""

@@ -19,8 +19,8 @@ One module per responsibility:
 from extender.cache.records import (
     BindError,
     CandidateEvaluation,
+    ClaimCount,
     ClaimedAllocation,
-    ClaimHold,
     EventType,
     MetricsView,
     PodRecord,
@@ -28,4 +28,4 @@ from extender.cache.records import (
 from extender.cache.store import GpuCache
 from extender.cache.victims import PreemptBudget
 
-__all__ = ["BindError", "CandidateEvaluation", "ClaimHold", "ClaimedAllocation", "EventType", "GpuCache", "MetricsView", "PodRecord", "PreemptBudget"]
+__all__ = ["BindError", "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "EventType", "GpuCache", "MetricsView", "PodRecord", "PreemptBudget"]

@@ -144,7 +144,7 @@ def account(state: ClusterState, policy: QoSPolicy, tenancy: TenantLedger, inten
 
     CPU and memory always count. Its GPUs count as recorded when the record is one gpufrac
     could have made (``read_back``), else only what was free of them (an over-commit). The
-    caller holds the record (``Ledger.hold_record``).
+    caller holds the record (``Ledger.apply_record``).
 
     Parameters
     ----------

@@ -3,7 +3,7 @@
 kube-scheduler's ``AssumePod``/``ForgetPod`` for the GPUs: ``assume`` chooses the GPUs on
 the node kube-scheduler picked, re-checks the fit and holds the allocation before the
 Binding is written; ``forget`` gives it back when the bind fails; ``expire`` frees those the
-pod watch never confirmed. ``hold_claim`` counts an allocation another gpufrac instance
+pod watch never confirmed. ``count_claim`` counts an allocation another gpufrac instance
 claimed (``extender.fence``). Functions of the ``Ledger`` (and the ``Evaluator`` for the
 fit); the caller holds the cache lock.
 """
@@ -17,13 +17,13 @@ from dataclasses import replace
 from extender.cache import accounting
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
-from extender.cache.records import BindError, ClaimedAllocation, ClaimHold, PodRecord
+from extender.cache.records import BindError, ClaimCount, ClaimedAllocation, PodRecord
 from extender.translate import inbound, outbound
 from scoring.fit import Reason
 
 
 def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name: str, node: str,
-           hold_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
+           ttl_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
     """Choose the GPUs on ``node``, re-check the fit and hold the allocation (``GpuCache.assume``).
 
     Raises
@@ -33,7 +33,7 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
         tenant's quota refuses the exact memory, or a claim cannot be counted.
     """
     for c in claims:
-        if hold_claim(ledger, c) is ClaimHold.BUSY:
+        if count_claim(ledger, c) is ClaimCount.BUSY:
             # The same pod, bound by us elsewhere (or to other GPUs) while the other
             # instance claimed it here: until one of the two binds settles we cannot tell
             # what this node holds.
@@ -72,37 +72,37 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
         raise BindError(f"{rejection} (at bind)", "quota")
     alloc = inbound.allocation(request, node, cols, request.gpu_milli, mem)
     uuids = tuple(state.gpu_uuid[row][c] for c in cols)
-    ledger.hold(rec.intent, alloc)
+    ledger.apply_allocation(rec.intent, alloc)
     ledger.generation += 1
-    until = None if hold_s is None else time.monotonic() + hold_s
+    until = None if ttl_s is None else time.monotonic() + ttl_s
     bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids, until)
     ledger.store(uid, bound)
     return bound
 
 
-def hold_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimHold:
-    """Count an allocation another gpufrac instance claimed (``GpuCache.hold_claim``)."""
+def count_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimCount:
+    """Count an allocation another gpufrac instance claimed (``GpuCache.count_claim``)."""
     rec = ledger.pods.get(claim.uid)
     if rec is None:
-        return ClaimHold.UNKNOWN
+        return ClaimCount.UNKNOWN
     if rec.allocation is not None:
         if rec.allocation.node != claim.node or rec.gpu_uuids != claim.gpu_uuids:
-            return ClaimHold.VOID if rec.assumed_until is None else ClaimHold.BUSY
+            return ClaimCount.VOID if rec.assumed_until is None else ClaimCount.BUSY
         if not rec.overcommit_reason:
-            return ClaimHold.HELD
+            return ClaimCount.COUNTED
     state = ledger.state
     if claim.node not in state.node_index:
-        return ClaimHold.VOID
+        return ClaimCount.VOID
     cols = accounting.cols_for_uuids(state, claim.node, claim.gpu_uuids)
     if cols is None or len(cols) != len(claim.gpu_memory_mib) or len(set(cols)) != len(cols):
-        return ClaimHold.VOID
+        return ClaimCount.VOID
     if rec.allocation is not None:
         # Read back as an over-commit (counted only up to what looked free) while the claim
         # says it was committed in full: count it in full, confirmed or not as it was.
         ledger.release(rec, recount=False)
         deadline = rec.assumed_until
     else:
-        deadline = time.monotonic() + max(claim.hold_s, 0.0)
+        deadline = time.monotonic() + max(claim.ttl_s, 0.0)
     intent = replace(rec.intent, node_name=claim.node, assigned_gpus=claim.gpu_uuids,
                      assigned_gpu_milli=claim.gpu_milli, assigned_memory_mib=claim.gpu_memory_mib)
     # In full, as the claimant holds it (its assume built the same Allocation): a claim is
@@ -110,10 +110,10 @@ def hold_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimHold:
     # annotation anyone could forge, and counting it short is what over-commits.
     alloc = inbound.allocation(inbound.pod_request(intent, state), claim.node, cols, claim.gpu_milli,
                                claim.gpu_memory_mib)
-    ledger.hold(intent, alloc)
+    ledger.apply_allocation(intent, alloc)
     ledger.generation += 1
     ledger.store(claim.uid, PodRecord(intent, alloc, claim.gpu_uuids, deadline))
-    return ClaimHold.HELD
+    return ClaimCount.COUNTED
 
 
 def forget(ledger: Ledger, uid: str) -> bool:

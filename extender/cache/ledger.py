@@ -75,21 +75,21 @@ class Ledger:
 
     # -- allocations ---------------------------------------------------------------------
 
-    def hold(self, intent: PodIntent, alloc: Allocation, sign: int = 1) -> None:
+    def apply_allocation(self, intent: PodIntent, alloc: Allocation, sign: int = 1) -> None:
         """The one writer of allocations: the state arrays and the per-namespace usage."""
         self.state.apply(alloc, sign)
-        self.tenancy.hold(intent.namespace, alloc, sign)
+        self.tenancy.apply(intent.namespace, alloc, sign)
 
-    def hold_record(self, rec: PodRecord, sign: int = 1) -> None:
+    def apply_record(self, rec: PodRecord, sign: int = 1) -> None:
         """``hold`` each allocation of the record (an over-commit may hold several)."""
         for alloc in rec.held:
-            self.hold(rec.intent, alloc, sign)
+            self.apply_allocation(rec.intent, alloc, sign)
 
     def account(self, intent: PodIntent) -> PodRecord:
         """Count a bound pod we did not just bind, from its allocation record
         (``accounting.account``: as recorded when gpufrac could have made it, else an over-commit)."""
         rec = accounting.account(self.state, self.scorer.qos_policy, self.tenancy, intent)
-        self.hold_record(rec)
+        self.apply_record(rec)
         return rec
 
     def release(self, rec: PodRecord, recount: bool = True) -> None:
@@ -100,7 +100,7 @@ class Ledger:
         a restart would read back, and placed gpufrac's own pods on GPUs a record already
         filled (tests/extender/test_invariants.py). The caller that re-holds the same record
         in full at once (a claim confirming an over-commit) passes ``recount=False``."""
-        self.hold_record(rec, sign=-1)
+        self.apply_record(rec, sign=-1)
         if recount and rec.allocation is not None:
             self.recount_overcommits(rec.allocation.node, skip=rec.intent.uid)
 
@@ -117,7 +117,7 @@ class Ledger:
                 continue
             other = self.pods[uid]
             if other.allocation is not None and other.allocation.node == node:
-                self.hold_record(other, sign=-1)
+                self.apply_record(other, sign=-1)
                 # A claim held as assumed stays assumed: it still expires unless confirmed.
                 self.put(uid, replace(self.account(other.intent), assumed_until=other.assumed_until))
 
@@ -229,7 +229,7 @@ class Ledger:
             # Model ids are positions in this state's model list: re-resolve the mask too.
             alloc = replace(alloc, model_mask=inbound.model_mask_of(rec.intent, state))
             self.put(uid, replace(rec, allocation=alloc))
-            self.hold(rec.intent, alloc)
+            self.apply_allocation(rec.intent, alloc)
         for rec in self.pods.values():
             if is_pending(rec):
                 state.workload.add(task_key(rec.intent, state), 1)

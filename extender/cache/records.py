@@ -49,7 +49,7 @@ class ClaimedAllocation:
         Memory per GPU, MiB.
     owner : str
         The instance that claimed it (for messages).
-    hold_s : float
+    ttl_s : float
         Seconds the claim has left to live.
     """
 
@@ -61,13 +61,13 @@ class ClaimedAllocation:
     gpu_milli: int
     gpu_memory_mib: tuple[int, ...]
     owner: str
-    hold_s: float
+    ttl_s: float
 
 
-class ClaimHold(enum.Enum):
-    """What ``GpuCache.hold_claim`` made of another instance's claim."""
+class ClaimCount(enum.Enum):
+    """What ``GpuCache.count_claim`` made of another instance's claim."""
 
-    HELD = "held"
+    COUNTED = "counted"
     VOID = "void"
     UNKNOWN = "unknown"
     BUSY = "busy"

@@ -21,8 +21,8 @@ from extender.cache.ledger import Ledger
 from extender.cache.records import (
     EMPTY_VIEW,
     CandidateEvaluation,
+    ClaimCount,
     ClaimedAllocation,
-    ClaimHold,
     EventType,
     MetricsView,
     PodRecord,
@@ -147,10 +147,10 @@ class GpuCache:
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
         """``assume`` recorded as confirmed (standalone mode); raises ``BindError`` as it."""
-        return self.assume(uid, namespace, name, node, hold_s=None)
+        return self.assume(uid, namespace, name, node, ttl_s=None)
 
     def assume(self, uid: str, namespace: str, name: str, node: str,
-               hold_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
+               ttl_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
         """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically:
         of two binds racing for the last share of a GPU exactly one gets it.
 
@@ -158,12 +158,12 @@ class GpuCache:
         ----------
         uid, namespace, name : str
             The pod (``ExtenderBindingArgs``); ``node``: kube-scheduler's choice.
-        hold_s : float or None
+        ttl_s : float or None
             Cluster mode: seconds the allocation stays assumed before ``expire_assumed``
             frees it, unless the pod watch confirms it first. None: confirmed (standalone).
         claims : iterable of ClaimedAllocation
             Fenced binds: other instances' live claims on ``node``, counted first under the
-            same lock (``hold_claim``), so nothing frees one between counting and choosing.
+            same lock (``count_claim``), so nothing frees one between counting and choosing.
 
         Returns
         -------
@@ -176,18 +176,18 @@ class GpuCache:
             Unknown pod or node, bound elsewhere, no longer fits, a claim not countable.
         """
         with self._lock:
-            return assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, hold_s, claims)
+            return assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims)
 
-    def hold_claim(self, claim: ClaimedAllocation) -> ClaimHold:
+    def count_claim(self, claim: ClaimedAllocation) -> ClaimCount:
         """Count an allocation another gpufrac instance claimed (``extender.fence``), in full
-        and assumed for ``claim.hold_s`` seconds.
+        and assumed for ``claim.ttl_s`` seconds.
 
-        Returns ``HELD`` (counted now, or already with these GPUs), ``VOID`` (nothing to
+        Returns ``COUNTED`` (counted now, or already with these GPUs), ``VOID`` (nothing to
         count: bound elsewhere per the pod watch, or the node unknown), ``UNKNOWN`` (no event of
         the pod seen) or ``BUSY`` (held here elsewhere, or on other GPUs, for a bind in flight).
         """
         with self._lock:
-            return assume_.hold_claim(self._ledger, claim)
+            return assume_.count_claim(self._ledger, claim)
 
     def preempt(self, intent: PodIntent, nodes: Iterable[str],
                 budget: PreemptBudget | None = None) -> dict[str, list[str]]:

@@ -68,7 +68,7 @@ class TenantLedger:
         return self.tenant_policy.admit(intent.namespace, intent.qos, total, gpu_memory_mib,
                                  self.tenant_usage(intent.namespace), self._labels.get(intent.namespace))
 
-    def hold(self, namespace: str, alloc: Allocation, sign: int = 1) -> None:
+    def apply(self, namespace: str, alloc: Allocation, sign: int = 1) -> None:
         """Count (``sign`` 1) or free (-1) an allocation's GPU share and memory for the namespace."""
         if alloc.gpu_cols:
             use = self._usage.setdefault(namespace, [0, 0])

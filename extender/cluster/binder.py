@@ -141,7 +141,7 @@ class KubeBinder:
             with self._node_lock(node):
                 # Choose and hold: serialized per node here and by the cache lock inside,
                 # so of two binds racing for the last share exactly one gets it.
-                rec = self._cache.assume(uid, namespace, name, node, hold_s=self._ttl)
+                rec = self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl)
         alloc = rec.allocation
         assert alloc is not None
         # The Binding runs outside the node lock: the share is already held (and claimed),
@@ -197,10 +197,10 @@ class KubeBinder:
             try:
                 self._ensure_known(c.uid, c.namespace, c.name)
             except BindError:
-                # Deleted or recreated: counted as nothing (ClaimHold.UNKNOWN).
+                # Deleted or recreated: counted as nothing (ClaimCount.UNKNOWN).
                 if len(self._absent) >= MAX_ABSENT:
                     self._absent = {u: t for u, t in list(self._absent.items()) if t > time.monotonic()}
-                self._absent[c.uid] = time.monotonic() + c.hold_s
+                self._absent[c.uid] = time.monotonic() + c.ttl_s
 
     def _reached(self, ledger: Ledger) -> bool:
         """True when this instance's pod watch has applied every pod event up to the
@@ -252,7 +252,7 @@ class KubeBinder:
         """Count other instances' live claims of ``ledger`` in the cache now (the claims
         watch), so that filter and prioritize see them before any bind re-counts them."""
         for c in self._claimed(ledger):
-            self._cache.hold_claim(c)
+            self._cache.count_claim(c)
 
     def _assume_and_claim(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
         """Fenced: choose and hold the pod's GPUs, and commit its claim, in a group commit.
@@ -307,7 +307,7 @@ class KubeBinder:
             return
         for q in batch:
             try:
-                q.record = self._cache.assume(q.uid, q.namespace, q.name, node, hold_s=self._ttl, claims=claims)
+                q.record = self._cache.assume(q.uid, q.namespace, q.name, node, ttl_s=self._ttl, claims=claims)
             except BindError as exc:
                 q.error = exc
         assumed = [q for q in batch if q.error is None]

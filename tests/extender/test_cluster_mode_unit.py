@@ -51,14 +51,14 @@ def test_assume_holds_the_share_until_forgotten() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.6"})
     pending(c, "b", annotations={ann.FRACTION: "0.6"})
-    rec = c.assume("uid-a", "default", "a", "n1", hold_s=60)
+    rec = c.assume("uid-a", "default", "a", "n1", ttl_s=60)
     assert rec.assumed_until is not None and rec.gpu_uuids == ("GPU-n1-0",)
     # 600 + 600 > 1000: b cannot have it while a's bind is in flight.
     with pytest.raises(BindError, match="insufficient GPU share"):
-        c.assume("uid-b", "default", "b", "n1", hold_s=60)
+        c.assume("uid-b", "default", "b", "n1", ttl_s=60)
     assert c.forget("uid-a") is True
     assert c.summary()["gpu_allocated_milli"] == 0
-    assert c.assume("uid-b", "default", "b", "n1", hold_s=60).allocation is not None
+    assert c.assume("uid-b", "default", "b", "n1", ttl_s=60).allocation is not None
 
 
 def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
@@ -77,7 +77,7 @@ def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
     pending(c, "w", annotations={})                       # 1 whole GPU
     # three GPU pods waiting: 2 of type (1, 600) and 1 of (1, 1000)
     assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
-    c.assume("uid-a", "default", "a", "n1", hold_s=60)   # placed: still counted once
+    c.assume("uid-a", "default", "a", "n1", ttl_s=60)   # placed: still counted once
     assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
     c.forget("uid-a")                                    # pending again: still once
     assert counts(c) == pytest.approx({(1, 600, 1000, 1024): 2 / 3, (1, 1000, 1000, 1024): 1 / 3})
@@ -93,7 +93,7 @@ def test_fgd_workload_counts_pending_and_placed_gpu_pods_once() -> None:
 def test_fgd_workload_knows_which_models_a_pod_accepts() -> None:
     c = cache_with(gpu_node("n1", 1), gpu_node("n2", 1, model="V100M32", memory_mib=32768), prior=False)
     pending(c, "v", annotations={ann.GPU_MODEL: "V100M32"})
-    c.assume("uid-v", "default", "v", "n2", hold_s=60)
+    c.assume("uid-v", "default", "v", "n2", ttl_s=60)
     st = c.state_copy()
     tt = st.workload.task_types()
     assert tt is not None and tt.model_mask is not None
@@ -114,7 +114,7 @@ def test_concurrent_assumes_for_the_last_share_exactly_one_wins() -> None:
     def bind(i: int) -> None:
         barrier.wait()
         try:
-            c.assume(f"uid-p{i}", "default", f"p{i}", "n1", hold_s=60)
+            c.assume(f"uid-p{i}", "default", f"p{i}", "n1", ttl_s=60)
             results.append(True)
         except BindError:
             results.append(False)
@@ -132,8 +132,8 @@ def test_watch_confirmation_stops_expiry_and_unconfirmed_expire() -> None:
     c = cache_with(gpu_node("n1", 2))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     pending(c, "b", annotations={ann.FRACTION: "0.5"})
-    a = c.assume("uid-a", "default", "a", "n1", hold_s=10)
-    c.assume("uid-b", "default", "b", "n1", hold_s=10)
+    a = c.assume("uid-a", "default", "a", "n1", ttl_s=10)
+    c.assume("uid-b", "default", "b", "n1", ttl_s=10)
     # The watch shows a bound to n1 with the annotations gpufrac wrote: confirmed.
     assert a.allocation is not None and a.assumed_until is not None
     record = allocation_annotations(a.gpu_uuids, 500, a.allocation.gpu_memory_mib, NOW)
@@ -147,7 +147,7 @@ def test_watch_confirmation_stops_expiry_and_unconfirmed_expire() -> None:
 def test_unbound_pod_event_during_a_bind_keeps_the_assumed_allocation() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    c.assume("uid-a", "default", "a", "n1", hold_s=10)
+    c.assume("uid-a", "default", "a", "n1", ttl_s=10)
     # The watch delivers an older, still unbound version of the pod while the Binding is in flight.
     c.apply_pod_event("MODIFIED", pod_intent(pod_json("a", annotations={ann.FRACTION: "0.5"})))
     assert c.summary()["gpu_allocated_milli"] == 500
@@ -176,7 +176,7 @@ def test_set_pods_forgets_vanished_pods_but_keeps_binds_in_flight() -> None:
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
     pending(c, "b", annotations={ann.FRACTION: "0.5"})
     c.bind("uid-a", "default", "a", "n1")
-    c.assume("uid-b", "default", "b", "n1", hold_s=60)
+    c.assume("uid-b", "default", "b", "n1", ttl_s=60)
     c.set_pods([])  # a new list after a watch gap: a is gone, b's Binding is in flight
     assert [x["name"] for x in c.allocations()] == ["b"]
 
@@ -332,7 +332,7 @@ def test_a_409_because_another_instance_bound_the_pod_there_counts_its_gpus() ->
 def test_the_watch_corrects_an_assumed_allocation_when_the_pod_is_bound_on_other_gpus() -> None:
     c = cache_with(gpu_node("n1", 2))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    assert c.assume("uid-a", "default", "a", "n1", hold_s=60).gpu_uuids == ("GPU-n1-0",)
+    assert c.assume("uid-a", "default", "a", "n1", ttl_s=60).gpu_uuids == ("GPU-n1-0",)
     theirs = allocation_annotations(["GPU-n1-1"], 500, [8192], NOW)
     c.apply_pod_event("MODIFIED", pod_intent(pod_json("a", node="n1", annotations={ann.FRACTION: "0.5", **theirs})))
     (alloc,) = c.allocations()
@@ -379,7 +379,7 @@ def test_an_expired_hold_requeues_the_waiting_pods() -> None:
     # after kube-scheduler's 5-minute flush (found by tests/e2e/test_faults_e2e.py).
     c = cache_with(gpu_node("n1", 1))
     pending(c, "held", annotations={ann.FRACTION: "1"})
-    c.assume("uid-held", "default", "held", "n1", hold_s=0.0)
+    c.assume("uid-held", "default", "held", "n1", ttl_s=0.0)
     sync = ClusterSync(object(), c, SyncOptions())
     assert not sync._released.is_set()
     sync.housekeeping()
@@ -395,7 +395,7 @@ def test_fgd_workload_knows_the_gpu_memory_a_pod_asks_for() -> None:
     tt = c.state_copy().workload.task_types()
     assert tt is not None and tt.gpu_memory_mib is not None
     assert sorted(tt.gpu_memory_mib.tolist()) == [0, 40 * 1024]
-    c.assume("uid-m", "default", "m", "n1", hold_s=60)
+    c.assume("uid-m", "default", "m", "n1", ttl_s=60)
     tt = c.state_copy().workload.task_types()
     assert tt is not None and tt.gpu_memory_mib is not None and sorted(tt.gpu_memory_mib.tolist()) == [0, 40 * 1024]
     c.remove_pod("uid-m")

@@ -337,7 +337,7 @@ def test_a_claim_of_a_pod_this_instance_binds_elsewhere_refuses_binds_to_its_nod
     _, a = replica(api, "a")
     cache_b, b = replica(api, "b")
     cache_b.set_nodes([gpu_node("n1", 1), gpu_node("n2", 1)])
-    cache_b.assume("uid-a", "default", "a", "n2", hold_s=60)
+    cache_b.assume("uid-a", "default", "a", "n2", ttl_s=60)
     a.bind("uid-a", "default", "a", "n1")
     with pytest.raises(BindError, match="pod default/a is claimed on n1 by a while a bind of it by this instance"):
         b.bind("uid-b", "default", "b", "n1")
@@ -359,20 +359,20 @@ def test_a_claim_counts_in_full_even_where_the_gpu_looks_full() -> None:
     c.set_nodes([gpu_node("n1", 1)])
     for name in ("a", "b"):
         c.apply_pod_event("ADDED", pod_intent(pod_json(name, annotations={ann.FRACTION: "0.6"})))
-    c.assume("uid-a", "default", "a", "n1", hold_s=60)  # ours, in flight: 600 milli
+    c.assume("uid-a", "default", "a", "n1", ttl_s=60)  # ours, in flight: 600 milli
     claim_b = ClaimedAllocation("uid-b", "default", "b", "n1", ("GPU-n1-0",), 600, (9830,), "other", 60)
-    c.hold_claim(claim_b)
+    c.count_claim(claim_b)
     assert c.summary()["gpu_allocated_milli"] == 1200  # 600 + 600: b in full, not the 400 left
     c.forget("uid-a")  # our bind lost: b's 600 is all that is there
     assert c.summary()["gpu_allocated_milli"] == 600
     # The pod watch read b's annotations while a looked present: an over-commit, counted
     # short (400); the claim, still live, restores it to what was committed.
     c.remove_pod("uid-b")
-    c.assume("uid-a", "default", "a", "n1", hold_s=60)
+    c.assume("uid-a", "default", "a", "n1", ttl_s=60)
     record = allocation_annotations(["GPU-n1-0"], 600, [9830], NOW)
     c.apply_pod_event("MODIFIED", pod_intent(pod_json("b", node="n1", annotations={ann.FRACTION: "0.6", **record})))
     assert c.summary()["gpu_allocated_milli"] == 1000  # 600 + the 400 that looked free
-    c.hold_claim(claim_b)
+    c.count_claim(claim_b)
     assert c.summary()["gpu_allocated_milli"] == 1200
 
 

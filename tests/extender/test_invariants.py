@@ -217,7 +217,7 @@ def test_share_freed_by_a_pod_found_bound_elsewhere_goes_to_the_overcommit_first
     # finds nothing free (counted 0 of its 1000).
     moved = pod_intent(pod("moved", "other", {}))
     cache.apply_pod_event("ADDED", moved)
-    cache.assume(moved.uid, "other", "moved", "b", hold_s=60)
+    cache.assume(moved.uid, "other", "moved", "b", ttl_s=60)
     record = {ann.ASSIGNED_GPUS: "GPU-b-0", ann.ASSIGNED_FRACTION: "1", ann.QOS: "burstable"}
     cache.apply_pod_event("ADDED", pod_intent(pod("forged", "mallory", record, node="b")))
     assert {a["name"]: a["held_milli"] for a in cache.allocations()}["forged"] == [0]
