@@ -23,6 +23,7 @@ from benchmarks import (
     compare,
     floor,
     noop_extender,
+    picture,
     replay,
     soak,
 )
@@ -33,7 +34,7 @@ from podspec.cli_help import describe_subcommands
 def _replay(args: argparse.Namespace) -> int:
     if args.compare:  # several policies over several variants: compare drives replay
         return compare.run(args, replay.profile_from_args(args))
-    return replay.run(args)
+    return replay.run(args, picture.picture)
 
 
 def _check(args: argparse.Namespace) -> int:

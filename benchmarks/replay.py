@@ -24,10 +24,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import httpx
 import numpy as np
@@ -612,20 +613,35 @@ def result_record(args: argparse.Namespace, profile: Profile, results: list[Seed
     }
 
 
-def run(args: argparse.Namespace) -> int:
+Picture: TypeAlias = Callable[[Path, argparse.Namespace, dict[str, Any], list["SeedResult"]], dict[str, float]]
+"""Draws ``allocation.png`` and returns the marks it read the run against (``benchmarks.picture``)."""
+
+
+def run(args: argparse.Namespace, picture: Picture | None = None) -> int:
     """Run the replay; print the report; write result.json, placements, allocation.png.
-    (``--compare`` goes to ``benchmarks.compare.run`` instead: ``benchmarks.cli`` picks.)"""
+
+    ``picture`` draws ``allocation.png`` (``benchmarks.cli`` passes ``benchmarks.picture``:
+    two panels, floors and baselines); without it, the plain plot. A ``--limit`` run is
+    recorded as a smoke run (``smoke`` in result.json). ``--compare`` goes to
+    ``benchmarks.compare.run`` instead: ``benchmarks.cli`` picks.
+    """
     profile = profile_from_args(args)
     started = time.perf_counter()
     results = replay_seeds(args, profile)
     wall = time.perf_counter() - started
     result = result_record(args, profile, results, wall)
+    arrived = min(r.arrived_pct for r in results)
+    result["smoke"] = None if args.limit is None else {"limit": args.limit, "arrived_pct": arrived}
+    if picture is not None:
+        result["references"] = picture(args.out / "allocation.png", args, result, results)
+    else:
+        plot(args.out / "allocation.png", {result["policy"]: [r.curve for r in results]},
+             f"{args.pods.name}, seeds {args.seeds[0]}..{args.seeds[-1]}")
     write_json(args.out / "result.json", result)
-    plot(args.out / "allocation.png", {result["policy"]: [r.curve for r in results]},
-         f"{args.pods.name}, seeds {args.seeds[0]}..{args.seeds[-1]}")
     print(report_table(result["policy"], results, result["median"]))
+    for label, pct in (result.get("references") or {}).items():
+        print(f"{label}: {pct:.2f} % unallocated at 100 % arrived")
     if args.limit is not None:
-        arrived = min(r.arrived_pct for r in results)
         print(f"\n--limit {args.limit}: each seed replayed only its first {args.limit} pods, and the trace "
               f"stopped at {arrived:.1f} % of GPU capacity arrived: the columns for marks beyond that show "
               f"the allocation when it stopped (so 'unallocated' there is mostly capacity never asked "

@@ -47,6 +47,9 @@ def test_replay_writes_the_contracted_files(replay_out: Path) -> None:
     seed = result["seeds"]["42"]
     assert seed["pods"] == 300 and seed["bind_errors"] == 0
     assert (replay_out / "allocation.png").stat().st_size > 10_000
+    # A --limit run is a smoke run: recorded as one, and read against no floor or baseline.
+    assert result["smoke"] == {"limit": 300, "arrived_pct": seed["arrived_pct"]}
+    assert result["references"] == {}
     rows = list(csv.DictReader((replay_out / "placements-42.csv").open()))
     assert list(rows[0]) == ["pod_name", "node", "gpu_indices", "gpu_milli"]
     # early in the trace the cluster is nearly empty: every pod is placed

@@ -1,7 +1,7 @@
 """gpufrac's images as ``deploy/Dockerfile`` builds them (buildah, stand-in bases): they run,
 and they hold the product and its dependencies only.
 
-What an image must not contain: the repository's tests, benchmarks and traces, the
+What an image must not contain: the repository's tests, harness, benchmarks and traces, the
 Dockerfile's source tree, a compiler or the Go toolchain of the stubs stage. The extender
 image carries no NVML or gRPC (the layer rule ``the extender imports no NVML or gRPC``
 holds for the install too).
@@ -29,7 +29,7 @@ def forbidden(paths: list[str]) -> list[str]:
     bad = []
     for p in paths:
         top = SITE.sub("", p).split("/", 1)[0] if SITE.match(p) else None
-        if (top in {"tests", "benchmarks"} or p.startswith(("/src/", "/usr/local/go/"))
+        if (top in {"tests", "benchmarks", "harness"} or p.startswith(("/src/", "/usr/local/go/"))
                 or TRACES.search(p) or COMPILERS.search(p)):
             bad.append(p)
     return bad
