@@ -73,7 +73,7 @@ def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
 
     lines = [f"Lower bound on unallocated GPU % at 100 % arrived (cutting-stock LP: GPU share, models, GPUs per node), "
              f"seeds {seeds[0]}..{seeds[-1]}. Work-conserving: for schedulers that place every pod some GPU "
-             f"can hold (GPU share only; none for model-constrained lists).", "",
+             f"can hold (GPU share only; a model-constrained list's is a relaxation: its restricted pods may fail).", "",
              "| variant | floor, median (min-max) | work-conserving floor | published FGD |", "|---|---|---|---|"]
     for v, vals in floors.items():
         wc = [x for x in (work_conserving or {}).get(v, []) if x is not None]

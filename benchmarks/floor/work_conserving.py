@@ -56,6 +56,10 @@ class _SaturationBounds:
         Pods of each size among the first ``j`` arrivals, ``j = 0..N``.
     whole_before : ndarray of shape (N + 1, w), int64
         Whole pods of each ``k`` among the first ``j`` arrivals.
+    frac_any_before, whole_any_before : ndarray, int64
+        The same for the pods that accept any GPU model (no ``gpu_spec``): only they are
+        sure to be placed while some GPU has ``theta`` free (that GPU may be of a model a
+        restricted pod refuses). Equal to the two above for a list without ``gpu_spec``.
     """
 
     def __init__(self, arrived: Sequence[trace.TracePod]) -> None:
@@ -64,13 +68,20 @@ class _SaturationBounds:
         size_of = {int(r): i for i, r in enumerate(self.sizes)}
         frac = np.zeros((len(arrived) + 1, self.sizes.shape[0]), dtype=np.int64)
         whole = np.zeros((len(arrived) + 1, len(self.ks)), dtype=np.int64)
+        frac_any, whole_any = frac.copy(), whole.copy()
         for j, p in enumerate(arrived):
             frac[j + 1], whole[j + 1] = frac[j], whole[j]
+            frac_any[j + 1], whole_any[j + 1] = frac_any[j], whole_any[j]
+            counts = (frac, frac_any) if not p.gpu_spec else (frac,)
+            wholes = (whole, whole_any) if not p.gpu_spec else (whole,)
             if p.gpu_milli < MILLI_PER_GPU:
-                frac[j + 1, size_of[p.gpu_milli]] += 1
+                for c in counts:
+                    c[j + 1, size_of[p.gpu_milli]] += 1
             else:
-                whole[j + 1, self.ks.index(p.num_gpu)] += 1
+                for w in wholes:
+                    w[j + 1, self.ks.index(p.num_gpu)] += 1
         self.frac_before, self.whole_before = frac, whole
+        self.frac_any_before, self.whole_any_before = frac_any, whole_any
 
     def __call__(self, lo: int, hi: int, theta: int) -> tuple[ArrivedGpuDemand, ArrivedGpuDemand]:
         """For every ``a`` in ``[lo, hi]`` at threshold ``theta``: what may be placed (every
@@ -78,12 +89,12 @@ class _SaturationBounds:
         ``demand`` and ``required``)."""
         total = self.frac_before[-1]
         upper = np.where(self.sizes >= theta, self.frac_before[hi], total)
-        lower = np.where(self.sizes <= theta, self.frac_before[lo], 0)
+        lower = np.where(self.sizes <= theta, self.frac_any_before[lo], 0)
         sizes = self.sizes.tolist()
         allowed = ArrivedGpuDemand(dict(zip(sizes, upper.tolist(), strict=True)),
                                    dict(zip(self.ks, self.whole_before[hi].tolist(), strict=True)))
         required = ArrivedGpuDemand(dict(zip(sizes, lower.tolist(), strict=True)),
-                                    {1: int(self.whole_before[lo, self.ks.index(1)])}
+                                    {1: int(self.whole_any_before[lo, self.ks.index(1)])}
                                     if theta >= MILLI_PER_GPU and 1 in self.ks else {})
         return allowed, required
 
@@ -94,8 +105,9 @@ def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> Wor
     Parameters
     ----------
     arrived : sequence of TracePod
-        GPU pods in arrival order up to the 100 % point (``arrived_gpu_pods``); GPU share only, no
-        models.
+        GPU pods in arrival order up to the 100 % point (``arrived_gpu_pods``); GPU share only.
+        Pods with a ``gpu_spec`` are bounded from above only (a model-constrained list: the
+        LP ignores models, a relaxation, so the floor stays valid, and weaker).
     n_gpus : int
         GPUs in the cluster, >= 1.
 
@@ -144,7 +156,7 @@ def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> Wor
 
 
 def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float | None:
-    """``work_conserving_floor`` for one openb pod list and seed; None for a model-constrained list.
+    """``work_conserving_floor`` for one openb pod list and seed.
 
     Parameters
     ----------
@@ -157,11 +169,10 @@ def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus:
     Returns
     -------
     float or None
-        % of capacity. None where some pod has a ``gpu_spec``: "some GPU has ``theta`` free"
-        would have to be per model, which this bound does not do.
+        % of capacity (None is kept in the signature for callers; every list has a floor now).
+        For a model-constrained list, the relaxation of ``work_conserving_floor``: valid,
+        weaker than a per-model saturation vector would give.
     """
-    if any(p.gpu_spec for p in pods if p.num_gpu):
-        return None
     capacity = MILLI_PER_GPU * n_gpus
     seq = trace.arrival_sequence(list(pods), seed, capacity)
     return work_conserving_floor(arrived_gpu_pods(seq, capacity), n_gpus).unallocated_pct
