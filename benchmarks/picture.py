@@ -47,15 +47,16 @@ def references(args: argparse.Namespace, seeds: list[int]) -> dict[str, float]:
         return {}
     marks: dict[str, float] = {}
     pods = trace.load_pods(args.pods)
+    kinds = floor.bundled_gpu_kinds()  # the node list read once, not per seed and floor
     try:
-        cuts = [floor.unallocated_floor_pct(pods, s, floor.bundled_gpu_kinds()) for s in seeds]
-        conserving = [floor.work_conserving_floor_pct(pods, s, floor.bundled_gpu_count()) for s in seeds]
+        cuts = [floor.unallocated_floor_pct(pods, s, kinds) for s in seeds]
+        conserving = [floor.work_conserving_floor_pct(pods, s, sum(kinds.values())) for s in seeds]
     except ModuleNotFoundError:
         cuts, conserving = [], []
     if cuts:
         marks["floor (cutting-stock LP)"] = median(cuts)
-    if conserving and None not in conserving:
-        marks["work-conserving floor"] = median(c for c in conserving if c is not None)
+    if conserving:
+        marks["work-conserving floor"] = median(conserving)
     if Path(args.pods).resolve() == trace.DEFAULT_PODS.resolve():
         for label, path in BASELINES.items():
             per_seed = json.loads(path.read_text()).get("seeds", {})

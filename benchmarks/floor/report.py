@@ -65,8 +65,8 @@ def bundled_gpu_kinds() -> dict[tuple[str, int], int]:
 
 
 def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
-          work_conserving: Mapping[str, Sequence[float | None]] | None = None) -> str:
-    """Markdown: median (min-max) floor per variant, the work-conserving floor where it applies,
+          work_conserving: Mapping[str, Sequence[float]] | None = None) -> str:
+    """Markdown: median (min-max) floor per variant, the work-conserving floor where given,
     next to the published FGD."""
     def spread(vals: Sequence[float]) -> str:
         return f"{float(np.median(vals)):.2f} ({min(vals):.2f}-{max(vals):.2f})"
@@ -76,7 +76,7 @@ def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
              f"can hold (GPU share only; a model-constrained list's is a relaxation: its restricted pods may fail).", "",
              "| variant | floor, median (min-max) | work-conserving floor | published FGD |", "|---|---|---|---|"]
     for v, vals in floors.items():
-        wc = [x for x in (work_conserving or {}).get(v, []) if x is not None]
+        wc = (work_conserving or {}).get(v, [])
         lines.append(f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | "
                      f"{compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |")
     return "\n".join(lines)

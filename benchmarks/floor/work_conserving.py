@@ -155,7 +155,7 @@ def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> Wor
     return WorkConservingFloor(pct, a, 100.0 * asked / capacity, theta, intervals)
 
 
-def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float | None:
+def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus: int) -> float:
     """``work_conserving_floor`` for one openb pod list and seed.
 
     Parameters
@@ -168,10 +168,9 @@ def work_conserving_floor_pct(pods: Sequence[trace.TracePod], seed: int, n_gpus:
 
     Returns
     -------
-    float or None
-        % of capacity (None is kept in the signature for callers; every list has a floor now).
-        For a model-constrained list, the relaxation of ``work_conserving_floor``: valid,
-        weaker than a per-model saturation vector would give.
+    float
+        % of capacity. For a model-constrained list, the relaxation of
+        ``work_conserving_floor``: valid, weaker than a per-model saturation vector would give.
     """
     capacity = MILLI_PER_GPU * n_gpus
     seq = trace.arrival_sequence(list(pods), seed, capacity)
