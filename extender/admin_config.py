@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from extender.cache.reservations import OFF as NO_RESERVATIONS
+from extender.cache.reservations import StarvationPolicy
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
@@ -132,6 +134,17 @@ class TenantFile(BaseModel):
     quota: QuotaFile = Field(default_factory=QuotaFile)
 
 
+class StarvationFile(BaseModel):
+    """``starvation:`` section: a node reserved for a GPU pod that waited too long
+    (``extender.cache.reservations.StarvationPolicy``; off unless ``reserve_after_s`` > 0)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reserve_after_s: float = Field(0.0, ge=0, le=7 * 86_400)
+    max_reserved_nodes: int = Field(1, ge=1, le=10_000)
+    reservation_ttl_s: float = Field(3600.0, gt=0, le=7 * 86_400)
+
+
 class AdminConfigFile(BaseModel):
     """The admin config file (YAML)."""
 
@@ -139,6 +152,7 @@ class AdminConfigFile(BaseModel):
 
     scoring: ScoringFile = Field(default_factory=ScoringFile)
     qos: QosFile = Field(default_factory=QosFile)
+    starvation: StarvationFile = Field(default_factory=StarvationFile)
     tenants: dict[str, TenantFile] = Field(default_factory=dict)
     default_tenant: str | None = None
     """Tenant of the namespaces no tenant lists; absent: those namespaces are not restricted."""
@@ -153,6 +167,7 @@ class AdminConfig:
     scoring: ScoringConfig
     tenants: TenantPolicy = NO_TENANTS
     tolerance: Tolerance = DEFAULT_TOLERANCE
+    starvation: StarvationPolicy = NO_RESERVATIONS
 
 
 def config_json_schema() -> dict[str, Any]:
@@ -360,7 +375,9 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
         raise ConfigError("\n".join(errors))
     policy = QoSPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
-    return AdminConfig(replace(scoring, qos=policy), tenants, parsed.scoring.tolerance.tolerance())
+    st = parsed.starvation
+    return AdminConfig(replace(scoring, qos=policy), tenants, parsed.scoring.tolerance.tolerance(),
+                       StarvationPolicy(st.reserve_after_s, st.max_reserved_nodes, st.reservation_ttl_s))
 
 
 _WEIGHTS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, float])

@@ -118,10 +118,10 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     own_cache = cache is None
     cache = cache if cache is not None else GpuCache(scorer, policy.tolerance)
     if own_cache or settings.config_file is not None:
-        cache.set_policy(scorer, policy.tenants, policy.tolerance)
+        cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation)
 
     def apply_policy(new: AdminConfig) -> None:
-        cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance)
+        cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance, new.starvation)
 
     metrics = Metrics(cache.summary, cache.metrics_view)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())

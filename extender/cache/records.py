@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -117,6 +118,9 @@ class CandidateEvaluation:
     """Why the pod's tenant may not place it (QoS ceiling, quota); None when admitted."""
     names_array: np.ndarray | None = None
     """``names`` as an object array, when the cache keeps one for this candidate list."""
+    reserved: Mapping[str, str] = field(default_factory=dict)
+    """Candidates left out because they are reserved for another pod, each with the reason
+    (``extender.cache.reservations``); filter fails them with it."""
 
 
 def is_pending(rec: PodRecord) -> bool:

@@ -28,6 +28,7 @@ from extender.cache.records import (
     PodRecord,
     is_pending,
 )
+from extender.cache.reservations import Reservation, Reservations, StarvationPolicy
 from extender.cache.victims import PreemptBudget
 from extender.tenants import TenantPolicy, Usage
 from podspec.pods import PodIntent
@@ -44,6 +45,7 @@ class GpuCache:
         self._ledger = Ledger(scorer)
         self._evaluator = Evaluator(scorer, tolerance)
         self._last_view = EMPTY_VIEW
+        self._reservations = Reservations()
 
     # -- configuration -------------------------------------------------------------------
 
@@ -55,11 +57,15 @@ class GpuCache:
             self._ledger.set_scorer(scorer)
             self._evaluator = Evaluator(scorer, tolerance if tolerance is not None else self._evaluator.tolerance)
 
-    def set_policy(self, scorer: Scorer, tenants: TenantPolicy, tolerance: Tolerance | None = None) -> None:
-        """Swap the scorer, the tolerance and the tenant rules together (config reload), atomically."""
+    def set_policy(self, scorer: Scorer, tenants: TenantPolicy, tolerance: Tolerance | None = None,
+                   starvation: StarvationPolicy | None = None) -> None:
+        """Swap the scorer, the tolerance, the tenant rules and starvation protection together
+        (config reload), atomically; ``None``: unchanged."""
         with self._lock:
             self.set_scorer(scorer, tolerance)
             self._ledger.tenancy.tenant_policy = tenants
+            if starvation is not None:
+                self._reservations.policy = starvation
 
     def usage(self, namespaces: Iterable[str] | None = None) -> Usage:
         """GPU share and memory held by the pods of ``namespaces`` (None: every namespace)."""
@@ -143,7 +149,20 @@ class GpuCache:
         """Score ``intent`` on the named nodes (no change to the allocations); filter then
         prioritize with no change between reuse one evaluation (``Evaluator``)."""
         with self._lock:
-            return self._evaluator.evaluate(self._ledger, intent, names)
+            return self._reservations.evaluate(self._evaluator, self._ledger, intent, names)
+
+    def reserve_for_waiting(self, now_s: float | None = None) -> tuple[list[Reservation], list[Reservation]]:
+        """Housekeeping of starvation protection: the reservations made and ended.
+        ``now_s``: the policy's clock, ``time.monotonic()`` by default."""
+        with self._lock:
+            made, ended = self._reservations.reserve(self._ledger, time.monotonic() if now_s is None else now_s)
+            self._ledger.generation += bool(made)
+            return made, ended
+
+    def reservations(self) -> list[Reservation]:
+        """The reservations in force."""
+        with self._lock:
+            return list(self._reservations.by_node.values())
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
         """``assume`` recorded as confirmed (standalone mode); raises ``BindError`` as it."""
@@ -176,7 +195,9 @@ class GpuCache:
             Unknown pod or node, bound elsewhere, no longer fits, a claim not countable.
         """
         with self._lock:
-            return assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims)
+            rec = assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims)
+            self._reservations.release(uid)
+            return rec
 
     def count_claim(self, claim: ClaimedAllocation) -> ClaimCount:
         """Count an allocation another gpufrac instance claimed (``extender.fence``), in full

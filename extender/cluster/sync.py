@@ -203,13 +203,17 @@ class ClusterSync:
         return self._nodes.ages()
 
     def housekeeping(self) -> None:
-        """Re-judge inventory staleness and expire assumed allocations (one pass)."""
+        """Re-judge inventory staleness, expire assumed allocations, and reserve nodes for
+        pods that waited too long (``extender.cache.reservations``) (one pass)."""
         self._cache.upsert_nodes(self._nodes.specs())
         expired = self._cache.expire_assumed()
         for key in expired:
             log.warning("assumed allocation expired: pod %s never showed up bound", key)
-        if expired:
-            self._released.set()  # share freed: pending pods are retried (_run_requeue)
+        made, ended = self._cache.reserve_for_waiting()
+        for r in made:
+            log.info("node %s reserved for pod %s, waiting longest for room", r.node, r.pod)
+        if expired or ended:
+            self._released.set()  # share freed or a node opened: pending pods are retried (_run_requeue)
 
     def _run_requeue(self) -> None:
         """Requeue pending GPU pods in kube-scheduler after GPU share is freed.

@@ -89,6 +89,7 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  
             passed = [ce.names[ce.evaluation.best()]]
         unknown = ce.unknown
     failed.update(dict.fromkeys(unknown, outbound.NODE_UNKNOWN_MESSAGE))
+    failed.update(ce.reserved)
     nodes: dict[str, Any] | None = None
     node_names: list[str] | None = passed
     if node_items is not None:

@@ -1,0 +1,158 @@
+"""Starvation protection: a node held for a GPU pod that has waited too long (issue 41).
+
+Packing fills each hole a leaving pod opens with whichever pod comes next, so a pod that needs
+much room at once (several whole GPUs) can wait behind a stream of small pods until that much
+room frees on one node by chance. Once a pending GPU pod has waited ``reserve_after_s`` (by
+gpufrac's own clock, from when its cache first saw it pending: pod timestamps are not trusted),
+``reserve`` (housekeeping) holds one node for it: a node on which it would fit were the node
+empty (GPU count and models, health, allocatable CPU and memory), the one with the least GPU
+share to drain on the GPUs it would use; ties go to the lowest row (deterministic). While the
+reservation stands, ``exclude`` takes the node out of every other pod's candidates (filter
+names it in ``FailedNodes``), so the pods on it drain it as they end and nothing refills it;
+the waiting pod is placed by its next retry, on that node or any other that fits it. Oldest
+waiting pod first, at most ``max_reserved_nodes`` at once; a reservation ends when its pod is
+bound or deleted, or after ``reservation_ttl_s`` (the pod may not fit even an empty node in
+kube-scheduler's eyes: taints, affinity).
+
+What it costs: the reserved node's free room is idle while it drains. ``benchmarks churn``
+measures both sides (docs/decisions/0020-starvation-protection.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.cache.evaluation import Evaluator
+from extender.cache.ledger import Ledger
+from extender.cache.records import CandidateEvaluation, is_pending
+from extender.translate import inbound
+from podspec.pods import PodIntent
+from scoring.fit import fit
+
+
+@dataclass(frozen=True, slots=True)
+class StarvationPolicy:
+    """When and how much to reserve (module notes); the admin config's ``starvation`` section.
+
+    Parameters
+    ----------
+    reserve_after_s : float
+        Wait, seconds, after which a pending GPU pod gets a node reserved; 0 turns it off.
+    max_reserved_nodes : int
+        Reservations held at once, >= 1.
+    reservation_ttl_s : float
+        Longest a reservation holds, seconds, > 0.
+    """
+
+    reserve_after_s: float = 0.0
+    max_reserved_nodes: int = 1
+    reservation_ttl_s: float = 3600.0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any pod is ever reserved for."""
+        return self.reserve_after_s > 0
+
+
+OFF = StarvationPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A node held for one pending pod since ``since_s`` (the policy's clock)."""
+
+    uid: str
+    pod: str
+    node: str
+    since_s: float
+
+
+class Reservations:
+    """The reservations in force and when each pending pod was first seen. The cache lock guards it."""
+
+    def __init__(self, policy: StarvationPolicy = OFF) -> None:
+        self.policy = policy
+        self.by_node: dict[str, Reservation] = {}
+        self._seen_s: dict[str, float] = {}
+
+    def release(self, uid: str) -> None:
+        """The pod was bound or deleted: its reservation (if any) ends."""
+        self._seen_s.pop(uid, None)
+        for node, r in list(self.by_node.items()):
+            if r.uid == uid:
+                del self.by_node[node]
+
+    def evaluate(self, evaluator: Evaluator, ledger: Ledger, intent: PodIntent,
+                 names: Sequence[str]) -> CandidateEvaluation:
+        """``Evaluator.evaluate`` on ``names`` less the nodes reserved for other pods; those are
+        in ``CandidateEvaluation.reserved``, each with the reason filter gives."""
+        held = {n: r for n, r in self.by_node.items() if r.uid != intent.uid}
+        reserved = {n: f"gpufrac: node reserved for pod {held[n].pod}, which has waited longest for room"
+                    for n in names if n in held}
+        if not reserved:
+            return evaluator.evaluate(ledger, intent, names)
+        ce = evaluator.evaluate(ledger, intent, [n for n in names if n not in held])
+        return dataclasses.replace(ce, reserved=reserved)
+
+    def reserve(self, ledger: Ledger, now_s: float) -> tuple[list[Reservation], list[Reservation]]:
+        """One housekeeping pass: end stale reservations, make new ones.
+
+        Returns
+        -------
+        made, ended : list of Reservation
+        """
+        pending = {uid: rec for uid, rec in ledger.pods.items() if is_pending(rec)}
+        for uid in [u for u in self._seen_s if u not in pending]:
+            del self._seen_s[uid]
+        ended = [r for r in self.by_node.values() if r.uid not in pending or not self.policy.enabled
+                 or now_s - r.since_s >= self.policy.reservation_ttl_s]
+        for r in ended:
+            del self.by_node[r.node]
+        for uid in pending:
+            self._seen_s.setdefault(uid, now_s)
+        if not self.policy.enabled or len(self.by_node) >= self.policy.max_reserved_nodes:
+            return [], ended
+        holders = {r.uid for r in self.by_node.values()}
+        waited = sorted((s, uid) for uid, s in self._seen_s.items()
+                        if uid not in holders and now_s - s >= self.policy.reserve_after_s)
+        made: list[Reservation] = []
+        for _since, uid in waited:
+            if len(self.by_node) >= self.policy.max_reserved_nodes:
+                break
+            target = self._node_for(ledger, uid, self.by_node)
+            if target is not None:
+                intent = pending[uid].intent
+                made.append(Reservation(uid, f"{intent.namespace}/{intent.name}", target, now_s))
+                self.by_node[target] = made[-1]
+        return made, ended
+
+    @staticmethod
+    def _node_for(ledger: Ledger, uid: str, taken: Iterable[str]) -> str | None:
+        """The node to hold for the pod (module notes), or None when it fits somewhere now or
+        fits no node even empty."""
+        state = ledger.state
+        intent = ledger.pods[uid].intent
+        request = inbound.pod_request(intent, state)
+        rows = np.arange(state.n_nodes, dtype=np.int64)
+        if not rows.shape[0] or fit(state, request, rows).node_fits.any():
+            return None
+        k = request.gpu_count
+        usable = state.gpu_exists & state.gpu_healthy
+        if request.allowed_models is not None:
+            usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
+        used = np.where(usable, state.gpu_used_milli, np.iinfo(np.int64).max // 16)
+        drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.full(rows.shape[0], -1)
+        ok = ((usable.sum(axis=1) >= k) & state.node_ready & (state.cpu_alloc_milli >= request.cpu_milli)
+              & (state.mem_alloc_mib >= request.memory_mib) & (drain >= 0))
+        for name in taken:
+            row = state.node_index.get(name)
+            if row is not None:
+                ok[row] = False
+        if not ok.any():
+            return None
+        best = int(np.flatnonzero(ok)[np.argmin(drain[ok])])
+        return str(state.node_names[best])

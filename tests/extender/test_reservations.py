@@ -1,0 +1,133 @@
+"""Starvation protection (extender/cache/reservations.py) on hand-made clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.trace import TracePod
+from extender.cache import GpuCache
+from extender.cache.reservations import Reservation, StarvationPolicy
+from extender.tenants import NO_TENANTS
+from extender.verbs.filter import ExtenderArgs, filter
+from extender.verbs.pod_events import PodEvent, pod_events
+from scoring.presets import PRESETS
+from scoring.scorer import build_scorer
+from scoring.state import GpuSpec, NodeSpec
+
+POLICY = StarvationPolicy(reserve_after_s=600, max_reserved_nodes=1, reservation_ttl_s=3600)
+
+
+def node(name: str, gpus: int = 2) -> NodeSpec:
+    return NodeSpec(name, 64_000, 262_144, tuple(GpuSpec(i, f"GPU-{name}-{i}", "V100M16", 16_384, 20)
+                                                   for i in range(gpus)))
+
+
+def pod(name: str, num_gpu: int = 1, gpu_milli: int = 1000) -> dict[str, Any]:
+    return TracePod(name, 1000, 1024, num_gpu, gpu_milli, "", "LS").pod_object(seed=0)
+
+
+def cache_with(nodes: list[NodeSpec], starvation: StarvationPolicy = POLICY) -> GpuCache:
+    scorer = build_scorer(PRESETS["bestfit"])
+    cache = GpuCache(scorer)
+    cache.set_policy(scorer, NO_TENANTS, starvation=starvation)
+    cache.set_nodes(nodes)
+    return cache
+
+
+def sweep(cache: GpuCache, now_s: float) -> list[Reservation]:
+    made, _ended = cache.reserve_for_waiting(now_s)
+    return made
+
+
+def add(cache: GpuCache, p: dict[str, Any]) -> None:
+    assert pod_events(cache, [PodEvent.model_validate({"type": "ADDED", "object": p})]).status == 200
+
+
+def place(cache: GpuCache, p: dict[str, Any], node_name: str) -> None:
+    add(cache, p)
+    m = p["metadata"]
+    cache.bind(m["uid"], m["namespace"], m["name"], node_name)
+
+
+def filtered(cache: GpuCache, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    body: dict[str, Any] = filter(cache, ExtenderArgs(Pod=p, NodeNames=names), False).body
+    return body
+
+
+def half_full_cluster(starvation: StarvationPolicy = POLICY) -> tuple[GpuCache, dict[str, Any]]:
+    # a: GPUs used 500 / 0; b: 300 / 0. A 2-GPU pod fits neither; to drain for it: a's two
+    # emptiest GPUs hold 500 + 0 = 500, b's 300 + 0 = 300: b is the node to reserve.
+    cache = cache_with([node("a"), node("b")], starvation)
+    place(cache, pod("on-a", 1, 500), "a")
+    place(cache, pod("on-b", 1, 300), "b")
+    big = pod("big", 2, 1000)
+    add(cache, big)
+    return cache, big
+
+
+def test_a_pod_waiting_past_the_bound_gets_the_node_cheapest_to_drain() -> None:
+    cache, big = half_full_cluster()
+    assert sweep(cache, 0) == []  # first seen now
+    assert sweep(cache, 599) == []  # not yet waited 600 s
+    made = sweep(cache, 600)
+    assert [(r.node, r.pod, r.since_s) for r in made] == [("b", "openb/big", 600)]
+    # Another pod that fits both nodes is kept off b, with the reason kube-scheduler shows.
+    body = filtered(cache, pod("small", 1, 200), ["a", "b"])
+    assert body["NodeNames"] == ["a"]
+    assert "reserved for pod openb/big" in body["FailedNodes"]["b"]
+    # The waiting pod itself is judged on b as ever (it does not fit yet: share, not the hold).
+    assert "insufficient GPU share" in filtered(cache, big, ["a", "b"])["FailedNodes"]["b"]
+
+
+def test_the_reservation_ends_when_its_pod_is_bound() -> None:
+    cache, big = half_full_cluster()
+    sweep(cache, 0)
+    sweep(cache, 600)
+    # The pod on b leaves; big fits b and is bound there; b is open to everyone again.
+    on_b = pod("on-b", 1, 300)
+    assert pod_events(cache, [PodEvent.model_validate({"type": "DELETED", "object": on_b})]).status == 200
+    m = big["metadata"]
+    cache.bind(m["uid"], m["namespace"], m["name"], "b")
+    assert cache.reservations() == []
+
+
+def test_the_reservation_ends_when_its_pod_is_deleted_or_it_expires() -> None:
+    cache, big = half_full_cluster()
+    sweep(cache, 0)
+    sweep(cache, 600)
+    assert sweep(cache, 600 + 3599) == [] and len(cache.reservations()) == 1
+    # At the TTL the reservation ends; the pod still waits, so it gets one again at once.
+    again = sweep(cache, 600 + 3600)
+    assert [r.since_s for r in again] == [4200]
+    pod_events(cache, [PodEvent.model_validate({"type": "DELETED", "object": big})])
+    assert sweep(cache, 4201) == [] and cache.reservations() == []
+
+
+def test_no_reservation_when_off_when_the_pod_fits_or_fits_no_empty_node() -> None:
+    cache, _big = half_full_cluster(StarvationPolicy())
+    for t in (0, 10_000):
+        assert sweep(cache, t) == []
+    # A pod that fits now needs no room held: kube-scheduler's next retry places it.
+    cache2 = cache_with([node("a")])
+    add(cache2, pod("fits", 1, 500))
+    # A pod that no node could hold even empty (3 GPUs on 2-GPU nodes) holds none either.
+    add(cache2, pod("too-big", 3, 1000))
+    for t in (0, 10_000):
+        assert sweep(cache2, t) == []
+
+
+def test_oldest_first_and_at_most_the_limit() -> None:
+    cache = cache_with([node("a"), node("b"), node("c")], StarvationPolicy(600, max_reserved_nodes=2))
+    for n in ("a", "b", "c"):
+        place(cache, pod(f"on-{n}", 1, 100 * (ord(n) - 96)), n)  # 100, 200, 300 on one GPU each
+    first, second = pod("first", 2, 1000), pod("second", 2, 1000)
+    add(cache, first)
+    sweep(cache, 0)
+    add(cache, second)
+    sweep(cache, 100)
+    made = sweep(cache, 700)
+    # Both waited 600 s: the older gets the cheapest node (a, 100 to drain), the other the next.
+    assert [(r.pod, r.node) for r in made] == [("openb/first", "a"), ("openb/second", "b")]
+    # Each holder is kept off the other's node.
+    assert "a" in filtered(cache, second, ["a", "b", "c"])["FailedNodes"]
+    assert len(sweep(cache, 800)) == 0 and len(cache.reservations()) == 2
