@@ -105,6 +105,9 @@ class Reservations:
         -------
         made, ended : list of Reservation
         """
+        if not self.policy.enabled and not self.by_node:
+            self._seen_s.clear()  # off: nothing to keep, and no pass over the pods (waits count from enabling)
+            return [], []
         pending = {uid: rec for uid, rec in ledger.pods.items() if is_pending(rec)}
         for uid in [u for u in self._seen_s if u not in pending]:
             del self._seen_s[uid]
