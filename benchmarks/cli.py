@@ -1,6 +1,7 @@
 """``python -m benchmarks`` (``benchmarks.cli``): every benchmark, one verb each.
 
-``replay`` (placement quality on openb, ``--compare`` for several policies), ``cold-start``,
+``replay`` (placement quality on openb, ``--compare`` for several policies), ``churn`` (pods
+that leave: pending time and allocation over time), ``cold-start``,
 ``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup``
 (costs), ``check-placements`` (the independent check of a replay's output) and
 ``noop-extender`` (the baseline server the cost benchmarks compare against). Run from the
@@ -19,6 +20,7 @@ from benchmarks import (
     bench_scheduler,
     bench_startup,
     check_placements,
+    churn,
     cold_start,
     compare,
     floor,
@@ -63,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_arguments(sk)
     sk.set_defaults(func=soak.run)
 
+    ch = sub.add_parser("churn", help="pods arrive and leave at a load factor of the trace's own lifetimes: "
+                                      "allocation over time, pending time per pod class, fragmentation delay")
+    churn.add_arguments(ch)
+    ch.set_defaults(func=churn.run)
+
     fl = sub.add_parser("floor", help="the least unallocated share any placement, and any work-conserving "
                                       "scheduler, can leave once GPU demand reaches capacity (cutting-stock LPs)")
     floor.add_arguments(fl)
@@ -104,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:
         parser.error(str(exc))
 
 

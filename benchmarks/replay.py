@@ -38,7 +38,7 @@ from tqdm import tqdm
 from benchmarks import constrain, memory, trace
 from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
-from extender.cache import GpuCache
+from extender.cache import GpuCache, PodRecord
 from extender.clusterfile import load_cluster_file
 from extender.verbs.bind import ExtenderBindingArgs, bind
 from extender.verbs.filter import ExtenderArgs, filter
@@ -109,9 +109,13 @@ class InProcessClient:
     """
 
     def __init__(self, specs: list[NodeSpec], policy: AdminConfig, decision: str = "filter") -> None:
-        self.cache = GpuCache(build_scorer(policy.scoring), policy.tolerance)
+        scorer = build_scorer(policy.scoring)
+        self.cache = GpuCache(scorer, policy.tolerance)
+        self.cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation)
         self.cache.set_nodes(specs)
         self.decide = decision == "filter"
+        self.last_bound: PodRecord | None = None
+        """The record of the last successful ``bind`` (its GPUs): the churn replay reads it."""
 
     def pod_events(self, events: list[dict[str, Any]]) -> None:
         """Apply watch events in order (as ``/standalone/pod-events``)."""
@@ -130,8 +134,13 @@ class InProcessClient:
     def bind(self, pod: dict[str, Any], node: str) -> str:
         """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
         meta = pod["metadata"]
-        return bind(self.cache.bind, ExtenderBindingArgs(
+        self.last_bound = None
+        return bind(self._bind_recorded, ExtenderBindingArgs(
             PodName=meta["name"], PodNamespace=meta["namespace"], PodUID=meta["uid"], Node=node)).error
+
+    def _bind_recorded(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
+        self.last_bound = self.cache.bind(uid, namespace, name, node)
+        return self.last_bound
 
     def get(self, path: str) -> Any:
         """``allocations`` or ``readyz`` (the parts of them the replay reads)."""

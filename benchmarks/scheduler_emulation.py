@@ -205,3 +205,12 @@ class SchedulerView:
         self.nonzero_mem[node] += memory_mib or DEFAULT_MEMORY_MIB
         self.pods[node] += 1
         self.slots[node] += gpus
+
+    def release(self, node: int, cpu_milli: int, memory_mib: int, gpus: int) -> None:
+        """Forget a pod that left ``node`` (the inverse of ``assume``)."""
+        self.cpu_req[node] -= cpu_milli
+        self.mem_req[node] -= memory_mib
+        self.nonzero_cpu[node] -= cpu_milli or DEFAULT_MILLI_CPU
+        self.nonzero_mem[node] -= memory_mib or DEFAULT_MEMORY_MIB
+        self.pods[node] -= 1
+        self.slots[node] -= gpus

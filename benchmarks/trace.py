@@ -39,6 +39,9 @@ class TracePod:
     qos: str
     gpu_memory_mib: int = 0
     """Explicit GPU memory per GPU (``gpufrac.io/memory``), MiB; 0: none (every openb list)."""
+    lifetime_s: int = 0
+    """``deletion_time - creation_time`` of the trace, seconds (at least 1; 0 when the list has
+    no times). Only the churn replay (``benchmarks.churn``) reads it."""
 
     @property
     def gpu_request_milli(self) -> int:
@@ -76,9 +79,11 @@ def load_pods(path: Path) -> list[TracePod]:
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
             n = int(row["num_gpu"])
+            created, deleted = row.get("creation_time") or "", row.get("deletion_time") or ""
+            lifetime = max(1, int(deleted) - int(created)) if created and deleted else 0
             out.append(TracePod(row["name"], int(row["cpu_milli"]), int(row["memory_mib"]), n,
                                 int(row["gpu_milli"]) if n else 0, row.get("gpu_spec") or "",
-                                row.get("qos") or "Burstable"))
+                                row.get("qos") or "Burstable", lifetime_s=lifetime))
     return sorted(out, key=lambda p: p.name)
 
 

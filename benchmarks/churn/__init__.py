@@ -1,0 +1,183 @@
+"""``python -m benchmarks churn``: placement where pods leave.
+
+The arrivals-only replay measures the allocation at one instant; a platform team feels how long
+pods wait as pods of different shapes come and go. This replay plays an offered load of trace
+pods (``benchmarks.churn.workload``: Poisson arrivals, each pod for its trace lifetime, the rate
+set so that GPU demand is ``--loads`` times capacity) through kube-scheduler's queue
+(``benchmarks.churn.queue``: back-off, retries when capacity frees) and the extender's verbs in
+process, for every ``--presets`` entry on the same arrivals, and reports per policy
+(``benchmarks.churn.report``): time-weighted GPU allocation, the time some GPU pod waited while
+enough total share was free (fragmentation delay), pending time per pod class, pods that never ran.
+
+The cluster is every ``--node-stride``-th node of the node list sorted by (GPU model, GPU count,
+CPU, memory): a stratified sample with the full list's mix at a fraction of the cost (1: every node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict
+from pathlib import Path
+
+from benchmarks import trace
+from benchmarks.churn import report
+from benchmarks.churn.queue import ChurnSim, RunResult
+from benchmarks.churn.workload import offered_arrivals
+from benchmarks.replay import (
+    DEFAULT_SCHEDULER_CONFIG,
+    InProcessClient,
+    parse_seeds,
+    source_commit,
+    write_json,
+)
+from benchmarks.scheduler_emulation import Profile
+from extender.admin_config import AdminConfig, scoring_config
+from extender.cache.reservations import OFF, StarvationPolicy
+from extender.clusterfile import load_cluster_file
+from scoring.state import NodeSpec
+
+QUICK = {"hours": 2.0, "warmup_hours": 1.0, "lifetime_cap_hours": 1.0, "node_stride": 16}
+"""What ``--quick`` sets (and it keeps only the first seed)."""
+
+
+def subset_nodes(specs: list[NodeSpec], stride: int) -> list[NodeSpec]:
+    """Every ``stride``-th node in (GPU model, GPU count, CPU, memory, name) order.
+
+    Raises
+    ------
+    ValueError
+        For a stride below 1, or one that leaves no GPU node.
+    """
+    if stride < 1:
+        raise ValueError(f"--node-stride must be at least 1, got {stride}")
+    ordered = sorted(specs, key=lambda s: (s.gpus[0].model if s.gpus else "", len(s.gpus), s.cpu_milli,
+                                           s.memory_mib, s.name))
+    out = ordered[::stride]
+    if not any(s.gpus for s in out):
+        raise ValueError(f"--node-stride {stride} leaves no GPU node of {len(specs)}")
+    return out
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from exc
+    if not out or min(out) <= 0:
+        raise argparse.ArgumentTypeError(f"loads must be positive: {text!r}")
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The churn replay's command line."""
+    p.add_argument("--nodes", type=Path, default=trace.DEFAULT_NODES, help="node list CSV/YAML")
+    p.add_argument("--pods", type=Path, default=trace.DEFAULT_PODS,
+                   help="openb pod list with creation_time and deletion_time")
+    p.add_argument("--presets", type=lambda t: [x for x in t.split(",") if x],
+                   default=["default", "fgd", "bestfit", "spread"],
+                   help="scoring presets to compare; <preset>+reserve<seconds> adds starvation protection "
+                        "(extender/cache/reservations.py) after that wait")
+    p.add_argument("--max-reserved-nodes", type=int, default=1, help="with +reserve: reservations at once")
+    p.add_argument("--reservation-ttl-s", type=float, default=3600.0, help="with +reserve: longest a "
+                   "reservation holds")
+    p.add_argument("--loads", type=_floats, default=[0.9, 1.2],
+                   help="offered GPU load, fraction of capacity (comma-separated)")
+    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-44"))
+    p.add_argument("--hours", type=float, default=12.0, help="length of each run, simulated hours")
+    p.add_argument("--lifetime-cap-hours", type=float, default=4.0,
+                   help="pods run their trace lifetime, at most this long (benchmarks/churn/workload.py)")
+    p.add_argument("--warmup-hours", type=float, default=4.0,
+                   help="measured from here on (the cluster starts empty; at least the lifetime cap "
+                        "for a stationary load)")
+    p.add_argument("--node-stride", type=int, default=8, help="every N-th node (module docstring); 1: all")
+    p.add_argument("--replicas-per-gpu", type=int, default=20)
+    p.add_argument("--scheduler-config", type=Path, default=DEFAULT_SCHEDULER_CONFIG)
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs in parallel")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a smoke run: the first seed, {QUICK['hours']:g} h, lifetimes cut at "
+                        f"{QUICK['lifetime_cap_hours']:g} h, every {QUICK['node_stride']}th node")
+    p.add_argument("--out", type=Path, default=Path("churn-out"))
+
+
+def policy_of(spec: str, args: argparse.Namespace) -> tuple[str, StarvationPolicy]:
+    """``default`` or ``default+reserve600`` -> the preset and its starvation protection.
+
+    Raises
+    ------
+    ValueError
+        For an unknown preset or a suffix other than ``+reserve<seconds>``.
+    """
+    preset, _, extra = spec.partition("+")
+    scoring_config(preset)
+    if not extra:
+        return preset, OFF
+    if not extra.startswith("reserve"):
+        raise ValueError(f"--presets {spec!r}: the only suffix is +reserve<seconds>")
+    try:
+        after = float(extra[len("reserve"):])
+    except ValueError as exc:
+        raise ValueError(f"--presets {spec!r}: +reserve takes seconds, e.g. +reserve600") from exc
+    return preset, StarvationPolicy(after, args.max_reserved_nodes, args.reservation_ttl_s)
+
+
+def run_cell(args: argparse.Namespace, spec: str, load: float, seed: int) -> RunResult:
+    """One (preset, load, seed) run on its own in-process extender."""
+    specs = subset_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu), args.node_stride)
+    pods = trace.load_pods(args.pods)
+    run_s = 3600.0 * args.hours
+    capacity = 1000 * sum(len(s.gpus) for s in specs)
+    arrivals = offered_arrivals(pods, capacity, load, run_s, 3600.0 * args.lifetime_cap_hours, seed)
+    preset, starvation = policy_of(spec, args)
+    client = InProcessClient(specs, AdminConfig(scoring_config(preset), starvation=starvation))
+    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, starvation)
+    return sim.run(arrivals, spec, load, run_s, 3600.0 * args.warmup_hours)
+
+
+def _said(r: RunResult) -> RunResult:
+    print(f"{r.preset} at load {r.load:g}, seed {r.seed}: {r.arrivals} arrivals, {r.allocation_pct:.2f} % "
+          f"allocated, {r.cycles} cycles, {r.seconds:.0f} s", flush=True)
+    return r
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every (load, preset, seed); write churn.json, churn.md, churn.png under ``--out``."""
+    if args.quick:
+        for k, v in QUICK.items():
+            setattr(args, k, v)
+        args.seeds = args.seeds[:1]
+    if args.warmup_hours >= args.hours:
+        raise ValueError(f"--warmup-hours {args.warmup_hours} must be below --hours {args.hours}")
+    for spec in args.presets:
+        policy_of(spec, args)  # an unknown preset fails here, not in a worker
+    args.out.mkdir(parents=True, exist_ok=True)
+    cells = [(preset, load, seed) for load in args.loads for preset in args.presets for seed in args.seeds]
+    started = time.perf_counter()
+    jobs = max(1, min(args.jobs, len(cells)))
+    if jobs == 1:
+        results = [_said(run_cell(args, *c)) for c in cells]
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(run_cell, args, *c) for c in cells]
+            for f in as_completed(futures):
+                _said(f.result())
+            results = [f.result() for f in futures]
+    wall = time.perf_counter() - started
+    specs = subset_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu), args.node_stride)
+    record = {
+        "command": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"},
+        "nodes": len(specs), "gpus": sum(len(s.gpus) for s in specs), "quick": bool(args.quick),
+        "commit": source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "wall_seconds": wall,
+        "runs": [{k: v for k, v in asdict(r).items() if k != "series"} for r in results],
+        "series": {f"{r.preset}@{r.load:g}": r.series for r in results if r.seed == args.seeds[0]},
+    }
+    write_json(args.out / "churn.json", record)
+    table = report.markdown(results, record)
+    (args.out / "churn.md").write_text(table)
+    report.plot(args.out / "churn.png", record)
+    print(table)
+    print(f"\n{len(cells)} runs in {wall:.0f} s wall; wrote {args.out}/churn.json, churn.md, churn.png")
+    return 0
