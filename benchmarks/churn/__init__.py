@@ -16,6 +16,7 @@ CPU, memory): a stratified sample with the full list's mix at a fraction of the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -35,8 +36,8 @@ from benchmarks.replay import (
     write_json,
 )
 from benchmarks.scheduler_emulation import Profile
-from extender.admin_config import AdminConfig, scoring_config
-from extender.cache.reservations import OFF, StarvationPolicy
+from extender.admin_config import AdminConfig, load_admin_config, scoring_config
+from extender.cache.reservations import StarvationPolicy
 from extender.clusterfile import load_cluster_file
 from scoring.state import NodeSpec
 
@@ -79,8 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="openb pod list with creation_time and deletion_time")
     p.add_argument("--presets", type=lambda t: [x for x in t.split(",") if x],
                    default=["default", "fgd", "bestfit", "spread"],
-                   help="scoring presets to compare; <preset>+reserve<seconds> adds starvation protection "
-                        "(extender/cache/reservations.py) after that wait")
+                   help="scoring presets or admin config files (.yaml) to compare; <preset>+reserve<seconds> "
+                        "adds starvation protection (extender/cache/reservations.py) after that wait")
     p.add_argument("--max-reserved-nodes", type=int, default=1, help="with +reserve: reservations at once")
     p.add_argument("--reservation-ttl-s", type=float, default=3600.0, help="with +reserve: longest a "
                    "reservation holds")
@@ -103,25 +104,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("churn-out"))
 
 
-def policy_of(spec: str, args: argparse.Namespace) -> tuple[str, StarvationPolicy]:
-    """``default`` or ``default+reserve600`` -> the preset and its starvation protection.
+def policy_of(spec: str, args: argparse.Namespace) -> AdminConfig:
+    """``default``, ``default+reserve600`` or an admin config file (``my-config.yaml``, with its
+    ``starvation`` section) -> the extender's admin config.
 
     Raises
     ------
     ValueError
-        For an unknown preset or a suffix other than ``+reserve<seconds>``.
+        For an unknown preset, an invalid config file, or a suffix other than ``+reserve<seconds>``.
     """
-    preset, _, extra = spec.partition("+")
-    scoring_config(preset)
+    base, _, extra = spec.partition("+")
+    config = (load_admin_config(Path(base)) if base.endswith((".yaml", ".yml"))
+              else AdminConfig(scoring_config(base)))
     if not extra:
-        return preset, OFF
+        return config
     if not extra.startswith("reserve"):
         raise ValueError(f"--presets {spec!r}: the only suffix is +reserve<seconds>")
     try:
         after = float(extra[len("reserve"):])
     except ValueError as exc:
         raise ValueError(f"--presets {spec!r}: +reserve takes seconds, e.g. +reserve600") from exc
-    return preset, StarvationPolicy(after, args.max_reserved_nodes, args.reservation_ttl_s)
+    return dataclasses.replace(config, starvation=StarvationPolicy(after, args.max_reserved_nodes,
+                                                                   args.reservation_ttl_s))
 
 
 def run_cell(args: argparse.Namespace, spec: str, load: float, seed: int) -> RunResult:
@@ -131,9 +135,9 @@ def run_cell(args: argparse.Namespace, spec: str, load: float, seed: int) -> Run
     run_s = 3600.0 * args.hours
     capacity = 1000 * sum(len(s.gpus) for s in specs)
     arrivals = offered_arrivals(pods, capacity, load, run_s, 3600.0 * args.lifetime_cap_hours, seed)
-    preset, starvation = policy_of(spec, args)
-    client = InProcessClient(specs, AdminConfig(scoring_config(preset), starvation=starvation))
-    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, starvation)
+    config = policy_of(spec, args)
+    client = InProcessClient(specs, config)
+    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, config.starvation)
     return sim.run(arrivals, spec, load, run_s, 3600.0 * args.warmup_hours)
 
 

@@ -32,6 +32,7 @@ from extender.cache.records import CandidateEvaluation, is_pending
 from extender.translate import inbound
 from podspec.pods import PodIntent
 from scoring.fit import fit
+from scoring.request import MILLI_PER_GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +136,9 @@ class Reservations:
 
     @staticmethod
     def _node_for(ledger: Ledger, uid: str, taken: Iterable[str]) -> str | None:
-        """The node to hold for the pod (module notes), or None when it fits somewhere now or
-        fits no node even empty."""
+        """The node to hold for the pod (module notes), or None when it fits somewhere now, fits
+        no node even empty, or waits for capacity rather than fragmentation (less share free in
+        sum over the GPUs it may use than it asks)."""
         state = ledger.state
         intent = ledger.pods[uid].intent
         request = inbound.pod_request(intent, state)
@@ -147,6 +149,9 @@ class Reservations:
         usable = state.gpu_exists & state.gpu_healthy
         if request.allowed_models is not None:
             usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
+        free_in_sum = int(np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0).sum())
+        if free_in_sum < k * request.gpu_milli:
+            return None  # not fragmentation: the cluster has too little share free in sum
         used = np.where(usable, state.gpu_used_milli, np.iinfo(np.int64).max // 16)
         drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.full(rows.shape[0], -1)
         ok = ((usable.sum(axis=1) >= k) & state.node_ready & (state.cpu_alloc_milli >= request.cpu_milli)

@@ -56,6 +56,8 @@ def test_arrivals_are_seeded_ordered_and_offer_the_load() -> None:
     a = offered_arrivals(pods, capacity, 0.8, run_s, cap_s, seed=7)
     assert a == offered_arrivals(pods, capacity, 0.8, run_s, cap_s, seed=7)
     assert a != offered_arrivals(pods, capacity, 0.8, run_s, cap_s, seed=8)
+    shorter = offered_arrivals(pods, capacity, 0.8, run_s / 3, cap_s, seed=7)
+    assert shorter and shorter == a[:len(shorter)]  # a shorter run plays the same pods first
     times = np.array([x.t_s for x in a])
     assert (np.diff(times) >= 0).all() and times[-1] < run_s
     assert max(x.lifetime_s for x in a) <= cap_s
