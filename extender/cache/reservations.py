@@ -3,8 +3,9 @@
 Packing fills each hole a leaving pod opens with whichever pod comes next, so a pod that needs
 much room at once (several whole GPUs) can wait behind a stream of small pods until that much
 room frees on one node by chance. Once a pending GPU pod has waited ``reserve_after_s`` (by
-gpufrac's own clock, from when its cache first saw it pending: pod timestamps are not trusted),
-``reserve`` (housekeeping) holds one node for it: a node on which it would fit were the node
+gpufrac's own clock, from when its cache first saw it pending: pod timestamps are not trusted)
+and waits for fragmentation, not capacity (the GPUs it may use have at least its request free
+in sum), ``reserve`` (housekeeping) holds one node for it: a node on which it would fit were the node
 empty (GPU count and models, health, allocatable CPU and memory), the one with the least GPU
 share to drain on the GPUs it would use; ties go to the lowest row (deterministic). While the
 reservation stands, ``exclude`` takes the node out of every other pod's candidates (filter

@@ -131,3 +131,13 @@ def test_oldest_first_and_at_most_the_limit() -> None:
     # Each holder is kept off the other's node.
     assert "a" in filtered(cache, second, ["a", "b", "c"])["FailedNodes"]
     assert len(sweep(cache, 800)) == 0 and len(cache.reservations()) == 2
+
+
+def test_a_pod_waiting_for_capacity_not_fragmentation_gets_none() -> None:
+    # Four 0.8 pods on two 2-GPU nodes leave 4 x 200 = 800 free in sum: a 2-GPU pod waits for
+    # capacity, which no drained node would give sooner than the pods' own ends; none held.
+    cache = cache_with([node("a"), node("b")])
+    for i, n in enumerate("aabb"):
+        place(cache, pod(f"p{i}", 1, 800), n)
+    add(cache, pod("big", 2, 1000))
+    assert sweep(cache, 0) == [] and sweep(cache, 10_000) == []
