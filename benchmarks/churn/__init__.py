@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         policy_of(spec, args)  # an unknown preset fails here, not in a worker
     args.out.mkdir(parents=True, exist_ok=True)
     cells = [(preset, load, seed) for load in args.loads for preset in args.presets for seed in args.seeds]
+    commit = source_commit()  # the code that runs (read before: the tree may change during a long run)
     started = time.perf_counter()
     jobs = max(1, min(args.jobs, len(cells)))
     if jobs == 1:
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     record = {
         "command": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"},
         "nodes": len(specs), "gpus": sum(len(s.gpus) for s in specs), "quick": bool(args.quick),
-        "commit": source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "wall_seconds": wall,
+        "commit": commit, "date": time.strftime("%Y-%m-%d", time.gmtime()), "wall_seconds": wall,
         "runs": [{k: v for k, v in asdict(r).items() if k != "series"} for r in results],
         "series": {f"{r.preset}@{r.load:g}": r.series for r in results if r.seed == args.seeds[0]},
     }

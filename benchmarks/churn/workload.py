@@ -28,7 +28,6 @@ import numpy as np
 
 from benchmarks.trace import TracePod
 
-
 ARRIVAL_BLOCK = 4096
 """Arrivals drawn per block (the draws do not depend on the run's length)."""
 

@@ -176,10 +176,11 @@ def test_compare_writes_table_json_and_plots(tmp_path: Path) -> None:
             assert check_placements.check(NODES, pods, tmp_path / variant / policy / "placements-42.csv") == []
 
 
-def test_compare_rejects_an_unknown_variant(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no pod list"):
+def test_compare_rejects_an_unknown_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:  # a usage error (exit 2) with the message, not a traceback
         main(["replay", "--compare", "bestfit", "--variants", "gpushare99", "--seeds", "42",
               "--limit", "10", "--in-process", "--out", str(tmp_path), "--no-progress"])
+    assert exc.value.code == 2 and "no pod list" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("config", "cpu_pods_filtered"), [
