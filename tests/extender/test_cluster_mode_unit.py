@@ -401,3 +401,28 @@ def test_fgd_workload_knows_the_gpu_memory_a_pod_asks_for() -> None:
     c.remove_pod("uid-m")
     tt = c.state_copy().workload.task_types()
     assert tt is not None and tt.gpu_memory_mib is None
+
+
+def test_housekeeping_reserves_for_a_starved_pod_and_requeues_when_the_hold_ends() -> None:
+    # Starvation protection runs in housekeeping, on gpufrac's monotonic clock: a 2-GPU pod
+    # waiting behind a half GPU on each node gets a node held once it has waited 0.05 s; when
+    # the hold expires (0.2 s), the waiting pods are retried (the node is open again).
+    from extender.cache.reservations import StarvationPolicy
+    from extender.tenants import NO_TENANTS
+
+    c = cache_with(gpu_node("n1", 2), gpu_node("n2", 2))
+    c.set_policy(build_scorer(scoring_config("default")), NO_TENANTS,
+                 starvation=StarvationPolicy(reserve_after_s=0.05, reservation_ttl_s=0.2))
+    for i, node in enumerate(("n1", "n2")):
+        pending(c, f"half-{i}", annotations={ann.FRACTION: "0.5"})
+        c.assume(f"uid-half-{i}", "default", f"half-{i}", node, ttl_s=None)
+    pending(c, "big", gpus=2)
+    sync = ClusterSync(object(), c, SyncOptions())
+    sync.housekeeping()  # first seen pending
+    assert c.reservations() == []
+    time.sleep(0.06)
+    sync.housekeeping()
+    assert [r.pod for r in c.reservations()] == ["default/big"] and not sync._released.is_set()
+    time.sleep(0.21)
+    sync.housekeeping()  # expired (and at once held again: the pod still waits)
+    assert sync._released.is_set()
