@@ -144,6 +144,10 @@ class Metrics:
                      "Bound pods whose allocation record gpufrac could not have made (forged, or "
                      "bound outside gpufrac): counted only up to what was free.", registry=self.registry)
         over.set_function(_total(summary, "pods_overcommitted"))
+        held = Gauge("gpufrac_reserved_nodes",
+                     "Nodes held by starvation protection for a GPU pod that waited too long for "
+                     "room (admin config starvation:); 0 while it is off.", registry=self.registry)
+        held.set_function(lambda: summary().get("reserved_nodes", 0))  # a summary without holds: 0
 
     @contextmanager
     def timer(self, verb: str) -> Iterator[None]:

@@ -250,8 +250,10 @@ class GpuCache:
 
     def summary(self) -> dict[str, int]:
         """Totals for metrics and readiness, read without the lock: one change behind at
-        most, never torn (the state object and the pod list are each taken once)."""
-        return views.summary(self._ledger.state, list(self._ledger.pods.values()))
+        most, never torn (the state object and the pod list are each taken once); with the
+        nodes held by starvation protection (``reserved_nodes``)."""
+        return {**views.summary(self._ledger.state, list(self._ledger.pods.values())),
+                "reserved_nodes": len(self._reservations.by_node)}
 
     def metrics_view(self) -> MetricsView:
         """Per-GPU allocation and per-tenant usage for ``/metrics``, never waiting on a verb:

@@ -7,6 +7,7 @@ from typing import Any
 from benchmarks.trace import TracePod
 from extender.cache import GpuCache
 from extender.cache.reservations import Reservation, StarvationPolicy
+from extender.metrics import Metrics
 from extender.tenants import NO_TENANTS
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.pod_events import PodEvent, pod_events
@@ -77,6 +78,9 @@ def test_a_pod_waiting_past_the_bound_gets_the_node_cheapest_to_drain() -> None:
     assert "reserved for pod openb/big" in body["FailedNodes"]["b"]
     # The waiting pod itself is judged on b as ever (it does not fit yet: share, not the hold).
     assert "insufficient GPU share" in filtered(cache, big, ["a", "b"])["FailedNodes"]["b"]
+    # Operators see the hold.
+    exposition = Metrics(cache.summary, cache.metrics_view).exposition().decode()
+    assert "\ngpufrac_reserved_nodes 1.0\n" in exposition
 
 
 def test_the_reservation_ends_when_its_pod_is_bound() -> None:
