@@ -35,6 +35,9 @@ from podspec.pods import PodIntent
 from scoring.fit import fit
 from scoring.request import MILLI_PER_GPU
 
+CANDIDATES_PER_PASS = 16
+"""Waiting pods one housekeeping pass considers for a hold, oldest first."""
+
 
 @dataclass(frozen=True, slots=True)
 class StarvationPolicy:
@@ -125,7 +128,9 @@ class Reservations:
         waited = sorted((s, uid) for uid, s in self._seen_s.items()
                         if uid not in holders and now_s - s >= self.policy.reserve_after_s)
         made: list[Reservation] = []
-        for _since, uid in waited:
+        # Bounded work under the cache lock: the oldest CANDIDATES_PER_PASS waiting pods only
+        # (under overload thousands wait, nearly all for capacity).
+        for _since, uid in waited[:CANDIDATES_PER_PASS]:
             if len(self.by_node) >= self.policy.max_reserved_nodes:
                 break
             target = self._node_for(ledger, uid, self.by_node)
@@ -144,15 +149,15 @@ class Reservations:
         intent = ledger.pods[uid].intent
         request = inbound.pod_request(intent, state)
         rows = np.arange(state.n_nodes, dtype=np.int64)
-        if not rows.shape[0] or fit(state, request, rows).node_fits.any():
-            return None
         k = request.gpu_count
         usable = state.gpu_exists & state.gpu_healthy
         if request.allowed_models is not None:
             usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
         free_in_sum = int(np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0).sum())
         if free_in_sum < k * request.gpu_milli:
-            return None  # not fragmentation: the cluster has too little share free in sum
+            return None  # not fragmentation: the cluster has too little share free in sum (the cheap test first)
+        if not rows.shape[0] or fit(state, request, rows).node_fits.any():
+            return None
         used = np.where(usable, state.gpu_used_milli, np.iinfo(np.int64).max // 16)
         drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.full(rows.shape[0], -1)
         ok = ((usable.sum(axis=1) >= k) & state.node_ready & (state.cpu_alloc_milli >= request.cpu_milli)

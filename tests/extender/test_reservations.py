@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks.trace import TracePod
 from extender.cache import GpuCache
-from extender.cache.reservations import Reservation, StarvationPolicy
+from extender.cache.reservations import CANDIDATES_PER_PASS, Reservation, StarvationPolicy
 from extender.metrics import Metrics
 from extender.tenants import NO_TENANTS
 from extender.verbs.filter import ExtenderArgs, filter
@@ -145,3 +145,18 @@ def test_a_pod_waiting_for_capacity_not_fragmentation_gets_none() -> None:
         place(cache, pod(f"p{i}", 1, 800), n)
     add(cache, pod("big", 2, 1000))
     assert sweep(cache, 0) == [] and sweep(cache, 10_000) == []
+
+
+def test_a_pass_looks_at_the_oldest_waiting_pods_only() -> None:
+    # Housekeeping holds the cache lock: it considers the CANDIDATES_PER_PASS oldest waiting
+    # pods. Pods no node could hold (3 GPUs on 2-GPU nodes) ahead of the starved 2-GPU pod:
+    # one fewer than the bound leaves it in reach, as many as the bound hides it.
+    for ahead, held in ((CANDIDATES_PER_PASS - 1, ["openb/big"]), (CANDIDATES_PER_PASS, [])):
+        cache, big = half_full_cluster()
+        pod_events(cache, [PodEvent.model_validate({"type": "DELETED", "object": big})])
+        for i in range(ahead):
+            add(cache, pod(f"huge-{i}", 3, 1000))
+        sweep(cache, 0)
+        add(cache, big)
+        sweep(cache, 1)
+        assert [r.pod for r in sweep(cache, 700)] == held
