@@ -199,18 +199,16 @@ class SchedulerView:
 
     def assume(self, node: int, cpu_milli: int, memory_mib: int, gpus: int) -> None:
         """Account a pod placed on ``node`` (kube-scheduler's assume)."""
-        self.cpu_req[node] += cpu_milli
-        self.mem_req[node] += memory_mib
-        self.nonzero_cpu[node] += cpu_milli or DEFAULT_MILLI_CPU
-        self.nonzero_mem[node] += memory_mib or DEFAULT_MEMORY_MIB
-        self.pods[node] += 1
-        self.slots[node] += gpus
+        self._account(node, cpu_milli, memory_mib, gpus, 1)
 
     def release(self, node: int, cpu_milli: int, memory_mib: int, gpus: int) -> None:
         """Forget a pod that left ``node`` (the inverse of ``assume``)."""
-        self.cpu_req[node] -= cpu_milli
-        self.mem_req[node] -= memory_mib
-        self.nonzero_cpu[node] -= cpu_milli or DEFAULT_MILLI_CPU
-        self.nonzero_mem[node] -= memory_mib or DEFAULT_MEMORY_MIB
-        self.pods[node] -= 1
-        self.slots[node] -= gpus
+        self._account(node, cpu_milli, memory_mib, gpus, -1)
+
+    def _account(self, node: int, cpu_milli: int, memory_mib: int, gpus: int, sign: int) -> None:
+        self.cpu_req[node] += sign * cpu_milli
+        self.mem_req[node] += sign * memory_mib
+        self.nonzero_cpu[node] += sign * (cpu_milli or DEFAULT_MILLI_CPU)
+        self.nonzero_mem[node] += sign * (memory_mib or DEFAULT_MEMORY_MIB)
+        self.pods[node] += sign
+        self.slots[node] += sign * gpus

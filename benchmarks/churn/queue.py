@@ -45,8 +45,9 @@ from numpy.typing import NDArray
 
 from benchmarks.churn.workload import Arrival
 from benchmarks.replay import ClusterNames, InProcessClient, schedule_with_extender
-from benchmarks.scheduler_emulation import Profile, SchedulerView
+from benchmarks.scheduler_emulation import DEFAULT_PODS_PER_NODE, Profile, SchedulerView
 from extender.cache.reservations import OFF, StarvationPolicy
+from scoring.request import MILLI_PER_GPU
 from scoring.state import NodeSpec
 
 INITIAL_BACKOFF_S = 1.0
@@ -191,34 +192,29 @@ class ChurnSim:
         width = max(len(s.gpus) for s in specs)
         self.free = np.full((len(specs), width), -1, dtype=np.int64)
         for i, s in enumerate(specs):
-            self.free[i, :len(s.gpus)] = 1000
+            self.free[i, :len(s.gpus)] = MILLI_PER_GPU
         self.free_desc = -np.sort(-self.free, axis=1)
         self.freed_at = np.full(len(specs), -np.inf)
         self.row_of = {s.name: i for i, s in enumerate(specs)}
         self.reserved: set[str] = set()
-        self.capacity_milli = 1000 * sum(len(s.gpus) for s in specs)
+        self.capacity_milli = MILLI_PER_GPU * sum(len(s.gpus) for s in specs)
 
     # -- the emulator's own count of what fits where ------------------------------------------
 
-    def _fits(self, nodes: NDArray[np.int64], cpu: int, mem: int, ngpu: int, milli: int) -> NDArray[np.bool_]:
+    def _fits(self, rows: NDArray[np.int64] | int, cpu: Any, mem: Any, ngpu: Any, milli: Any) -> NDArray[np.bool_]:
+        """The emulator's count (module notes): several nodes against one pod shape (``rows`` an
+        array, the rest ints), or one node against several pods (``rows`` an int, the rest arrays)."""
         v = self.view
-        ok = ((v.cpu_alloc[nodes] - v.cpu_req[nodes] >= cpu) & (v.mem_alloc[nodes] - v.mem_req[nodes] >= mem)
-              & (v.pods[nodes] < 110) & (v.slot_alloc[nodes] - v.slots[nodes] >= ngpu))
-        if ngpu:
-            if ngpu > self.free.shape[1]:
-                return np.zeros(nodes.shape[0], dtype=bool)
-            ok &= self.free_desc[nodes, ngpu - 1] >= milli
+        width = self.free.shape[1]
+        kth = self.free_desc[rows][..., np.clip(np.asarray(ngpu) - 1, 0, width - 1)]
+        ok: NDArray[np.bool_] = (
+            (v.cpu_alloc[rows] - v.cpu_req[rows] >= cpu) & (v.mem_alloc[rows] - v.mem_req[rows] >= mem)
+            & (v.pods[rows] < DEFAULT_PODS_PER_NODE) & (v.slot_alloc[rows] - v.slots[rows] >= ngpu)
+            & ((np.asarray(ngpu) == 0) | ((np.asarray(ngpu) <= width) & (kth >= milli))))
         return ok
 
     def _wake_on(self, node: int, pend: _Pending) -> NDArray[np.int64]:
-        v = self.view
-        width = self.free.shape[1]
-        kth = self.free_desc[node, np.clip(pend.ngpu - 1, 0, width - 1)]
-        ok = (pend.alive & ~pend.woken
-              & (pend.cpu <= v.cpu_alloc[node] - v.cpu_req[node]) & (pend.mem <= v.mem_alloc[node] - v.mem_req[node])
-              & (v.pods[node] < 110) & (pend.ngpu <= v.slot_alloc[node] - v.slots[node])
-              & ((pend.ngpu == 0) | ((pend.ngpu <= width) & (kth >= pend.milli))))
-        return np.flatnonzero(ok)
+        return np.flatnonzero(pend.alive & ~pend.woken & self._fits(node, pend.cpu, pend.mem, pend.ngpu, pend.milli))
 
     def _freed(self, node: int, t: float, pend: _Pending, heap: list[tuple[float, int, float, int, int]],
                seq: int) -> int:
@@ -357,7 +353,7 @@ class ChurnSim:
             frag_pods = pend.fragmentation_waits(self.capacity_milli - allocated) if pending_gpu else 0
             wait_now, frag_now = pending_gpu > 0, frag_pods > 0
         advance(run_s)
-        self._drain(placed, objects)
+        self._drain(objects)
         window = max(run_s - warmup_s, 1e-9)
         arrive = np.array([a.t_s for a in arrivals])
         return RunResult(
@@ -369,7 +365,7 @@ class ChurnSim:
             retries_skipped=skipped, seconds=time.perf_counter() - started, series=series,
             reservations_made=reservations_made)
 
-    def _drain(self, placed: dict[int, tuple[int, tuple[int, ...]]], objects: dict[int, dict[str, Any]]) -> None:
+    def _drain(self, objects: dict[int, dict[str, Any]]) -> None:
         """Delete every pod through the event path; the extender must be back to empty."""
         gone = list(objects.values())
         for k in range(0, len(gone), 500):
@@ -377,7 +373,6 @@ class ChurnSim:
         left = self.client.get("readyz")
         if left.get("pods") or left.get("pods_bound") or left.get("gpu_allocated_milli"):
             raise RuntimeError(f"extender not empty after deleting every pod: {left}")
-        placed.clear()
 
 
 def pending_stats(arrivals: list[Arrival], arrive_s: NDArray[np.float64], start_s: NDArray[np.float64],

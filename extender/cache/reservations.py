@@ -8,7 +8,7 @@ and waits for fragmentation, not capacity (the GPUs it may use have at least its
 in sum), ``reserve`` (housekeeping) holds one node for it: a node on which it would fit were the node
 empty (GPU count and models, health, allocatable CPU and memory), the one with the least GPU
 share to drain on the GPUs it would use; ties go to the lowest row (deterministic). While the
-reservation stands, ``exclude`` takes the node out of every other pod's candidates (filter
+reservation stands, ``evaluate`` takes the node out of every other pod's candidates (filter
 names it in ``FailedNodes``), so the pods on it drain it as they end and nothing refills it;
 the waiting pod is placed by its next retry, on that node or any other that fits it. Oldest
 waiting pod first, at most ``max_reserved_nodes`` at once; a reservation ends when its pod is
