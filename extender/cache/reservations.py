@@ -95,6 +95,8 @@ class Reservations:
                  names: Sequence[str]) -> CandidateEvaluation:
         """``Evaluator.evaluate`` on ``names`` less the nodes reserved for other pods; those are
         in ``CandidateEvaluation.reserved``, each with the reason filter gives."""
+        if not self.by_node:  # the usual case: no pass over the candidate names
+            return evaluator.evaluate(ledger, intent, names)
         held = {n: r for n, r in self.by_node.items() if r.uid != intent.uid}
         reserved = {n: f"gpufrac: node reserved for pod {held[n].pod}, which has waited longest for room"
                     for n in names if n in held}
