@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from extender.cache.defrag import DefragPolicy
 from extender.cache.reservations import OFF as NO_RESERVATIONS
 from extender.cache.reservations import StarvationPolicy
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
@@ -145,6 +146,19 @@ class StarvationFile(BaseModel):
     reservation_ttl_s: float = Field(3600.0, gt=0, le=7 * 86_400)
 
 
+class DefragmentationFile(BaseModel):
+    """``defragmentation:`` section: the plan of which running pods to move so that pods
+    waiting for fragmentation fit (``extender.cache.defrag.DefragPolicy``); it is always made
+    (cluster mode) and shown; acted on (evictions) only with ``evict: true``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    evict: bool = False
+    evict_after_s: float = Field(600.0, ge=0, le=7 * 86_400)
+    max_evictions_per_hour: int = Field(12, ge=1, le=10_000)
+    plan_every_s: float = Field(30.0, ge=1, le=3600)
+
+
 class AdminConfigFile(BaseModel):
     """The admin config file (YAML)."""
 
@@ -153,6 +167,7 @@ class AdminConfigFile(BaseModel):
     scoring: ScoringFile = Field(default_factory=ScoringFile)
     qos: QosFile = Field(default_factory=QosFile)
     starvation: StarvationFile = Field(default_factory=StarvationFile)
+    defragmentation: DefragmentationFile = Field(default_factory=DefragmentationFile)
     tenants: dict[str, TenantFile] = Field(default_factory=dict)
     default_tenant: str | None = None
     """Tenant of the namespaces no tenant lists; absent: those namespaces are not restricted."""
@@ -168,6 +183,7 @@ class AdminConfig:
     tenants: TenantPolicy = NO_TENANTS
     tolerance: Tolerance = DEFAULT_TOLERANCE
     starvation: StarvationPolicy = NO_RESERVATIONS
+    defrag: DefragPolicy = DefragPolicy()
 
 
 def config_json_schema() -> dict[str, Any]:
@@ -375,9 +391,10 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
         raise ConfigError("\n".join(errors))
     policy = QoSPolicy(parsed.qos.isolate_guaranteed,
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
-    st = parsed.starvation
+    st, df = parsed.starvation, parsed.defragmentation
     return AdminConfig(replace(scoring, qos=policy), tenants, parsed.scoring.tolerance.tolerance(),
-                       StarvationPolicy(st.reserve_after_s, st.max_reserved_nodes, st.reservation_ttl_s))
+                       StarvationPolicy(st.reserve_after_s, st.max_reserved_nodes, st.reservation_ttl_s),
+                       DefragPolicy(df.evict, df.evict_after_s, df.max_evictions_per_hour, df.plan_every_s))
 
 
 _WEIGHTS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, float])

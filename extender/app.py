@@ -118,10 +118,10 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     own_cache = cache is None
     cache = cache if cache is not None else GpuCache(scorer, policy.tolerance)
     if own_cache or settings.config_file is not None:
-        cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation)
+        cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
 
     def apply_policy(new: AdminConfig) -> None:
-        cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance, new.starvation)
+        cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance, new.starvation, new.defrag)
 
     metrics = Metrics(cache.summary, cache.metrics_view)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())
@@ -138,7 +138,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             inventory_stale_after_s=settings.inventory_stale_after_s,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
             scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods),
-            quarantine=quarantine, binder=kube_binder)
+            quarantine=quarantine, binder=kube_binder, on_plan=metrics.planned,
+            count_eviction=lambda result: metrics.defrag_evictions.labels(result).inc())
         metrics.cluster.inventory_ages = sync.inventory_ages
         binder: Binder = kube_binder.bind
     else:
@@ -175,6 +176,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.config_watcher = watcher
     app.state.ready = lambda: False
     app.state.binder = binder
+    app.state.defrag = None if sync is None else sync.defrag.latest
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:

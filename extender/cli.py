@@ -72,6 +72,9 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.tenant:
         namespaces = [*(namespaces or []), *_tenant_namespaces(args, api)]
 
+    if args.defrag:
+        return _defrag(args, api)
+
     def once() -> str:
         nodes = response_json(api.list_node(_preload_content=False))["items"]
         pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
@@ -97,6 +100,24 @@ def _inspect(args: argparse.Namespace) -> int:
                 time.sleep(args.interval_s)
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _defrag(args: argparse.Namespace, api: Any) -> int:
+    """``gpufrac inspect --defrag``: the plan from the API's objects, with the scoring of
+    ``--config`` (the default preset without it)."""
+    from extender import inspection
+    from extender.admin_config import ConfigError, load_admin_config
+    from extender.cluster.defrag import plan_from_api
+    from scoring.presets import PRESETS
+    from scoring.scorer import build_scorer
+
+    try:
+        scoring = load_admin_config(args.config).scoring if args.config else PRESETS["default"]
+    except (ConfigError, OSError) as exc:
+        raise SystemExit(f"gpufrac inspect: invalid admin config: {exc}") from None
+    made = plan_from_api(api, build_scorer(scoring), args.inventory_stale_after_s).as_dict()
+    print(json.dumps(made, indent=2) if args.json else inspection.render_defrag(made))
     return 0
 
 
@@ -293,7 +314,11 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     ins.add_argument("-n", "--namespace", action="append", metavar="NS",
                      help="only GPUs holding pods of this namespace, and only those pods (repeatable)")
     ins.add_argument("--tenant", help="only GPUs holding pods of this tenant's namespaces (needs --config)")
-    ins.add_argument("--config", type=Path, help="the admin config that defines --tenant's namespaces")
+    ins.add_argument("--config", type=Path, help="the admin config that defines --tenant's namespaces "
+                                                 "(and, with --defrag, the scoring)")
+    ins.add_argument("--defrag", action="store_true",
+                     help="the defragmentation plan instead: which running pods to move so that pods waiting "
+                          "for fragmentation fit (read from the API; nothing is changed)")
     ins.add_argument("-w", "--watch", action="store_true", help="read and print again every --interval-s")
     ins.add_argument("--interval-s", type=float, default=2.0, help="--watch period (default 2.0)")
     ins.add_argument("--max-refreshes", type=int, help=argparse.SUPPRESS)  # bounds --watch in tests

@@ -184,3 +184,23 @@ def render_table(reports: list[NodeReport], rejected: Sequence[tuple[str, str]] 
         lines.append(f"\n{len(rejected)} pod(s) gpufrac cannot read (skipped, not counted):")
         lines.extend(f"  {key}: {why}" for key, why in rejected)
     return "\n".join(lines)
+
+
+def render_defrag(plan: Mapping[str, Any]) -> str:
+    """The defragmentation plan (``DefragPlan.as_dict``) as text: one block per step."""
+    lines = [f"{len(plan['waiting_for_fragmentation'])} of {plan['examined']} pending GPU pod(s) examined "
+             f"wait for fragmentation (room free in sum, on no single node)"
+             + (f"; {plan['pending_gpu_pods']} pending in all" if plan["pending_gpu_pods"] > plan["examined"] else "")]
+    for step in plan["steps"]:
+        milli = step["gpu_milli"] / 1000
+        lines.append(f"\n{step['pod']} ({step['gpu_count']} x {milli:g} GPU): free node {step['node']} by moving")
+        for m in step["moves"]:
+            pdb = f", PDB {', '.join(m['budgets'])}" if m["budgets"] else ""
+            lines.append(f"  {m['pod']} ({m['qos']}, {m['gpu_milli'] / 1000:g} GPU, {m['controller']}{pdb})"
+                         f" -> fits on {m['fits_on']}")
+    for u in plan["unplanned"]:
+        lines.append(f"\n{u['pod']}: no step: {u['why']}")
+    lines.extend(f"\n({note})" for note in plan["notes"])
+    if not plan["steps"] and not plan["unplanned"]:
+        lines.append("\nnothing to move")
+    return "\n".join(lines)

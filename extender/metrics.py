@@ -11,6 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.cache import MetricsView
+from extender.cache.defrag import DefragPlan
 from extender.cache.records import EMPTY_VIEW
 from scoring.request import MILLI_PER_GPU
 
@@ -148,6 +149,25 @@ class Metrics:
                      "Nodes held by starvation protection for a GPU pod that waited too long for "
                      "room (admin config starvation:); 0 while it is off.", registry=self.registry)
         held.set_function(lambda: summary().get("reserved_nodes", 0))  # a summary without holds: 0
+        self.waiting_for_fragmentation = Gauge(
+            "gpufrac_pods_waiting_for_fragmentation",
+            "Pending GPU pods (of the oldest 64) whose request is free in sum on the GPUs they may "
+            "use but fits no node, as of the last defragmentation plan (cluster mode).", registry=self.registry)
+        self.defrag_planned_moves = Gauge(
+            "gpufrac_defrag_planned_moves",
+            "Evictions the last defragmentation plan asks for (acted on only with "
+            "defragmentation.evict).", registry=self.registry)
+        self.defrag_evictions = Counter(
+            "gpufrac_defrag_evictions_total",
+            "Evictions made acting on the defragmentation plan, by result (evicted; blocked: a "
+            "PodDisruptionBudget refused; gone; error).", ["result"], registry=self.registry)
+        for result in ("evicted", "blocked", "gone", "error"):
+            self.defrag_evictions.labels(result)
+
+    def planned(self, made: DefragPlan) -> None:
+        """A new defragmentation plan (``extender.cluster.defrag.Defragmenter``): its gauges."""
+        self.waiting_for_fragmentation.set(len(made.waiting))
+        self.defrag_planned_moves.set(made.moves)
 
     @contextmanager
     def timer(self, verb: str) -> Iterator[None]:

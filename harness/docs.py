@@ -40,6 +40,7 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("docs/install.md", "kubectl annotate nodes --all gpufrac.io/inventory-"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "gpufrac config validate --helm-values"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "helm upgrade gpufrac"): "tests/e2e/test_install_e2e.py",
+    ("docs/admin.md", "gpufrac inspect --defrag"): "tests/e2e/test_defrag_e2e.py",
 }
 """(doc, the start of a command) -> the file that runs it."""
 

@@ -41,6 +41,9 @@ class NodeObservation:
     created : datetime or None
         ``metadata.creationTimestamp`` (set by the API server); None when absent or
         unreadable. Decides which of two nodes listing one GPU UUID keeps it.
+    labels : tuple of (str, str)
+        ``metadata.labels``, sorted, at most ``MAX_LABELS`` (empty when unreadable): what a
+        pod's ``nodeSelector`` is matched against by the defragmentation plan.
     """
 
     name: str
@@ -51,6 +54,7 @@ class NodeObservation:
     problem: str = ""
     flagged: tuple[tuple[str, str], ...] = ()
     created: datetime | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
     def age_s(self, now: datetime) -> float | None:
         """Seconds since the heartbeat, never negative (a heartbeat up to ``MAX_CLOCK_SKEW_S``
@@ -99,7 +103,20 @@ def node_observation(node: Mapping[str, Any]) -> NodeObservation:
     meta = node["metadata"]
     created = _timestamp(meta.get("creationTimestamp"))
     obs = _observation(name, meta, node.get("status"))
-    return obs if created is None else replace(obs, created=created)
+    return replace(obs, created=created, labels=_labels(meta.get("labels")))
+
+
+MAX_LABELS = 256
+"""Node labels kept; a node with more keeps none (no nodeSelector then matches it)."""
+
+
+def _labels(raw: Any) -> tuple[tuple[str, str], ...]:
+    """A node's labels, sorted; empty when unreadable or more than ``MAX_LABELS``."""
+    if (not isinstance(raw, Mapping) or len(raw) > MAX_LABELS
+            or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 317 and len(v) <= 63
+                       for k, v in raw.items())):
+        return ()
+    return tuple(sorted(raw.items()))
 
 
 def _timestamp(value: Any) -> datetime | None:

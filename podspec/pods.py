@@ -72,6 +72,18 @@ class PodIntent:
         ``spec.schedulerName``.
     priority : int
         ``spec.priority`` (resolved from the PriorityClass at admission), 0 when absent.
+    controller : str
+        ``Kind/name`` of the owner reference marked ``controller`` (what recreates the pod if it
+        is evicted); ``""`` when there is none or it cannot be read.
+    node_selector : tuple of (str, str)
+        ``spec.nodeSelector``, sorted; read leniently (``placement_rules`` set when unreadable).
+    labels : tuple of (str, str)
+        ``metadata.labels``, sorted, at most ``MAX_SELECTOR_TERMS`` (empty when unreadable or
+        more): what a PodDisruptionBudget's selector is matched against.
+    placement_rules : bool
+        The pod has placement rules gpufrac does not evaluate: required node affinity, pod
+        affinity or anti-affinity, hard topology spread constraints, or an unreadable
+        ``nodeSelector``. The defragmentation plan neither moves such a pod nor plans for it.
     """
 
     uid: str
@@ -91,6 +103,10 @@ class PodIntent:
     assigned_memory_mib: tuple[int, ...] = ()
     scheduler_name: str = ""
     priority: int = 0
+    controller: str = ""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    placement_rules: bool = False
 
     @property
     def key(self) -> str:
@@ -312,6 +328,7 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
     if len(assigned) > MAX_GPUS_PER_POD or any(len(u) > 128 for u in assigned):
         assigned = ()  # not a record gpufrac could have written: counts as none
     assigned_milli, assigned_mem = _assigned_share(annotations, len(assigned))
+    selector, rules = _placement(spec)
     return PodIntent(
         uid=uid,
         namespace=namespace,
@@ -330,7 +347,64 @@ def pod_intent(pod: Mapping[str, Any]) -> PodIntent:
         assigned_memory_mib=assigned_mem,
         scheduler_name=_text(spec.get("schedulerName") or "", "Pod.spec.schedulerName"),
         priority=priority,
+        controller=_controller(meta.get("ownerReferences")),
+        node_selector=selector,
+        labels=_pairs(meta.get("labels")) or (),
+        placement_rules=rules,
     )
+
+
+MAX_SELECTOR_TERMS = 64
+"""``nodeSelector`` entries read; a pod with more counts as having ``placement_rules``."""
+
+
+def _controller(refs: Any) -> str:
+    """``Kind/name`` of the controlling owner reference; ``""`` when none or unreadable (the
+    API server validates these, so only a forged object fails, and it is then not movable)."""
+    if not isinstance(refs, list):
+        return ""
+    for ref in refs[:MAX_SELECTOR_TERMS]:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            kind, name = ref.get("kind"), ref.get("name")
+            if isinstance(kind, str) and isinstance(name, str) and 0 < len(kind) <= 63 and 0 < len(name) <= 253:
+                return f"{kind}/{name}"
+            return ""
+    return ""
+
+
+def _pairs(raw: Any) -> tuple[tuple[str, str], ...] | None:
+    """A string map (labels, a nodeSelector), sorted; None when it is not one or has more than
+    ``MAX_SELECTOR_TERMS`` entries (keys up to 317 characters, values up to 63, as the API's)."""
+    if (isinstance(raw, Mapping) and len(raw) <= MAX_SELECTOR_TERMS
+            and all(isinstance(k, str) and isinstance(v, str) and len(k) <= 317 and len(v) <= 63
+                    for k, v in raw.items())):
+        return tuple(sorted(raw.items()))
+    return None
+
+
+def _placement(spec: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """``(nodeSelector, placement_rules)`` (``PodIntent``): lenient, since only the
+    defragmentation plan reads them, and it leaves a pod it cannot read where it is."""
+    pairs = _pairs(spec.get("nodeSelector") or {})
+    selector = pairs or ()
+    rules = pairs is None
+    affinity = spec.get("affinity") or {}
+    if not isinstance(affinity, Mapping):
+        rules = True
+    else:
+        node_aff = affinity.get("nodeAffinity") or {}
+        if not isinstance(node_aff, Mapping) or node_aff.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            rules = True
+        for key in ("podAffinity", "podAntiAffinity"):
+            pod_aff = affinity.get(key) or {}
+            if not isinstance(pod_aff, Mapping) or pod_aff.get("requiredDuringSchedulingIgnoredDuringExecution"):
+                rules = True
+    spread = spec.get("topologySpreadConstraints") or []
+    if not isinstance(spread, list) or any(
+            not isinstance(c, Mapping) or c.get("whenUnsatisfiable", "DoNotSchedule") != "ScheduleAnyway"
+            for c in spread):
+        rules = True
+    return selector, rules
 
 
 def _assigned_share(annotations: Mapping[str, Any], n_gpus: int) -> tuple[int | None, tuple[int, ...]]:

@@ -68,12 +68,24 @@ OFF = StarvationPolicy()
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A node held for one pending pod since ``since_s`` (the policy's clock)."""
+    """A node held for one pending pod since ``since_s`` (the policy's clock).
+
+    ``ttl_s`` None: a starvation hold, ending as the policy says; else a hold made by acting
+    on the defragmentation plan (``hold``), which ends after ``ttl_s`` whatever the policy.
+    """
 
     uid: str
     pod: str
     node: str
     since_s: float
+    ttl_s: float | None = None
+
+    @property
+    def reason(self) -> str:
+        """What filter says of the node to every other pod."""
+        if self.ttl_s is None:
+            return f"gpufrac: node reserved for pod {self.pod}, which has waited longest for room"
+        return f"gpufrac: node being freed for pod {self.pod} (defragmentation)"
 
 
 class Reservations:
@@ -91,6 +103,17 @@ class Reservations:
             if r.uid == uid:
                 del self.by_node[node]
 
+    def hold(self, reservation: Reservation) -> None:
+        """Hold a node for a pod while the defragmentation plan's moves free it (its
+        ``ttl_s`` set); replaces any hold of that node."""
+        self.by_node[reservation.node] = reservation
+
+    def drop_holds(self, uid: str) -> None:
+        """End the defragmentation holds made for ``uid`` (not a starvation hold)."""
+        for node, r in list(self.by_node.items()):
+            if r.uid == uid and r.ttl_s is not None:
+                del self.by_node[node]
+
     def evaluate(self, evaluator: Evaluator, ledger: Ledger, intent: PodIntent,
                  names: Sequence[str]) -> CandidateEvaluation:
         """``Evaluator.evaluate`` on ``names`` less the nodes reserved for other pods; those are
@@ -98,8 +121,7 @@ class Reservations:
         if not self.by_node:  # the usual case: no pass over the candidate names
             return evaluator.evaluate(ledger, intent, names)
         held = {n: r for n, r in self.by_node.items() if r.uid != intent.uid}
-        reserved = {n: f"gpufrac: node reserved for pod {held[n].pod}, which has waited longest for room"
-                    for n in names if n in held}
+        reserved = {n: held[n].reason for n in names if n in held}
         if not reserved:
             return evaluator.evaluate(ledger, intent, names)
         ce = evaluator.evaluate(ledger, intent, [n for n in names if n not in held])
@@ -118,13 +140,15 @@ class Reservations:
         pending = {uid: rec for uid, rec in ledger.pods.items() if is_pending(rec)}
         for uid in [u for u in self._seen_s if u not in pending]:
             del self._seen_s[uid]
-        ended = [r for r in self.by_node.values() if r.uid not in pending or not self.policy.enabled
-                 or now_s - r.since_s >= self.policy.reservation_ttl_s]
+        ended = [r for r in self.by_node.values() if r.uid not in pending
+                 or (r.ttl_s is None and (not self.policy.enabled or now_s - r.since_s >= self.policy.reservation_ttl_s))
+                 or (r.ttl_s is not None and now_s - r.since_s >= r.ttl_s)]
         for r in ended:
             del self.by_node[r.node]
         for uid in pending:
             self._seen_s.setdefault(uid, now_s)
-        if not self.policy.enabled or len(self.by_node) >= self.policy.max_reserved_nodes:
+        starvation_holds = sum(r.ttl_s is None for r in self.by_node.values())
+        if not self.policy.enabled or starvation_holds >= self.policy.max_reserved_nodes:
             return [], ended
         holders = {r.uid for r in self.by_node.values()}
         waited = sorted((s, uid) for uid, s in self._seen_s.items()
@@ -133,13 +157,14 @@ class Reservations:
         # Bounded work under the cache lock: the oldest CANDIDATES_PER_PASS waiting pods only
         # (under overload thousands wait, nearly all for capacity).
         for _since, uid in waited[:CANDIDATES_PER_PASS]:
-            if len(self.by_node) >= self.policy.max_reserved_nodes:
+            if starvation_holds >= self.policy.max_reserved_nodes:
                 break
             target = self._node_for(ledger, uid, self.by_node)
             if target is not None:
                 intent = pending[uid].intent
                 made.append(Reservation(uid, f"{intent.namespace}/{intent.name}", target, now_s))
                 self.by_node[target] = made[-1]
+                starvation_holds += 1
         return made, ended
 
     @staticmethod

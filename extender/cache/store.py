@@ -16,6 +16,7 @@ from typing import Any
 
 from extender.cache import assume as assume_
 from extender.cache import victims, views
+from extender.cache.defrag import DefragPolicy
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
 from extender.cache.records import (
@@ -46,6 +47,7 @@ class GpuCache:
         self._evaluator = Evaluator(scorer, tolerance)
         self._last_view = EMPTY_VIEW
         self._reservations = Reservations()
+        self.defrag_policy = DefragPolicy()  # admin config defragmentation: (extender.cluster.defrag)
 
     # -- configuration -------------------------------------------------------------------
 
@@ -58,14 +60,16 @@ class GpuCache:
             self._evaluator = Evaluator(scorer, tolerance if tolerance is not None else self._evaluator.tolerance)
 
     def set_policy(self, scorer: Scorer, tenants: TenantPolicy, tolerance: Tolerance | None = None,
-                   starvation: StarvationPolicy | None = None) -> None:
-        """Swap the scorer, the tolerance, the tenant rules and starvation protection together
-        (config reload), atomically; ``None``: unchanged."""
+                   starvation: StarvationPolicy | None = None, defrag: DefragPolicy | None = None) -> None:
+        """Swap the scorer, the tolerance, the tenant rules, starvation protection and the
+        defragmentation policy together (config reload), atomically; ``None``: unchanged."""
         with self._lock:
             self.set_scorer(scorer, tolerance)
             self._ledger.tenancy.tenant_policy = tenants
             if starvation is not None:
                 self._reservations.policy = starvation
+            if defrag is not None:
+                self.defrag_policy = defrag
 
     def usage(self, namespaces: Iterable[str] | None = None) -> Usage:
         """GPU share and memory held by the pods of ``namespaces`` (None: every namespace)."""
@@ -158,6 +162,29 @@ class GpuCache:
             made, ended = self._reservations.reserve(self._ledger, time.monotonic() if now_s is None else now_s)
             self._ledger.generation += bool(made)
             return made, ended
+
+    def defrag_snapshot(self) -> tuple[ClusterState, list[tuple[str, PodRecord]], Scorer]:
+        """What ``extender.cache.defrag.plan`` reads, copied at one instant (the plan then
+        runs outside the lock): the arrays, every pod record (oldest event first), the scorer."""
+        with self._lock:
+            return self._ledger.state.copy(), list(self._ledger.pods.items()), self._ledger.scorer
+
+    def hold_for(self, uid: str, node: str, ttl_s: float, now_s: float | None = None) -> Reservation | None:
+        """Hold ``node`` for pending pod ``uid`` while its moves free it (defragmentation);
+        None when the pod is no longer pending or the node is unknown."""
+        with self._lock:
+            rec = self._ledger.pods.get(uid)
+            if rec is None or not is_pending(rec) or node not in self._ledger.state.node_index:
+                return None
+            r = Reservation(uid, rec.intent.key, node, time.monotonic() if now_s is None else now_s, ttl_s)
+            self._reservations.hold(r)
+            self._ledger.generation += 1
+            return r
+
+    def drop_hold(self, uid: str) -> None:
+        """End the defragmentation hold for ``uid`` (its moves were refused)."""
+        with self._lock:
+            self._reservations.drop_holds(uid)
 
     def reservations(self) -> list[Reservation]:
         """The reservations in force."""

@@ -72,6 +72,11 @@ class NodeReader:
                 log.info("node %s: no usable GPUs: %s", obs.name, obs.problem)
         return obs
 
+    def labels(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        """Each node's labels (``NodeObservation.labels``), for the defragmentation plan."""
+        with self._lock:
+            return {name: o.labels for name, o in self._observations.items()}
+
     def _spec(self, obs: NodeObservation, now: datetime) -> NodeSpec:
         """The node's spec at ``now``, without the GPUs another node keeps; under the lock."""
         lost = self._owners.lost(obs.name)

@@ -20,7 +20,9 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from extender.cache import EventType, GpuCache
+from extender.cache.defrag import DefragPlan
 from extender.cluster.binder import KubeBinder
+from extender.cluster.defrag import Defragmenter
 from extender.cluster.nodes import NodeReader
 from extender.cluster.objects import (
     HTTP_GONE,
@@ -54,11 +56,15 @@ class ClusterSync:
     quarantine : Quarantine, optional
         Where objects that cannot be read are recorded (and skipped): one bad Pod, Node or
         Namespace never stops a list, a watch or readiness.
+    on_plan, count_eviction : callable, optional
+        The defragmentation plan's metric hooks (``Defragmenter``).
     """
 
     def __init__(self, api: client.CoreV1Api, cache: GpuCache, options: SyncOptions,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 quarantine: Quarantine | None = None, binder: KubeBinder | None = None) -> None:
+                 quarantine: Quarantine | None = None, binder: KubeBinder | None = None,
+                 on_plan: Callable[[DefragPlan], None] = lambda made: None,
+                 count_eviction: Callable[[str], None] = lambda result: None) -> None:
         self._api = api
         self._cache = cache
         self._binder = binder if binder is not None and binder.fence is not None else None
@@ -66,6 +72,8 @@ class ClusterSync:
         self._opts = options
         self._stop = threading.Event()
         self._nodes = NodeReader(self.quarantine, now, options.inventory_stale_after_s)
+        self.defrag = Defragmenter(api, cache, self._nodes.labels, on_plan, count_eviction)
+        """The defragmentation plan (``extender.cluster.defrag``), made in its own loop."""
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
         self.namespaces_synced = threading.Event()
@@ -94,6 +102,7 @@ class ClusterSync:
                              (self._run_namespaces, "gpufrac-namespaces"),
                              (self._run_housekeeping, "gpufrac-housekeeping"),
                              (self._run_requeue, "gpufrac-requeue"),
+                             (lambda: self.defrag.loop(self._stop, lambda: self.synced), "gpufrac-defrag"),
                              *(((self._run_claims, "gpufrac-claims"),) if self._binder is not None else ())):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()

@@ -1,5 +1,5 @@
 """``/healthz`` (process up), ``/readyz`` (cache synced), ``/metrics`` (Prometheus),
-``/quarantine`` (objects skipped), ``/allocations``.
+``/quarantine`` (objects skipped), ``/allocations``, ``/defrag`` (the defragmentation plan).
 
 The first four are ``async`` and never take the cache lock: they answer from the event loop
 at once, whatever a verb is doing in a worker thread.
@@ -47,3 +47,17 @@ async def quarantine(request: Request) -> Response:
 def allocations(cache: CacheDep) -> Response:
     """Every bound pod's allocation (node, GPU indices and UUIDs, share, memory, QoS)."""
     return json_response(cache.allocations())
+
+
+@router.get("/defrag")
+async def defrag(request: Request) -> Response:
+    """The last defragmentation plan (cluster mode; ``extender.cluster.defrag``), with its age
+    in seconds and whether it is acted on; 404 in standalone mode (no PodDisruptionBudgets to
+    read there)."""
+    latest = request.app.state.defrag
+    if latest is None:
+        return json_response({"Error": "the defragmentation plan is made in cluster mode only "
+                                       "(it reads PodDisruptionBudgets from the API)"}, status_code=404)
+    made, age_s = latest()
+    return json_response({**made.as_dict(), "age_s": age_s,
+                          "evict": request.app.state.cache.defrag_policy.evict})

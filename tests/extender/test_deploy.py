@@ -71,10 +71,12 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     # extender/cluster/: list/watch nodes and pods, read a pod at bind, create the Binding
     # (which carries the allocation annotations), patch pending pods' requeue annotation,
-    # list/watch namespaces (tenant_label).
+    # list/watch namespaces (tenant_label), list PodDisruptionBudgets (the defragmentation
+    # plan); no pods/eviction: acting on the plan is off by default.
     assert granted == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "patch"),
-                       ("pods/binding", "create"), ("namespaces", "list"), ("namespaces", "watch")}
+                       ("pods/binding", "create"), ("namespaces", "list"), ("namespaces", "watch"),
+                       ("poddisruptionbudgets", "list")}
 
 
 def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None:
