@@ -217,13 +217,19 @@ class Defragmenter:
         Called with each eviction's result (``gpufrac_defrag_evictions_total``).
     clock : callable returning float
         Seconds, monotonic (injected by tests).
+    evict_one, budgets_of : callable, optional
+        ``evict`` and ``read_budgets`` on ``api`` by default (tests pass fakes).
     """
 
     def __init__(self, api: client.CoreV1Api, cache: GpuCache, node_labels: Callable[[], Labels],
                  on_plan: Callable[[DefragPlan], None] = lambda made: None,
                  count: Callable[[str], None] = lambda result: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._api = api
+                 clock: Callable[[], float] = time.monotonic,
+                 evict_one: Callable[[Move], str] | None = None,
+                 budgets_of: Callable[[Mapping[str, Sequence[tuple[str, Mapping[str, str]]]]],
+                                      list[DisruptionBudget]] | None = None) -> None:
+        self._evict = evict_one if evict_one is not None else (lambda move: evict(api, move))
+        self._budgets_of = budgets_of if budgets_of is not None else (lambda by_ns: read_budgets(api, by_ns))
         self._cache = cache
         self._labels = node_labels
         self._count = count
@@ -266,7 +272,7 @@ class Defragmenter:
             for uid, rec in records:
                 if rec.allocation is not None:
                     by_ns.setdefault(rec.intent.namespace, []).append((uid, dict(rec.intent.labels)))
-            return read_budgets(self._api, by_ns)
+            return self._budgets_of(by_ns)
 
         try:
             made = plan(state, records, scorer, node_labels=self._labels(), budgets=budgets)
@@ -301,7 +307,7 @@ class Defragmenter:
             return
         log.info("defragmentation: freeing node %s for %s (%d move(s))", step.node, step.pod, len(step.moves))
         for move in step.moves:
-            result = evict(self._api, move)
+            result = self._evict(move)
             self._count(result)
             if result == "evicted":
                 self._evictions.append(now)
