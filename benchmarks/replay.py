@@ -111,7 +111,7 @@ class InProcessClient:
     def __init__(self, specs: list[NodeSpec], policy: AdminConfig, decision: str = "filter") -> None:
         scorer = build_scorer(policy.scoring)
         self.cache = GpuCache(scorer, policy.tolerance)
-        self.cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation)
+        self.cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
         self.cache.set_nodes(specs)
         self.decide = decision == "filter"
         self.last_bound: PodRecord | None = None

@@ -37,6 +37,7 @@ from benchmarks.replay import (
 )
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
+from extender.cache.defrag import DefragPolicy
 from extender.cache.reservations import StarvationPolicy
 from extender.clusterfile import load_cluster_file
 from scoring.state import NodeSpec
@@ -81,10 +82,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--presets", type=lambda t: [x for x in t.split(",") if x],
                    default=["default", "fgd", "bestfit", "spread"],
                    help="scoring presets or admin config files (.yaml) to compare; <preset>+reserve<seconds> "
-                        "adds starvation protection (extender/cache/reservations.py) after that wait")
+                        "adds starvation protection (extender/cache/reservations.py) after that wait; "
+                        "<preset>+defrag<seconds> acts on the defragmentation plan (evictions) after that wait")
     p.add_argument("--max-reserved-nodes", type=int, default=1, help="with +reserve: reservations at once")
     p.add_argument("--reservation-ttl-s", type=float, default=3600.0, help="with +reserve: longest a "
                    "reservation holds")
+    p.add_argument("--max-evictions-per-hour", type=int, default=12,
+                   help="with +defrag: evictions at most in any hour (extender/cache/defrag.py)")
     p.add_argument("--loads", type=_floats, default=[0.9, 1.2],
                    help="offered GPU load, fraction of capacity (comma-separated)")
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-44"))
@@ -105,27 +109,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def policy_of(spec: str, args: argparse.Namespace) -> AdminConfig:
-    """``default``, ``default+reserve600`` or an admin config file (``my-config.yaml``, with its
-    ``starvation`` section) -> the extender's admin config.
+    """``default``, ``default+reserve600``, ``default+defrag600`` (both may be given) or an admin
+    config file (``my-config.yaml``, with its ``starvation`` and ``defragmentation`` sections)
+    -> the extender's admin config.
 
     Raises
     ------
     ValueError
-        For an unknown preset, an invalid config file, or a suffix other than ``+reserve<seconds>``.
+        For an unknown preset, an invalid config file, or a suffix other than
+        ``+reserve<seconds>`` or ``+defrag<seconds>``.
     """
-    base, _, extra = spec.partition("+")
+    base, *extras = spec.split("+")
     config = (load_admin_config(Path(base)) if base.endswith((".yaml", ".yml"))
               else AdminConfig(scoring_config(base)))
-    if not extra:
-        return config
-    if not extra.startswith("reserve"):
-        raise ValueError(f"--presets {spec!r}: the only suffix is +reserve<seconds>")
-    try:
-        after = float(extra[len("reserve"):])
-    except ValueError as exc:
-        raise ValueError(f"--presets {spec!r}: +reserve takes seconds, e.g. +reserve600") from exc
-    return dataclasses.replace(config, starvation=StarvationPolicy(after, args.max_reserved_nodes,
-                                                                   args.reservation_ttl_s))
+    for extra in extras:
+        kind = "reserve" if extra.startswith("reserve") else "defrag" if extra.startswith("defrag") else None
+        if kind is None:
+            raise ValueError(f"--presets {spec!r}: a suffix is +reserve<seconds> or +defrag<seconds>")
+        try:
+            after = float(extra[len(kind):])
+        except ValueError as exc:
+            raise ValueError(f"--presets {spec!r}: +{kind} takes seconds, e.g. +{kind}600") from exc
+        if kind == "reserve":
+            config = dataclasses.replace(config, starvation=StarvationPolicy(after, args.max_reserved_nodes,
+                                                                             args.reservation_ttl_s))
+        else:
+            config = dataclasses.replace(config, defrag=DefragPolicy(True, after, args.max_evictions_per_hour))
+    return config
 
 
 def run_cell(args: argparse.Namespace, spec: str, load: float, seed: int) -> RunResult:
@@ -137,7 +147,7 @@ def run_cell(args: argparse.Namespace, spec: str, load: float, seed: int) -> Run
     arrivals = offered_arrivals(pods, capacity, load, run_s, 3600.0 * args.lifetime_cap_hours, seed)
     config = policy_of(spec, args)
     client = InProcessClient(specs, config)
-    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, config.starvation)
+    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, config.starvation, config.defrag)
     return sim.run(arrivals, spec, load, run_s, 3600.0 * args.warmup_hours)
 
 

@@ -31,12 +31,22 @@ per GPU and GPU models), so it may wake a pod the extender then refuses, never t
 With starvation protection (``extender.cache.reservations``) the emulation runs gpufrac's
 housekeeping every ``HOUSEKEEPING_S`` of simulated time, and a reservation that ends (its pod
 bound, or expired) counts as room freed on its node: pods are woken as by a departure there.
+
+Acting on the defragmentation plan (``extender.cache.defrag``; the policy's ``evict``): every
+``plan_every_s`` while a GPU pod waits, the plan is made on the extender's cache, as cluster
+mode's ``Defragmenter`` makes it, and each step whose pod has waited ``evict_after_s`` since it
+arrived is acted on within ``max_evictions_per_hour``: the target node is held, each moved pod
+departs at once and its controller's replacement (the same shape, renamed) arrives at once
+with the lifetime the pod had left. Every trace pod counts as controller-owned here. The
+replacements' own pending time is reported apart (``moved_pending``), not in ``pending``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +56,9 @@ from numpy.typing import NDArray
 from benchmarks.churn.workload import Arrival
 from benchmarks.replay import ClusterNames, InProcessClient, schedule_with_extender
 from benchmarks.scheduler_emulation import DEFAULT_PODS_PER_NODE, Profile, SchedulerView
+from extender.cache.defrag import NO_DEFRAG, DefragPolicy, plan
 from extender.cache.reservations import OFF, StarvationPolicy
+from extender.cluster.defrag import HOLD_TTL_S
 from scoring.request import MILLI_PER_GPU
 from scoring.state import NodeSpec
 
@@ -65,6 +77,9 @@ SERIES_POINTS = 400
 """Samples of allocation and queue length per run (the plots' resolution)."""
 
 _DEPART, _ATTEMPT = 0, 1
+
+OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "churn", "uid": "churn", "controller": True}
+"""The controller every trace pod has when the plan is acted on (module notes)."""
 
 
 def backoff_s(attempts: int) -> float:
@@ -161,6 +176,10 @@ class RunResult:
     """``t_h``, ``allocation_pct``, ``pending_pods``, ``pending_gpu_pods`` sampled through the run."""
     reservations_made: int = 0
     """Nodes reserved by starvation protection over the run."""
+    evictions_per_hour: float = 0.0
+    """Evictions made acting on the defragmentation plan, per hour of the measured window."""
+    moved_pending: dict[str, float] = field(default_factory=dict)
+    """The evicted pods' replacements in the window: ``n``, ``p50_s``/``max_s`` of their pending time."""
 
 
 class ChurnSim:
@@ -177,12 +196,15 @@ class ChurnSim:
         ``selectHost`` tie-breaks and pod UIDs.
     starvation : StarvationPolicy
         The extender's starvation protection (off by default).
+    defrag : DefragPolicy
+        Acting on the defragmentation plan (module notes) when ``evict``; off by default.
     """
 
     def __init__(self, client: InProcessClient, specs: list[NodeSpec], profile: Profile, seed: int,
-                 starvation: StarvationPolicy = OFF) -> None:
+                 starvation: StarvationPolicy = OFF, defrag: DefragPolicy = NO_DEFRAG) -> None:
         self.client = client
         self.starvation = starvation
+        self.defrag = defrag
         self.profile = profile
         self.seed = seed
         self.cluster = ClusterNames.build(specs, profile.node_cache_capable)
@@ -258,8 +280,12 @@ class ChurnSim:
     def run(self, arrivals: list[Arrival], preset: str, load: float, run_s: float, warmup_s: float) -> RunResult:
         """Play ``arrivals`` for ``run_s`` seconds; measure over ``[warmup_s, run_s]``."""
         started = time.perf_counter()
+        arrivals = list(arrivals)  # evictions append their replacements
         n = len(arrivals)
-        start_s = np.full(n, np.nan)
+        start_s = [float("nan")] * n
+        uid_index: dict[str, int] = {}
+        evicted_at: deque[float] = deque()
+        evictions = 0
         placed: dict[int, tuple[int, tuple[int, ...]]] = {}
         objects: dict[int, dict[str, Any]] = {}
         pend = _Pending()
@@ -277,7 +303,25 @@ class ChurnSim:
                                           "pending_pods": [], "pending_gpu_pods": []}
         last_t, frag_now, wait_now, frag_pods = 0.0, False, False, 0
         pending_gpu = 0
-        next_sweep_s, reservations_made = 0.0, 0
+        next_sweep_s, reservations_made, next_plan_s = 0.0, 0, 0.0
+
+        def evict(j: int) -> None:
+            """Pod ``j`` evicted at ``t``: it departs, its replacement arrives (module notes)."""
+            nonlocal allocated, seq, evictions
+            node, cols = placed.pop(j)
+            tpj = arrivals[j].pod
+            self.client.pod_events([{"type": "DELETED", "object": objects.pop(j)}])
+            self.view.release(node, tpj.cpu_milli, tpj.memory_mib, tpj.num_gpu)
+            self._take(node, cols, tpj.gpu_milli, -1)
+            allocated -= tpj.gpu_request_milli
+            k = len(arrivals)
+            left = max(start_s[j] + arrivals[j].lifetime_s - t, 1.0)
+            arrivals.append(Arrival(t, dataclasses.replace(tpj, name=f"{tpj.name}-m{k}"), left))
+            start_s.append(float("nan"))
+            heapq.heappush(heap, (t, _ATTEMPT, t, seq, k))
+            seq += 1
+            seq = self._freed(node, t, pend, heap, seq)
+            evictions += t >= warmup_s
 
         def advance(t: float) -> None:
             nonlocal last_t
@@ -299,6 +343,8 @@ class ChurnSim:
             advance(t)
             a = arrivals[i]
             tp = a.pod
+            if kind == _DEPART and i not in placed:
+                continue  # evicted before its end (its replacement runs on)
             if kind == _DEPART:
                 node, cols = placed.pop(i)
                 self.client.pod_events([{"type": "DELETED", "object": objects.pop(i)}])
@@ -310,6 +356,9 @@ class ChurnSim:
                 slot = pend.slot_of.get(i)
                 if i not in objects:
                     objects[i] = tp.pod_object(self.seed)
+                    if self.defrag.evict:
+                        objects[i]["metadata"]["ownerReferences"] = [OWNER]
+                        uid_index[objects[i]["metadata"]["uid"]] = i
                     self.client.pod_events([{"type": "ADDED", "object": objects[i]}])
                     node, cols = self._cycle(a, objects[i])
                     cycles += 1
@@ -341,7 +390,11 @@ class ChurnSim:
                 else:
                     pend.attempts[slot] += 1
                     pend.last_s[slot] = t
-            if self.starvation.enabled:
+            if self.defrag.evict and pending_gpu and t >= next_plan_s:
+                next_plan_s = t + self.defrag.plan_every_s
+                for j in self._plan_evictions(t, arrivals, uid_index, evicted_at):
+                    evict(j)
+            if self.starvation.enabled or self.defrag.evict:
                 if t >= next_sweep_s:
                     self.client.cache.reserve_for_waiting(t)
                     next_sweep_s = t + HOUSEKEEPING_S
@@ -356,14 +409,40 @@ class ChurnSim:
         self._drain(objects)
         window = max(run_s - warmup_s, 1e-9)
         arrive = np.array([a.t_s for a in arrivals])
+        started_s = np.array(start_s)
         return RunResult(
             preset=preset, load=load, seed=self.seed, arrivals=n,
             allocation_pct=100.0 * acc["alloc"] / (self.capacity_milli * window),
             fragmentation_delay_pct=100.0 * acc["frag"] / window, waiting_pct=100.0 * acc["wait"] / window,
             fragmentation_waiting_pods=acc["frag_pods"] / window, waiting_gpu_pods=acc["wait_pods"] / window,
-            pending=pending_stats(arrivals, arrive, start_s, run_s, warmup_s), cycles=cycles,
+            pending=pending_stats(arrivals[:n], arrive[:n], started_s[:n], run_s, warmup_s), cycles=cycles,
             retries_skipped=skipped, seconds=time.perf_counter() - started, series=series,
-            reservations_made=reservations_made)
+            reservations_made=reservations_made, evictions_per_hour=3600.0 * evictions / window,
+            moved_pending=_waits(arrive[n:], started_s[n:], run_s, warmup_s))
+
+    def _plan_evictions(self, t: float, arrivals: list[Arrival], uid_index: dict[str, int],
+                        evicted_at: deque[float]) -> list[int]:
+        """The defragmentation plan at ``t``, acted on as ``Defragmenter`` acts: for each step
+        whose pod waited ``evict_after_s``, within ``max_evictions_per_hour`` (``evicted_at``:
+        the eviction times of the last hour), its node held; the arrivals to evict."""
+        policy, cache = self.defrag, self.client.cache
+        while evicted_at and t - evicted_at[0] >= 3600:
+            evicted_at.popleft()
+        state, records, scorer = cache.defrag_snapshot()
+        made = plan(state, records, scorer, node_labels={})
+        holding = {r.uid for r in cache.reservations()}
+        out: list[int] = []
+        for step in made.steps:
+            w = uid_index.get(step.uid)
+            if w is None or step.uid in holding or t - arrivals[w].t_s < policy.evict_after_s:
+                continue
+            if len(evicted_at) + len(step.moves) > policy.max_evictions_per_hour:
+                break
+            if cache.hold_for(step.uid, step.node, HOLD_TTL_S, now_s=t) is None:
+                continue
+            out.extend(uid_index[m.uid] for m in step.moves)
+            evicted_at.extend([t] * len(step.moves))
+        return out
 
     def _drain(self, objects: dict[int, dict[str, Any]]) -> None:
         """Delete every pod through the event path; the extender must be back to empty."""
@@ -373,6 +452,17 @@ class ChurnSim:
         left = self.client.get("readyz")
         if left.get("pods") or left.get("pods_bound") or left.get("gpu_allocated_milli"):
             raise RuntimeError(f"extender not empty after deleting every pod: {left}")
+
+
+def _waits(arrive_s: NDArray[np.float64], start_s: NDArray[np.float64], run_s: float,
+           warmup_s: float) -> dict[str, float]:
+    """``n``, ``p50_s``, ``max_s`` of the pending time of the pods arrived in the window (one
+    still waiting counts until ``run_s``)."""
+    inside = (arrive_s >= warmup_s) & (arrive_s < run_s)
+    waits = np.where(np.isnan(start_s), run_s, start_s)[inside] - arrive_s[inside]
+    if not waits.shape[0]:
+        return {"n": 0.0, "p50_s": 0.0, "max_s": 0.0}
+    return {"n": float(waits.shape[0]), "p50_s": float(np.median(waits)), "max_s": float(waits.max())}
 
 
 def pending_stats(arrivals: list[Arrival], arrive_s: NDArray[np.float64], start_s: NDArray[np.float64],

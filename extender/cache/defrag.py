@@ -7,8 +7,10 @@ pieces. Evicting a few running pods whose controller recreates them elsewhere wo
 node fit it. The plan says which, for the oldest such pods first:
 
 - **Target.** A node the waiting pod may use (its ``nodeSelector`` matches the node's labels;
-  the node is ready, has enough GPUs of its models, CPU and memory); tried in order of the
-  least share to drain on its ``k`` least-used usable GPUs, at most ``MAX_TARGETS_PER_POD``.
+  the node is ready, has enough GPUs of its models, CPU and memory), tried in order of the
+  least share to move off it (the shortfall of its ``k`` best GPUs), at most
+  ``MAX_TARGETS_PER_POD``; a node whose shortfall exceeds the free share on all other nodes is
+  not tried (the moved pods could not fit).
 - **Moves.** On that node, the fewest running pods whose removal makes the waiting pod fit
   (``victims.fewest_victims``, the preemption search): exact by set size while the tries
   last, lowest QoS class first, then lowest priority, then least share. A pod may move when a
@@ -74,6 +76,10 @@ class DefragPolicy:
     evict_after_s: float = 600.0
     max_evictions_per_hour: int = 12
     plan_every_s: float = 30.0
+
+
+NO_DEFRAG = DefragPolicy()
+"""Plans shown, never acted on (the default)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ from extender.cache.records import PodRecord
 from extender.cache.victims import fewest_victims
 from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import fit
-from scoring.request import PodRequest
-from scoring.scorer import Scorer
+from scoring.fit import ClusterTerms, cluster_terms, fit
+from scoring.memo import Memo
+from scoring.request import MILLI_PER_GPU, PodRequest
+from scoring.scorer import Evaluation, Scorer
 from scoring.state import Allocation, ClusterState
 
 MAX_TARGETS_PER_POD = 16
@@ -122,6 +123,9 @@ class MoveSearch:
                 self.budgets_of.setdefault(uid, []).append(b.key)
         self.on_node: dict[str, list[tuple[str, PodRecord]]] = {}
         self.targeted: set[int] = set()
+        self._terms: ClusterTerms | None = None
+        self._memo = Memo()
+        self._fits_now: dict[tuple[PodRequest, tuple[tuple[str, str], ...]], np.ndarray] = {}
         self._allowed_rows: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
 
     def add_running(self, uid: str, rec: PodRecord) -> None:
@@ -166,21 +170,32 @@ class MoveSearch:
         ok &= has_movable
         if not ok.any():
             return None, "no node it may use has pods that can be moved (controller-owned, no placement rules)"
-        used = np.where(usable, s.gpu_used_milli, np.iinfo(np.int64).max // 16)
-        drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.zeros(s.n_nodes, np.int64)
+        # The least share to move off a node for the pod to fit there (its k GPUs with the
+        # smallest shortfall), and the free share elsewhere the moved pods need at least that
+        # much of: a node failing that bound cannot work (the cheap prune before any search).
+        free_all = np.where(s.gpu_exists & s.gpu_healthy & s.node_ready[:, None],
+                            MILLI_PER_GPU - s.gpu_used_milli, 0).clip(0)
+        short = np.where(usable, np.maximum(request.gpu_milli - free_all, 0), np.iinfo(np.int64).max // 16)
+        need = np.sort(short, axis=1)[:, :k].sum(axis=1) if k <= short.shape[1] else np.zeros(s.n_nodes, np.int64)
+        ok &= need <= int(free_all.sum()) - free_all.sum(axis=1)
+        if not ok.any():
+            return None, "the share it needs freed exceeds the free share on the other nodes"
         targets = np.flatnonzero(ok)
-        targets = targets[np.lexsort((targets, drain[targets]))][:MAX_TARGETS_PER_POD]
+        targets = targets[np.lexsort((targets, need[targets]))][:MAX_TARGETS_PER_POD]
         best: tuple[tuple[int, int, int], list[tuple[str, PodRecord]]] | None = None
-        why = "no set of movable pods of its QoS class or lower (and no higher priority) frees a node for it"
+        why = ("no set of movable pods (of its QoS class or lower, no higher priority, each fitting on "
+               "another node) frees a node for it")
         for t in targets.tolist():
             if time.monotonic() > self.deadline:
                 break
+            if best is not None and best[0][0] == 1 and need[t] >= best[0][1]:
+                break  # one move already, and every later node needs at least as much share moved
             victims = self._victims(intent, request, t)
             if not victims:
                 continue
             placed = self._place(request, t, victims)
             if placed is None:
-                why = "the pods that would free a node for it fit nowhere else"
+                why = "the pods that would free a node for it do not all fit elsewhere together"
                 continue
             self._undo(placed)
             rank = (len(victims), sum(r.gpu_milli_held for _, r in victims), t)
@@ -193,6 +208,8 @@ class MoveSearch:
         placed = self._place(request, row, victims)
         assert placed is not None  # the same scratch state as the trial: the same answer
         self.targeted.add(row)
+        self._terms = None  # the step changed the arrays: the next step scores on fresh terms
+        self._fits_now.clear()
         node = str(s.node_names[row])
         moved = {u for u, _ in victims}
         self.on_node[node] = [(u, r) for u, r in self.on_node[node] if u not in moved]
@@ -212,7 +229,8 @@ class MoveSearch:
         eligible = sorted(
             ((u, r) for u, r in self.on_node.get(node, ())
              if r.intent.qos >= intent.qos and r.intent.priority <= intent.priority
-             and all(self.left.get(b, 0) > 0 for b in self.budgets_of.get(u, ()))),
+             and all(self.left.get(b, 0) > 0 for b in self.budgets_of.get(u, ()))
+             and self._fits_elsewhere(r.intent, row)),
             key=lambda ur: (-ur[1].intent.qos, ur[1].intent.priority, ur[1].gpu_milli_held, ur[0]))
         eligible = eligible[:MAX_CANDIDATES_PER_NODE]
         if not eligible:
@@ -220,6 +238,8 @@ class MoveSearch:
         scratch = s.rows_copy(np.array([row], dtype=np.int64))
         one = np.zeros(1, dtype=np.int64)
         policy = self.scorer.qos_policy
+        here = {u: [replace(a, node=scratch.node_names[0]) for a in r.held] for u, r in eligible}
+        terms = cluster_terms(scratch)  # feasibility does not read them: computed once, not per check
 
         def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
             per_budget: dict[str, int] = {}
@@ -230,14 +250,14 @@ class MoveSearch:
                 return False  # two moves under one budget that allows one
             done: list[Allocation] = []
             try:
-                for _, rec in victims:
-                    for alloc in rec.held:
-                        scratch.apply(replace(alloc, node=scratch.node_names[0]), -1)
+                for u, _ in victims:
+                    for alloc in here[u]:
+                        scratch.apply(alloc, -1)
                         done.append(alloc)
-                return bool(fit(scratch, request, one, policy).node_fits[0])
+                return bool(fit(scratch, request, one, policy, terms).node_fits[0])
             finally:
                 for alloc in done:
-                    scratch.apply(replace(alloc, node=scratch.node_names[0]), 1)
+                    scratch.apply(alloc, 1)
 
         chosen = set(fewest_victims(eligible, fits_without, MAX_TRIES, self.deadline))
         return [(u, r) for u, r in eligible if u in chosen]
@@ -258,7 +278,7 @@ class MoveSearch:
         for _, rec in victims:
             for alloc in rec.held:
                 apply(alloc, -1)
-        ev = self.scorer.evaluate(s, request, np.array([row], dtype=np.int64))
+        ev = self._evaluate(request, np.array([row], dtype=np.int64))
         if not ev.node_fits[0]:
             self._undo((applied, []))
             return None
@@ -273,7 +293,7 @@ class MoveSearch:
             for r in self.targeted:
                 allowed[r] = False
             rows = np.flatnonzero(allowed).astype(np.int64)
-            vev = self.scorer.evaluate(s, vreq, rows) if rows.shape[0] else None
+            vev = self._evaluate(vreq, rows) if rows.shape[0] else None
             best = -1 if vev is None else vev.best()
             if vev is None or best < 0:
                 self._undo((applied, []))
@@ -283,6 +303,28 @@ class MoveSearch:
                                      tuple(int(m) for m in vev.chosen_mem_mib[best])), 1)
             dest[uid] = to
         return applied, [dest[u] for u, _ in victims]
+
+    def _fits_elsewhere(self, intent: PodIntent, row: int) -> bool:
+        """Whether the pod fits, as the arrays are at the start of this step, on a node its
+        selector matches other than ``row`` and the nodes already targeted: a necessary
+        condition of its move (a step only takes room elsewhere), kept per pod shape."""
+        request = inbound.pod_request(intent, self.state)
+        key = (request, intent.node_selector)
+        fits = self._fits_now.get(key)
+        if fits is None:
+            rows = np.arange(self.state.n_nodes, dtype=np.int64)
+            fits = fit(self.state, request, rows, self.scorer.qos_policy).node_fits & self.allowed_rows(intent.node_selector)
+            self._fits_now[key] = fits
+        others = int(fits.sum()) - int(fits[row]) - sum(int(fits[r]) for r in self.targeted)
+        return others > 0
+
+    def _evaluate(self, request: PodRequest, rows: np.ndarray) -> Evaluation:
+        """``Scorer.evaluate`` with the cluster-wide terms of the scratch state as the current
+        step found it (computed once per step: the trials' own changes are a few pods, well
+        within what ``scoring.incremental`` lets the terms drift by)."""
+        if self._terms is None:
+            self._terms = self.scorer.cluster_terms(self.state, self._memo)
+        return self.scorer.evaluate(self.state, request, rows, terms=self._terms, memo=self._memo)
 
     def _undo(self, placed: tuple[list[tuple[Allocation, int]], list[str]]) -> None:
         """Take back what ``_place`` applied, last first."""

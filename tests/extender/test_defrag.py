@@ -152,7 +152,8 @@ def test_a_pod_that_would_fit_nowhere_else_is_not_moved() -> None:
     add(cache, pod("w", 800))
     p = planned(cache)
     assert p.waiting == ("team/w",) and p.steps == ()
-    assert p.unplanned == (("team/w", "the pods that would free a node for it fit nowhere else"),)
+    assert len(p.unplanned) == 1 and p.unplanned[0][0] == "team/w"
+    assert "each fitting on another node" in p.unplanned[0][1]
 
 
 def test_a_pod_waiting_for_capacity_is_not_waiting_for_fragmentation() -> None:
@@ -196,6 +197,22 @@ def test_pods_that_do_not_come_back_or_have_rules_stay() -> None:
     add(cache, pod("big", 1000))
     p = planned(cache)
     assert p.steps == () and "no node it may use has pods that can be moved" in p.unplanned[0][1]
+
+
+def test_moved_pods_must_fit_elsewhere_together() -> None:
+    # a: two movable pods of 300 (600 used); b: 700 and c: 800 used by bare pods. A pod of 0.8
+    # waits (free 400 + 300 + 200 = 900 >= 800; no GPU has 800 free). Only a can be freed, and
+    # only by moving both (one gives 700 free). Each 300 alone fits b (300 free), so each is
+    # eligible; together, the first takes b's 300 and the second finds 200 on c: no step.
+    cache = cluster([node("a"), node("b"), node("c")])
+    place(cache, pod("a1", 300), "a")
+    place(cache, pod("a2", 300), "a")
+    place(cache, pod("b1", 700, owner=None), "b")
+    place(cache, pod("c1", 800, owner=None), "c")
+    add(cache, pod("w", 800))
+    p = planned(cache)
+    assert p.waiting == ("team/w",) and p.steps == ()
+    assert p.unplanned == (("team/w", "the pods that would free a node for it do not all fit elsewhere together"),)
 
 
 def test_two_waiting_pods_get_two_nodes_and_the_second_sees_the_first() -> None:
