@@ -33,7 +33,7 @@ housekeeping every ``HOUSEKEEPING_S`` of simulated time, and a reservation that 
 bound, or expired) counts as room freed on its node: pods are woken as by a departure there.
 
 Acting on the defragmentation plan (``extender.cache.defrag``; the policy's ``evict``): every
-``plan_every_s`` while a GPU pod waits, the plan is made on the extender's cache, as cluster
+``plan_every_s`` (an event of its own) while a GPU pod waits, the plan is made on the extender's cache, as cluster
 mode's ``Defragmenter`` makes it, and each step whose pod has waited ``evict_after_s`` since it
 arrived is acted on within ``max_evictions_per_hour``: the target node is held, each moved pod
 departs at once and its controller's replacement (the same shape, renamed) arrives at once
@@ -76,7 +76,8 @@ HOUSEKEEPING_S = 2.0
 SERIES_POINTS = 400
 """Samples of allocation and queue length per run (the plots' resolution)."""
 
-_DEPART, _ATTEMPT = 0, 1
+_DEPART, _ATTEMPT, _PLAN = 0, 1, 2
+"""Event kinds, in their order at one instant (a plan sees the attempts made at its time)."""
 
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "churn", "uid": "churn", "controller": True}
 """The controller every trace pod has when the plan is acted on (module notes)."""
@@ -294,6 +295,9 @@ class ChurnSim:
         for i, a in enumerate(arrivals):
             heap.append((a.t_s, _ATTEMPT, a.t_s, seq, i))
             seq += 1
+        if self.defrag.evict:
+            heap.append((0.0, _PLAN, 0.0, seq, 0))  # the plan's own clock (its arrival index unused)
+            seq += 1
         heapq.heapify(heap)
         allocated = 0
         cycles = skipped = 0
@@ -303,7 +307,7 @@ class ChurnSim:
                                           "pending_pods": [], "pending_gpu_pods": []}
         last_t, frag_now, wait_now, frag_pods = 0.0, False, False, 0
         pending_gpu = 0
-        next_sweep_s, reservations_made, next_plan_s = 0.0, 0, 0.0
+        next_sweep_s, reservations_made = 0.0, 0
 
         def evict(j: int) -> None:
             """Pod ``j`` evicted at ``t``: it departs, its replacement arrives (module notes)."""
@@ -345,7 +349,13 @@ class ChurnSim:
             tp = a.pod
             if kind == _DEPART and i not in placed:
                 continue  # evicted before its end (its replacement runs on)
-            if kind == _DEPART:
+            if kind == _PLAN:
+                heapq.heappush(heap, (t + self.defrag.plan_every_s, _PLAN, 0.0, seq, 0))
+                seq += 1
+                if pending_gpu:
+                    for j in self._plan_evictions(t, arrivals, uid_index, evicted_at):
+                        evict(j)
+            elif kind == _DEPART:
                 node, cols = placed.pop(i)
                 self.client.pod_events([{"type": "DELETED", "object": objects.pop(i)}])
                 self.view.release(node, tp.cpu_milli, tp.memory_mib, tp.num_gpu)
@@ -390,10 +400,6 @@ class ChurnSim:
                 else:
                     pend.attempts[slot] += 1
                     pend.last_s[slot] = t
-            if self.defrag.evict and pending_gpu and t >= next_plan_s:
-                next_plan_s = t + self.defrag.plan_every_s
-                for j in self._plan_evictions(t, arrivals, uid_index, evicted_at):
-                    evict(j)
             if self.starvation.enabled or self.defrag.evict:
                 if t >= next_sweep_s:
                     self.client.cache.reserve_for_waiting(t)

@@ -162,3 +162,33 @@ def test_the_command_refuses_a_warm_up_past_the_run(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         cli.main(["churn", "--hours", "1", "--warmup-hours", "2", "--out", "/nonexistent/x"])
     assert "--warmup-hours" in capsys.readouterr().err
+
+
+def test_acting_on_the_defragmentation_plan_moves_a_pod_so_the_waiting_one_runs() -> None:
+    # Two one-GPU nodes, spread: two half-GPU pods (t=0, 1) land on different nodes. A
+    # whole-GPU pod arrives at t=10: 500 + 500 free in sum, no GPU empty: it waits for
+    # fragmentation until a pod leaves (t=5000, past the 2000 s run). Acting on the plan after
+    # 60 s of waiting (plans every 30 s: t=0, 30, 60, 90; at 60 it has waited 50 s): at t=90
+    # the plan frees one node by moving its half-GPU pod to the other; the replacement runs at
+    # once, and the whole-GPU pod at once too (its retry comes with the room freed).
+    from extender.cache.defrag import DefragPolicy
+
+    specs = [node("a"), node("b")]
+    arrivals = [arrive(0, pod("h1", 1, 500, 5000)), arrive(1, pod("h2", 1, 500, 5000)),
+                arrive(10, pod("w", 1, 1000, 5000))]
+
+    def run(defrag: DefragPolicy) -> RunResult:
+        config = AdminConfig(scoring_config("spread"))
+        sim = ChurnSim(InProcessClient(specs, config), specs, PROFILE, seed=1, defrag=defrag)
+        return sim.run(arrivals, "spread", 1.0, 2000.0, 0.0)
+
+    without = run(DefragPolicy())
+    assert without.pending["whole-1"]["never_ran"] == 1 and without.evictions_per_hour == 0
+    acted = run(DefragPolicy(evict=True, evict_after_s=60, max_evictions_per_hour=12, plan_every_s=30))
+    assert acted.pending["whole-1"]["never_ran"] == 0
+    assert acted.pending["whole-1"]["max_s"] == pytest.approx(80.0)  # arrived at 10, ran at 90
+    assert acted.evictions_per_hour == pytest.approx(3600.0 / 2000.0)  # one eviction in 2000 s
+    assert acted.moved_pending == {"n": 1.0, "p50_s": 0.0, "max_s": 0.0}
+    # GPU allocation of 2000 milli: 500 for 1 s, 1000 until t=90, then 2000 (acted) or 1000.
+    assert acted.allocation_pct == pytest.approx(100 * (500 * 1 + 1000 * 89 + 2000 * 1910) / (2000 * 2000))
+    assert without.allocation_pct == pytest.approx(100 * (500 * 1 + 1000 * 1999) / (2000 * 2000))
