@@ -34,6 +34,9 @@ def medians(runs: list[RunResult]) -> dict[str, Any]:
         "waiting_gpu_pods": _median([r.waiting_gpu_pods for r in runs]),
         "never_ran": _median([float(sum(r.pending[c]["never_ran"] for c in GPU_CLASSES)) for r in runs]),
         "seconds": sum(r.seconds for r in runs),
+        "evictions_per_hour": _median([r.evictions_per_hour for r in runs]),
+        "moved.p50_s": _median([r.moved_pending.get("p50_s", 0.0) for r in runs]),
+        "moved.max_s": _median([r.moved_pending.get("max_s", 0.0) for r in runs]),
     }
     for c in GPU_CLASSES:
         for k in ("p50_s", "p99_s", "max_s"):
@@ -53,22 +56,26 @@ def markdown(results: list[RunResult], record: dict[str, Any]) -> str:
     for load in sorted({r.load for r in results}):
         lines += ["", f"### offered load {load:g} x capacity", "",
                   "| policy | GPU allocation % | fragmentation delay % (pods) | GPU pods waiting % (pods) | "
-                  "pending p50 / p99 / max: fractional | whole 1-GPU | multi-GPU | GPU pods never ran | run s |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "pending p50 / p99 / max: fractional | whole 1-GPU | multi-GPU | GPU pods never ran | "
+                  "evictions / h (moved pods pending p50 / max) | run s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for preset in dict.fromkeys(r.preset for r in results):
             runs = [r for r in results if r.preset == preset and r.load == load]
             if not runs:
                 continue
             m = medians(runs)
             cells = [" / ".join(duration(m[f"{c}.{k}"]) for k in ("p50_s", "p99_s", "max_s")) for c in GPU_CLASSES]
+            moved = (f"{m['evictions_per_hour']:.1f} ({duration(m['moved.p50_s'])} / {duration(m['moved.max_s'])})"
+                     if m["evictions_per_hour"] else "-")
             lines.append(f"| {preset} | {m['allocation_pct']:.2f} | {m['fragmentation_delay_pct']:.1f} "
                          f"({m['fragmentation_waiting_pods']:.1f}) | {m['waiting_pct']:.1f} ({m['waiting_gpu_pods']:.1f}) | "
-                         f"{' | '.join(cells)} | {m['never_ran']:.0f} | {m['seconds']:.0f} |")
+                         f"{' | '.join(cells)} | {m['never_ran']:.0f} | {moved} | {m['seconds']:.0f} |")
     lines += ["", "GPU allocation: time-weighted share of GPU capacity allocated. Fragmentation delay: % of the time "
               "in which some GPU pod waited while the free GPU share summed over the cluster was at least its "
               "request; in brackets the time-average number of such pods. GPU pods waiting: % of the time any "
               "waited, and their time-average number. Pending time counts a pod still waiting at the end as "
-              "waiting until then."]
+              "waiting until then. Evictions: made acting on the defragmentation plan (+defrag), per hour "
+              "of the measured window; the evicted pods' replacements' pending time apart (not in the classes)."]
     return "\n".join(lines) + "\n"
 
 

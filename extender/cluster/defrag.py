@@ -263,6 +263,12 @@ class Defragmenter:
         could not be read (nothing planned this time)."""
         policy = self._cache.defrag_policy
         now = self._clock()
+        if not self._cache.pending_gpu_pods(1):  # the usual case: nothing waits, no copy of the cache
+            self._seen.clear()
+            with self._lock:
+                self._latest, self._latest_at = EMPTY_PLAN, now
+            self._on_plan(EMPTY_PLAN)
+            return EMPTY_PLAN
         state, records, scorer = self._cache.defrag_snapshot()
         pending = {uid for uid, rec in records if is_pending(rec)}
         self._seen = {uid: self._seen.get(uid, now) for uid in pending}

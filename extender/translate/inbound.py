@@ -95,7 +95,7 @@ def extender_args(pod: Mapping[str, Any], node_items: Sequence[Any] | None,
             names.append(name)
     else:
         raise ValueError("ExtenderArgs: one of NodeNames or Nodes is required")
-    return pod_intent(pod), names
+    return pod_intent(pod, defrag_fields=False), names
 
 
 @dataclass(slots=True)

@@ -56,7 +56,7 @@ class ExtenderPreemptionResult(TypedDict):
 def preempt(cache: GpuCache, args: ExtenderPreemptionArgs) -> Reply:
     """Answer ``preempt``; only nodes where preemption works are in the reply."""
     try:
-        intent = pod_intent(args.Pod)
+        intent = pod_intent(args.Pod, defrag_fields=False)
     except ValueError as exc:
         return Reply({"Error": str(exc)}, status=400)
     proposed = args.NodeNameToMetaVictims or args.NodeNameToVictims or {}
