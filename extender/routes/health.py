@@ -50,14 +50,16 @@ def allocations(cache: CacheDep) -> Response:
 
 
 @router.get("/defrag")
-async def defrag(request: Request) -> Response:
+def defrag(request: Request, cache: CacheDep) -> Response:
     """The last defragmentation plan (cluster mode; ``extender.cluster.defrag``), with its age
-    in seconds and whether it is acted on; 404 in standalone mode (no PodDisruptionBudgets to
-    read there)."""
+    in seconds, whether it is acted on, and the nodes held now (by starvation protection or for a
+    step acted on); 404 in standalone mode (no PodDisruptionBudgets to read there). A worker
+    thread: the holds are read under the cache lock."""
     latest = request.app.state.defrag
     if latest is None:
         return json_response({"Error": "the defragmentation plan is made in cluster mode only "
                                        "(it reads PodDisruptionBudgets from the API)"}, status_code=404)
     made, age_s = latest()
-    return json_response({**made.as_dict(), "age_s": age_s,
-                          "evict": request.app.state.cache.defrag_policy.evict})
+    holds = [{"node": r.node, "pod": r.pod, "for": "starvation" if r.ttl_s is None else "defragmentation"}
+             for r in cache.reservations()]
+    return json_response({**made.as_dict(), "age_s": age_s, "evict": cache.defrag_policy.evict, "held": holds})

@@ -117,6 +117,10 @@ def test_the_plan_names_real_pods_respects_a_pdb_and_evicts_through_the_api(
         assert names == {"be", "big"}, names
         metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
         assert 'gpufrac_defrag_evictions_total{result="evicted"} 1.0' in metrics
+        # The node was held for big until its bind (the hold ends there, in the same lock).
+        held = httpx.get(f"{cluster.url}/defrag", timeout=10).json()["held"]
+        assert not [h for h in held if h["pod"] == f"{ns}/big"], held
+        assert f"defragmentation: freeing node {second} for {ns}/big (1 move(s))" in cluster.gpufrac.tail(20000)
 
         # A PodDisruptionBudget blocks one: the Eviction API refuses to evict be (429), and be runs on.
         be = cluster.api.read_namespaced_pod("be", ns)

@@ -162,3 +162,18 @@ def test_a_pdb_read_from_the_api_reaches_the_plan() -> None:
     held = DisruptionBudget("team/keep", 0, frozenset({"uid-a1"}))
     made = defragmenter(cache, [], [], Clock(), budgets=[held]).run()
     assert made is not None and made.steps == () and made.waiting == ("team/big",)
+
+
+def test_the_config_section_is_read_and_bounded() -> None:
+    from extender.admin_config import ConfigError, parse_admin_config
+
+    assert parse_admin_config("{}").defrag == DefragPolicy()  # off unless asked
+    got = parse_admin_config("defragmentation: {evict: true, evict_after_s: 120, max_evictions_per_hour: 3,"
+                             " plan_every_s: 10}").defrag
+    assert got == DefragPolicy(True, 120.0, 3, 10.0)
+    for bad, field in (("evict: maybe", "evict"), ("evict_after_s: -1", "evict_after_s"),
+                       ("max_evictions_per_hour: 0", "max_evictions_per_hour"),
+                       ("plan_every_s: 0.1", "plan_every_s"), ("plan_every_s: 1e9", "plan_every_s"),
+                       ("evict_now: true", "evict_now")):
+        with pytest.raises(ConfigError, match=f"defragmentation.{field}"):
+            parse_admin_config(f"defragmentation: {{{bad}}}")
