@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from extender.cache.moves import DisruptionBudget, Labels, MoveSearch, Step
 from extender.cache.records import PodRecord, is_pending
@@ -132,7 +133,7 @@ EMPTY_PLAN = DefragPlan(0, 0, (), ())
 
 
 
-def waits_for_fragmentation(state: ClusterState, request: PodRequest) -> bool:
+def waits_for_fragmentation(state: ClusterState, request: PodRequest, nodes: NDArray[np.bool_] | None = None) -> bool:
     """Whether a pod waits for fragmentation, not capacity (module notes).
 
     Parameters
@@ -141,20 +142,24 @@ def waits_for_fragmentation(state: ClusterState, request: PodRequest) -> bool:
         Read only.
     request : PodRequest
         A GPU pod's (``gpu_count`` >= 1).
+    nodes : ndarray of shape (n_nodes,), bool, optional
+        The nodes the pod may use (its ``nodeSelector``: ``MoveSearch.allowed_rows``); every
+        node when None.
 
     Returns
     -------
     bool
-        The GPUs it may use (its models, healthy, on ready nodes) have ``gpu_count *
-        gpu_milli`` milli-GPU free in sum, and it fits no node.
+        The GPUs it may use (its nodes and models, healthy, on ready nodes) have ``gpu_count
+        * gpu_milli`` milli-GPU free in sum, and it fits none of its nodes.
     """
-    usable = state.gpu_exists & state.gpu_healthy & state.node_ready[:, None]
+    ready = state.node_ready if nodes is None else state.node_ready & nodes
+    usable = state.gpu_exists & state.gpu_healthy & ready[:, None]
     if request.allowed_models is not None:
         usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
     free_in_sum = int(np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0).sum())
     if free_in_sum < request.gpu_count * request.gpu_milli:
         return False  # waits for capacity (the cheap test first)
-    rows = np.arange(state.n_nodes, dtype=np.int64)
+    rows = np.flatnonzero(ready).astype(np.int64)
     return bool(rows.shape[0]) and not fit(state, request, rows).node_fits.any()
 
 
@@ -189,14 +194,15 @@ def plan(state: ClusterState, records: Sequence[tuple[str, PodRecord]], scorer: 
     deadline = time.monotonic() + deadline_s
     pending = [(uid, rec) for uid, rec in records if is_pending(rec)]
     examined = pending[:MAX_WAITING_PODS]
+    planner = MoveSearch(state, scorer, node_labels, deadline)
     waiting: list[tuple[str, PodIntent, PodRequest]] = []
     for uid, rec in examined:
         request = inbound.pod_request(rec.intent, state)
-        if waits_for_fragmentation(state, request):
+        if waits_for_fragmentation(state, request, planner.allowed_rows(rec.intent.node_selector)):
             waiting.append((uid, rec.intent, request))
     if not waiting:
         return DefragPlan(len(pending), len(examined), (), ())
-    planner = MoveSearch(state, scorer, node_labels, budgets() if callable(budgets) else budgets, deadline)
+    planner.set_budgets(budgets() if callable(budgets) else budgets)
     for uid, rec in records:
         planner.add_running(uid, rec)
     steps: list[Step] = []

@@ -110,23 +110,27 @@ class MoveSearch:
     """The plan's working state: the scratch arrays, the movable pods per node, the budgets
     left, the nodes already targeted."""
 
-    def __init__(self, state: ClusterState, scorer: Scorer, node_labels: Labels,
-                 budgets: Sequence[DisruptionBudget], deadline: float) -> None:
+    def __init__(self, state: ClusterState, scorer: Scorer, node_labels: Labels, deadline: float) -> None:
         self.state = state
         self.scorer = scorer
         self.labels = node_labels
         self.deadline = deadline
-        self.left = {b.key: max(0, b.allowed) for b in budgets}
+        self.left: dict[str, int] = {}
         self.budgets_of: dict[str, list[str]] = {}
-        for b in budgets:
-            for uid in b.pods:
-                self.budgets_of.setdefault(uid, []).append(b.key)
         self.on_node: dict[str, list[tuple[str, PodRecord]]] = {}
         self.targeted: set[int] = set()
         self._terms: ClusterTerms | None = None
         self._memo = Memo()
         self._fits_now: dict[tuple[PodRequest, tuple[tuple[str, str], ...]], np.ndarray] = {}
         self._allowed_rows: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
+
+    def set_budgets(self, budgets: Sequence[DisruptionBudget]) -> None:
+        """The PodDisruptionBudgets the moves must respect (before the first ``step``)."""
+        self.left = {b.key: max(0, b.allowed) for b in budgets}
+        self.budgets_of = {}
+        for b in budgets:
+            for uid in b.pods:
+                self.budgets_of.setdefault(uid, []).append(b.key)
 
     def add_running(self, uid: str, rec: PodRecord) -> None:
         """Index a pod that may be moved (module notes: what may move, bar class and priority)."""

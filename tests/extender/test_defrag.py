@@ -174,12 +174,14 @@ def test_node_selectors_bound_the_target_and_the_moved_pods() -> None:
     # which only b and c carry; b's pod selects zone=x too, so it can only go to c (500 free:
     # fits); c's pod selects zone=y, which no node other than c carries: it cannot move. The
     # step frees b and moves b's pod to c.
-    cache = cluster([node("a"), node("b"), node("c")])
+    # An empty node d in zone w would fit the waiting pod, but its selector rules d out: it
+    # still waits for fragmentation (on the nodes it may use), not for d.
+    cache = cluster([node("a"), node("b"), node("c"), node("d")])
     place(cache, pod("a1", 500), "a")
     place(cache, pod("b1", 500, selector={"zone": "x"}), "b")
     place(cache, pod("c1", 500, selector={"zone": "y"}), "c")
     add(cache, pod("big", 1000, selector={"zone": "x"}))
-    labels = {"a": {"zone": "w"}, "b": {"zone": "x"}, "c": {"zone": "x", "zone-alt": "y"}}
+    labels = {"a": {"zone": "w"}, "b": {"zone": "x"}, "c": {"zone": "x", "zone-alt": "y"}, "d": {"zone": "w"}}
     assert moves(planned(cache, labels)) == [("team/big", "b", [("team/b1", "c")])]
     # Without labels known, no node matches the waiting pod's selector: no step.
     assert planned(cache).steps == ()
