@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from extender.cache.records import PodRecord
-from extender.cache.victims import fewest_victims
+from extender.cache.victims import fewest_victims, fits_without
 from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import ClusterTerms, cluster_terms, fit
+from scoring.fit import ClusterTerms, fit
 from scoring.memo import Memo
 from scoring.request import MILLI_PER_GPU, PodRequest
 from scoring.scorer import Evaluation, Scorer
@@ -101,7 +101,7 @@ class Step:
     moves: tuple[Move, ...]
 
 
-def selector_matches(selector: tuple[tuple[str, str], ...], labels: tuple[tuple[str, str], ...]) -> bool:
+def node_selector_matches(selector: tuple[tuple[str, str], ...], labels: tuple[tuple[str, str], ...]) -> bool:
     """Whether every ``nodeSelector`` entry is among the node's labels."""
     return not selector or set(selector) <= set(labels)
 
@@ -149,7 +149,7 @@ class MoveSearch:
             rows = s.node_ready.copy()
             if selector:
                 for r, name in enumerate(s.node_names):
-                    rows[r] &= selector_matches(selector, self.labels.get(str(name), ()))
+                    rows[r] &= node_selector_matches(selector, self.labels.get(str(name), ()))
             self._allowed_rows[selector] = rows
         return rows
 
@@ -239,31 +239,18 @@ class MoveSearch:
         eligible = eligible[:MAX_CANDIDATES_PER_NODE]
         if not eligible:
             return []
-        scratch = s.rows_copy(np.array([row], dtype=np.int64))
-        one = np.zeros(1, dtype=np.int64)
-        policy = self.scorer.qos_policy
-        here = {u: [replace(a, node=scratch.node_names[0]) for a in r.held] for u, r in eligible}
-        terms = cluster_terms(scratch)  # feasibility does not read them: computed once, not per check
+        fits = fits_without(s.rows_copy(np.array([row], dtype=np.int64)), request, self.scorer.qos_policy, eligible)
 
-        def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
+        def fits_within_budgets(victims: Sequence[tuple[str, PodRecord]]) -> bool:
             per_budget: dict[str, int] = {}
             for u, _ in victims:
                 for b in self.budgets_of.get(u, ()):
                     per_budget[b] = per_budget.get(b, 0) + 1
             if any(n > self.left.get(b, 0) for b, n in per_budget.items()):
                 return False  # two moves under one budget that allows one
-            done: list[Allocation] = []
-            try:
-                for u, _ in victims:
-                    for alloc in here[u]:
-                        scratch.apply(alloc, -1)
-                        done.append(alloc)
-                return bool(fit(scratch, request, one, policy, terms).node_fits[0])
-            finally:
-                for alloc in done:
-                    scratch.apply(alloc, 1)
+            return fits(victims)
 
-        chosen = set(fewest_victims(eligible, fits_without, MAX_TRIES, self.deadline))
+        chosen = set(fewest_victims(eligible, fits_within_budgets, MAX_TRIES, self.deadline))
         return [(u, r) for u, r in eligible if u in chosen]
 
     def _place(self, request: PodRequest, row: int, victims: Sequence[tuple[str, PodRecord]]

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from extender.cache.defrag import waits_for_fragmentation
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
 from extender.cache.records import CandidateEvaluation, is_pending
 from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import fit
-from scoring.request import MILLI_PER_GPU
 
 CANDIDATES_PER_PASS = 16
 """Waiting pods one housekeeping pass considers for a hold, oldest first."""
@@ -169,24 +168,20 @@ class Reservations:
 
     @staticmethod
     def _node_for(ledger: Ledger, uid: str, taken: Iterable[str]) -> str | None:
-        """The node to hold for the pod (module notes), or None when it fits somewhere now, fits
-        no node even empty, or waits for capacity rather than fragmentation (less share free in
-        sum over the GPUs it may use than it asks)."""
+        """The node to hold for the pod (module notes), or None when it does not wait for
+        fragmentation (``defrag.waits_for_fragmentation``: it fits somewhere now, or less share
+        is free in sum on the GPUs it may use, on ready nodes, than it asks) or fits no node even empty."""
         state = ledger.state
         intent = ledger.pods[uid].intent
         request = inbound.pod_request(intent, state)
-        rows = np.arange(state.n_nodes, dtype=np.int64)
+        if not waits_for_fragmentation(state, request):
+            return None
         k = request.gpu_count
         usable = state.gpu_exists & state.gpu_healthy
         if request.allowed_models is not None:
             usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
-        free_in_sum = int(np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0).sum())
-        if free_in_sum < k * request.gpu_milli:
-            return None  # not fragmentation: the cluster has too little share free in sum (the cheap test first)
-        if not rows.shape[0] or fit(state, request, rows).node_fits.any():
-            return None
         used = np.where(usable, state.gpu_used_milli, np.iinfo(np.int64).max // 16)
-        drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.full(rows.shape[0], -1)
+        drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.full(state.n_nodes, -1)
         ok = ((usable.sum(axis=1) >= k) & state.node_ready & (state.cpu_alloc_milli >= request.cpu_milli)
               & (state.mem_alloc_mib >= request.memory_mib) & (drain >= 0))
         for name in taken:

@@ -22,7 +22,7 @@ from extender.cache.ledger import Ledger
 from extender.cache.records import PodRecord
 from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import fit
+from scoring.fit import cluster_terms, fit
 from scoring.request import PodRequest, QoSPolicy
 from scoring.state import Allocation, ClusterState
 
@@ -164,20 +164,36 @@ def victims_on(state: ClusterState, policy: QoSPolicy, intent: PodIntent, reques
          and rec.intent.priority < intent.priority and rec.intent.qos > intent.qos),
         key=lambda ur: _victim_order(ur[1]))
     eligible = eligible[:budget.max_victims]
+    return fewest_victims(eligible, fits_without(scratch, request, policy, eligible), budget.max_tries, deadline)
 
-    def fits_without(victims: Sequence[tuple[str, PodRecord]]) -> bool:
+
+def fits_without(scratch: ClusterState, request: PodRequest, policy: QoSPolicy,
+                 candidates: Sequence[tuple[str, PodRecord]]) -> Callable[[Sequence[tuple[str, PodRecord]]], bool]:
+    """The check ``fewest_victims`` calls, on a one-row copy of the state (``ClusterState.rows_copy``):
+    whether ``request`` fits its one node once the given pods' allocations are taken off (they
+    are put back before it returns).
+
+    ``candidates`` are the pods it may be asked about: their allocations are renamed to the
+    copy's node once, and the cluster terms computed once (feasibility does not read them),
+    not on every check.
+    """
+    one = np.zeros(1, dtype=np.int64)
+    here = {uid: [replace(a, node=scratch.node_names[0]) for a in rec.held] for uid, rec in candidates}
+    terms = cluster_terms(scratch)
+
+    def check(victims: Sequence[tuple[str, PodRecord]]) -> bool:
         done: list[Allocation] = []
         try:
-            for _, rec in victims:
-                for alloc in rec.held:
-                    scratch.apply(replace(alloc, node=scratch.node_names[0]), -1)
+            for uid, _ in victims:
+                for alloc in here[uid]:
+                    scratch.apply(alloc, -1)
                     done.append(alloc)
-            return bool(fit(scratch, request, rows, policy).node_fits[0])
+            return bool(fit(scratch, request, one, policy, terms).node_fits[0])
         finally:
             for alloc in done:
-                scratch.apply(replace(alloc, node=scratch.node_names[0]), 1)
+                scratch.apply(alloc, 1)
 
-    return fewest_victims(eligible, fits_without, budget.max_tries, deadline)
+    return check
 
 
 def _victim_order(rec: PodRecord) -> tuple[int, int, int, int]:

@@ -44,7 +44,7 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 
 
-def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool | None:
+def label_selector_matches(selector: Any, labels: Mapping[str, str]) -> bool | None:
     """A ``LabelSelector`` (``matchLabels`` and ``matchExpressions``) against a pod's labels;
     None when the selector cannot be read (the caller then protects every pod it may cover)."""
     if not isinstance(selector, Mapping):
@@ -98,17 +98,18 @@ def budget_of(pdb: Mapping[str, Any], pods: Sequence[tuple[str, Mapping[str, str
     if (not isinstance(allowed, int) or isinstance(allowed, bool) or not isinstance(observed, int)
             or not isinstance(generation, int) or observed < generation):
         allowed = 0
+    allowed = max(0, min(allowed, 1 << 20))
     selector = spec.get("selector")
     if selector is None:
-        return DisruptionBudget(f"{ns}/{name}", max(0, min(allowed, 1 << 20)), frozenset())
+        return DisruptionBudget(f"{ns}/{name}", allowed, frozenset())
     covered = set()
     for uid, labels in pods:
-        m = selector_matches(selector, labels)
+        m = label_selector_matches(selector, labels)
         if m is None:
             return DisruptionBudget(f"{ns}/{name}", 0, frozenset(u for u, _ in pods))
         if m:
             covered.add(uid)
-    return DisruptionBudget(f"{ns}/{name}", max(0, min(allowed, 1 << 20)), frozenset(covered))
+    return DisruptionBudget(f"{ns}/{name}", allowed, frozenset(covered))
 
 
 def read_budgets(api: client.CoreV1Api, pods_by_namespace: Mapping[str, Sequence[tuple[str, Mapping[str, str]]]],

@@ -10,7 +10,7 @@ import pytest
 from extender.cache import GpuCache
 from extender.cache.defrag import DefragPolicy
 from extender.cache.moves import DisruptionBudget, Move
-from extender.cluster.defrag import Defragmenter, budget_of, selector_matches
+from extender.cluster.defrag import Defragmenter, budget_of, label_selector_matches
 from extender.verbs.filter import ExtenderArgs, filter
 from tests.extender.test_defrag import add, bound, cluster, node, pod
 
@@ -68,7 +68,7 @@ def test_disruptions_allowed_is_read_as_the_eviction_api_counts_it(allowed: Any,
 def test_a_budget_without_a_name_is_skipped_and_garbage_is_not_an_error() -> None:
     assert budget_of({"metadata": {"namespace": "team"}}, PODS) is None
     assert budget_of({"metadata": "x", "spec": [], "status": 7}, PODS) is None
-    assert selector_matches(None, {}) is None
+    assert label_selector_matches(None, {}) is None
 
 
 def fragmented() -> GpuCache:
