@@ -52,6 +52,10 @@ of one GPU is then bounded below); the larger of the two floors holds. On openb 
 gap from the first floor is the 810-milli pods: the first floor lets about 240 of them fail
 and packs the rest, a scheduler that places them when they fit cannot.
 
+With GPU models "some GPU has ``theta`` free" does not make a restricted pod fit, so this
+floor bounds pods with a ``gpu_spec`` from above only. ``per_model`` gives every model its own
+saturation point (branch and bound over the vector) and bounds them from below too.
+
 This is the Gilmore-Gomory cutting-stock LP
 (Gilmore and Gomory, "A Linear Programming Approach to the Cutting-Stock Problem",
 Operations Research 9(6), 1961), solved by column generation: the pricing problem is a
@@ -69,6 +73,11 @@ from benchmarks.floor.demand import (
     arrived_model_demand,
 )
 from benchmarks.floor.models import max_allocated_milli_by_model, model_pattern_lp
+from benchmarks.floor.per_model import (
+    PerModelFloor,
+    work_conserving_floor_by_model,
+    work_conserving_floor_by_model_pct,
+)
 from benchmarks.floor.report import (
     add_arguments,
     bundled_gpu_count,
@@ -83,7 +92,8 @@ from benchmarks.floor.work_conserving import (
     work_conserving_floor_pct,
 )
 
-__all__ = ["ArrivedGpuDemand", "ModelGpuDemand", "WorkConservingFloor", "add_arguments", "arrived_demand",
+__all__ = ["ArrivedGpuDemand", "ModelGpuDemand", "PerModelFloor", "WorkConservingFloor", "add_arguments", "arrived_demand",
            "arrived_gpu_pods", "arrived_model_demand", "bundled_gpu_count", "bundled_gpu_kinds",
            "max_allocated_milli", "max_allocated_milli_by_model", "model_pattern_lp", "pattern_lp", "run",
-           "unallocated_floor_pct", "work_conserving_floor", "work_conserving_floor_pct"]
+           "unallocated_floor_pct", "work_conserving_floor", "work_conserving_floor_by_model",
+           "work_conserving_floor_by_model_pct", "work_conserving_floor_pct"]

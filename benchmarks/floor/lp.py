@@ -4,6 +4,8 @@ knapsack that prices a new bin pattern in column generation.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -17,8 +19,29 @@ def load_linprog() -> Any:
     try:
         from scipy.optimize import linprog
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[floor]"') from e
+        raise ModuleNotFoundError('the floor needs scipy: pip install -e ".[bench]"') from e
     return linprog
+
+
+def new_highs() -> Any:
+    """A silent ``highspy.Highs`` model, for LPs solved many times with changed bounds and
+    added columns (each solve starts from the last basis, which ``linprog`` cannot). The
+    banner a process's first ``Highs()`` prints to standard output is discarded."""
+    try:
+        import highspy
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError('the floor needs highspy: pip install -e ".[bench]"') from e
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()  # type: ignore[no-untyped-call]
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def best_pattern(sizes: NDArray[np.int64], values: NDArray[np.float64], limit: NDArray[np.int64],

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -12,6 +15,7 @@ from benchmarks import compare, constrain, trace
 from benchmarks.errors import UsageError
 from benchmarks.floor.demand import MILLI_PER_GPU, arrived_demand, arrived_model_demand
 from benchmarks.floor.models import max_allocated_milli_by_model
+from benchmarks.floor.per_model import PerModelFloor, work_conserving_floor_by_model_pct
 from benchmarks.floor.share import max_allocated_milli
 from benchmarks.floor.work_conserving import work_conserving_floor_pct
 from benchmarks.replay import parse_seeds
@@ -65,20 +69,26 @@ def bundled_gpu_kinds() -> dict[tuple[str, int], int]:
 
 
 def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
-          work_conserving: Mapping[str, Sequence[float]] | None = None) -> str:
-    """Markdown: median (min-max) floor per variant, the work-conserving floor where given,
-    next to the published FGD."""
+          work_conserving: Mapping[str, Sequence[float]] | None = None,
+          within: Mapping[str, Sequence[float]] | None = None) -> str:
+    """Markdown: median (min-max) floor per variant, the work-conserving floor where given
+    (per seed; for a model-constrained list the per-model one, with how far its search may be
+    below the exact value, ``within``), next to the published FGD."""
     def spread(vals: Sequence[float]) -> str:
         return f"{float(np.median(vals)):.2f} ({min(vals):.2f}-{max(vals):.2f})"
 
     lines = [f"Lower bound on unallocated GPU % at 100 % arrived (cutting-stock LP: GPU share, models, GPUs per node), "
              f"seeds {seeds[0]}..{seeds[-1]}. Work-conserving: for schedulers that place every pod some GPU "
-             f"can hold (GPU share only; a model-constrained list's is a relaxation: its restricted pods may fail).", "",
-             "| variant | floor, median (min-max) | work-conserving floor | published FGD |", "|---|---|---|---|"]
+             f"can hold (GPU share only; for a model-constrained list, a GPU of a model the pod accepts, with a "
+             f"saturation point per model: benchmarks/floor/per_model.py).", "",
+             "| variant | floor, median (min-max) | work-conserving floor | per-model search within | published FGD |",
+             "|---|---|---|---|---|"]
     for v, vals in floors.items():
         wc = (work_conserving or {}).get(v, [])
-        lines.append(f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | "
-                     f"{compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |")
+        gap = (within or {}).get(v, [])
+        lines.append(f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | {max(gap):.3f} |" if gap else
+                     f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | - |")
+        lines[-1] += f" {compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |"
     return "\n".join(lines)
 
 
@@ -86,6 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``python -m benchmarks floor``."""
     p.add_argument("--variants", nargs="+", default=["default"], help="openb variants, or 'all'")
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="processes for the per-model floors of model-constrained lists (about 1-2 min a seed)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,15 +106,35 @@ def run(args: argparse.Namespace) -> int:
         variants = compare.variant_names(args.variants)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
     gpus = bundled_gpu_kinds()
-    floors, work_conserving = {}, {}
-    for v in variants:
-        pods = trace.load_pods(compare.pods_path(v))
-        pct = compare.parse_variant(v)[1]  # GPU memory (-g<PCT>) is not in the LP: a valid, weaker floor
-        if pct:
-            pods = constrain.restrict_models(pods, pct, specs)
-        floors[v] = [unallocated_floor_pct(pods, s, gpus) for s in args.seeds]
-        work_conserving[v] = [work_conserving_floor_pct(pods, s, sum(gpus.values())) for s in args.seeds]
-    print(table(floors, args.seeds, work_conserving))
+    floors, work_conserving, within = {}, {}, {}
+    constrained = [(v, s) for v in variants if compare.parse_variant(v)[1] for s in args.seeds]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        per_model = dict(zip(constrained, pool.map(_per_model_floor, *zip(*constrained, strict=True)), strict=True)
+                         ) if constrained else {}
+        for v in variants:
+            pods = _variant_pods(v)
+            floors[v] = [unallocated_floor_pct(pods, s, gpus) for s in args.seeds]
+            # Both are floors for a model-constrained list; the larger holds.
+            work_conserving[v] = [max(work_conserving_floor_pct(pods, s, sum(gpus.values())),
+                                      per_model[(v, s)].unallocated_pct if (v, s) in per_model else -math.inf)
+                                  for s in args.seeds]
+            if compare.parse_variant(v)[1]:
+                within[v] = [per_model[(v, s)].within_pct for s in args.seeds]
+    print(table(floors, args.seeds, work_conserving, within))
     return 0
+
+
+def _variant_pods(variant: str) -> list[trace.TracePod]:
+    """An openb variant's pods, model-constrained by its ``-m<PCT>``; GPU memory (``-g<PCT>``)
+    is not in the LPs (a valid, weaker floor)."""
+    pods = trace.load_pods(compare.pods_path(variant))
+    pct = compare.parse_variant(variant)[1]
+    if pct:
+        pods = constrain.restrict_models(pods, pct, load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1))
+    return pods
+
+
+def _per_model_floor(variant: str, seed: int) -> PerModelFloor:
+    """``work_conserving_floor_by_model_pct`` for one variant and seed (a worker's task)."""
+    return work_conserving_floor_by_model_pct(_variant_pods(variant), seed, bundled_gpu_kinds())

@@ -34,7 +34,7 @@ def max_allocated_milli(demand: ArrivedGpuDemand, n_gpus: int, max_rounds: int =
     RuntimeError
         If the LP solver fails or column generation does not converge in ``max_rounds``.
     ModuleNotFoundError
-        Without scipy (the ``floor`` extra).
+        Without scipy (the ``bench`` extra).
     """
     if not demand.fractional and not demand.whole:
         return 0.0
@@ -98,7 +98,7 @@ def pattern_lp(patterns: NDArray[np.int64], demand: ArrivedGpuDemand, n_gpus: in
     RuntimeError
         If the LP solver fails.
     ModuleNotFoundError
-        Without scipy (the ``floor`` extra).
+        Without scipy (the ``bench`` extra).
     """
     linprog = load_linprog()
 

@@ -121,7 +121,7 @@ def work_conserving_floor(arrived: Sequence[trace.TracePod], n_gpus: int) -> Wor
         If the LP solver fails, column generation does not converge, or no ``a`` is feasible
         (cannot happen for a real arrival sequence: every greedy placement is one).
     ModuleNotFoundError
-        Without scipy (the ``floor`` extra).
+        Without scipy (the ``bench`` extra).
     """
     bounds = _SaturationBounds(arrived)
     columns = [np.eye(bounds.sizes.shape[0], dtype=np.int64)[s] for s in range(bounds.sizes.shape[0])]

@@ -8,8 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
-from benchmarks import floor, trace
-from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli, share, work_conserving
+from benchmarks import constrain, floor, trace
+from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli, per_model, share, work_conserving
+from extender.clusterfile import load_cluster_file
 
 
 @pytest.mark.parametrize(("demand", "n_gpus", "expected"), [
@@ -274,3 +275,91 @@ def test_a_restricted_pod_may_fail_while_another_model_has_room() -> None:
     arrived = floor.arrived_gpu_pods(pods, 2000)
     assert _model_first_fit_unallocated_pct(arrived, ["T4", "A10"]) == pytest.approx(20.0)
     assert floor.work_conserving_floor(arrived, 2).unallocated_pct == pytest.approx(20.0)
+
+
+def test_a_saturation_point_per_model_counts_the_restricted_pods_that_fit() -> None:
+    # GPUs A10 and T4, one each (capacity 2000). Pods: 700 for A10 only, 700 for T4 only, then
+    # a whole GPU for anyone (2400 asked, all before the 100 % point). A work-conserving
+    # scheduler that respects models puts each 700 on its own model's empty GPU; the whole
+    # pod then fits nowhere: 1400 of 2000, 30 %.
+    # The one-point floor may not count on the 700s (a GPU with 700 free may be of the wrong
+    # model), so it lets one fail and places the whole pod: 1000 + 700, 15 %.
+    # Per model: the A10 still has a GPU with 700 free when the first pod comes (t_A10 >= 1:
+    # no pod before it could have filled it), the T4 when the second does (t_T4 >= 2: only the
+    # second pod among the first two may use it), so both 700s are placed: 30 %, the
+    # scheduler's own figure.
+    pods = [trace.TracePod("a", 1000, 1, 1, 700, "A10", "LS"), trace.TracePod("t", 1000, 1, 1, 700, "T4", "LS"),
+            trace.TracePod("w", 1000, 1, 1, 1000, "", "LS")]
+    arrived = floor.arrived_gpu_pods(pods, 2000)
+    assert _model_first_fit_unallocated_pct(arrived, ["A10", "T4"]) == pytest.approx(30.0)
+    assert floor.work_conserving_floor(arrived, 2).unallocated_pct == pytest.approx(15.0)
+    got = floor.work_conserving_floor_by_model(arrived, {("A10", 1): 1, ("T4", 1): 1})
+    assert got.unallocated_pct == pytest.approx(30.0)
+    assert got.within_pct == 0.0
+
+
+def _model_greedy_unallocated_pct(arrived: list[trace.TracePod], models: list[str], order: str) -> float:
+    """A work-conserving scheduler that respects models, on GPU share: each pod goes to the
+    first, fullest or last GPU of a model it accepts with room (whole pods to empty GPUs)."""
+    free = np.full(len(models), 1000)
+    for p in arrived:
+        ok = np.array([not p.gpu_spec or m in p.gpu_spec.split("|") for m in models])
+        fits = np.flatnonzero((free >= p.gpu_milli) & ok)
+        if p.gpu_milli >= 1000:
+            if fits.size >= p.num_gpu:
+                free[fits[:p.num_gpu]] = 0
+            continue
+        if fits.size:
+            free[{"first": fits[0], "fullest": fits[np.argmin(free[fits])], "last": fits[-1]}[order]] -= p.gpu_milli
+    return 100.0 * float(free.sum()) / (1000 * len(models))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_per_model_floor_bounds_schedulers_that_respect_models_and_is_the_least_point(seed: int) -> None:
+    rng = np.random.default_rng(900 + seed)
+    n_gpus = int(rng.integers(2, 6))
+    models = [str(rng.choice(["T4", "A10"])) for _ in range(n_gpus)]
+    sizes = rng.choice(np.arange(100, 1000, 10), size=int(rng.integers(1, 4)), replace=False)
+    pods = []
+    for i in range(3 * n_gpus):
+        k, m = (1, int(rng.choice(sizes))) if rng.random() < 0.6 else (1, 1000)
+        spec = str(rng.choice(["T4", "A10"])) if rng.random() < 0.4 else ""
+        pods.append(trace.TracePod(f"p{i}", 1000, 1, k, m, spec, "LS"))
+    arrived = floor.arrived_gpu_pods(pods, 1000 * n_gpus)
+    gpus = {(m, 8): models.count(m) for m in set(models)}
+    got = floor.work_conserving_floor_by_model(arrived, gpus)
+    # Valid: no greedy scheduler that respects models leaves less.
+    for order in ("first", "fullest", "last"):
+        assert got.unallocated_pct <= _model_greedy_unallocated_pct(arrived, models, order) + 1e-6
+    # Never below the one-point floor (it only adds bounds), and found exactly here.
+    assert got.unallocated_pct >= floor.work_conserving_floor(arrived, n_gpus).unallocated_pct - 1e-6
+    assert got.within_pct == 0.0
+    # The least LP over every vector (t_g per model, their maximum last) at that threshold,
+    # from the earliest points the search starts at (a model is not full before its GPUs
+    # could be covered).
+    kinds = sorted(gpus)
+    group_of_kind = np.array([sorted(set(models)).index(m) for m, _ in kinds])
+    classes = per_model._Classes(arrived, kinds, group_of_kind)
+    lp = per_model._BoxLp(classes, np.array([gpus[b] for b in kinds]), group_of_kind, got.theta_milli)
+    earliest = classes.earliest(np.array([models.count(m) for m in sorted(set(models))]), got.theta_milli)
+    values = []
+    for t in itertools.product(*(range(int(e), len(arrived) + 1) for e in earliest)):
+        point = np.array([*t, max(t)])
+        values.append(lp.unallocated_pct(*classes.bounds(point, point, got.theta_milli), 1000 * n_gpus))
+    assert got.unallocated_pct == pytest.approx(min(values), abs=1e-6)
+
+
+def test_openb_per_model_floor_is_above_the_one_point_floor_on_a_constrained_list() -> None:
+    # default-m33, seed 42: a third of the GPU pods accept 1-3 models. The one-point floor
+    # lets every restricted pod fail (3.11 %, the plain floor); per model, the restricted
+    # pods that arrive while their models still have room are placed.
+    specs = load_cluster_file(trace.DEFAULT_NODES, replicas_per_gpu=1)
+    pods = constrain.restrict_models(trace.load_pods(trace.DEFAULT_PODS), 33, specs)
+    gpus = floor.bundled_gpu_kinds()
+    capacity = 1000 * sum(gpus.values())
+    arrived = floor.arrived_gpu_pods(trace.arrival_sequence(pods, 42, capacity), capacity)
+    one_point = floor.work_conserving_floor(arrived, sum(gpus.values())).unallocated_pct
+    got = floor.work_conserving_floor_by_model(
+        arrived, gpus, groups=[frozenset({"G2"}), frozenset({"T4"}), frozenset({"A10", "G3", "P100", "V100M16", "V100M32"})])
+    assert one_point < 3.2
+    assert got.unallocated_pct > 3.4 and got.within_pct < 0.01
