@@ -12,10 +12,8 @@ source are in ``scoring.strategies.gap_price``):
 use every kind, one LP over all GPUs (``gap_waste``); otherwise (pods restricted to some
 models, or pods of more GPUs than some nodes have) one LP with a bin kind per GPU kind and a
 demand row per (share, kinds it may use) class (``joint_gap_waste``), so that GPUs that
-restricted pods need are priced for them. ``waste_by_gpu`` looks it up for every candidate GPU;
-``memory_bound_waste`` adds GPU memory as the gap's second dimension (share with no memory
-left to use it is lost), and ``gap_score`` is the shared per-GPU score
-``1/2 - (W(f - r) - W(f)) / 2000`` on that waste.
+restricted pods need are priced for them. ``waste_by_gpu`` looks it up for every candidate GPU,
+and ``gap_score`` is the shared per-GPU score ``1/2 - (V(f - r) - V(f)) / 2000``.
 
 The scaled counts are rounded to powers of ``COUNT_STEP`` and the prices cached on them: an
 LP is solved when a count moves by about 5 % (6-10 ms each; 913 solves over the first 3,000
@@ -287,59 +285,8 @@ def _joint_priced_waste(key: tuple[tuple[int, int, int], ...], n_gpus: tuple[int
     return tuple(tables[b] for b in kind_bin.tolist())
 
 
-def memory_bound_waste(ctx: FitContext, tables: GapTables
-                       ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
-    """Each GPU's free share and its waste, before and after the pod goes there, with GPU
-    memory as a second dimension of the gap.
-
-    A gap of ``f`` milli with ``M`` MiB of GPU memory free on a GPU of ``T`` MiB holds, of
-    pods that take memory in proportion to their share, at most ``floor(1000 M / T)``. Its
-    usable share and its waste (the share lost at the workload's prices, ``U`` of
-    ``tables``) are::
-
-        e(f, M) = min(f, floor(1000 M / T))
-        W(f, M) = (f - e) + U(e)
-
-    the share memory strands plus what the usable part loses; the pod's share ``r`` and the
-    memory ``q`` it takes there (``FitContext.mem_req_mib``) give ``W(f - r, M - q)`` after.
-    While every pod takes memory in proportion to its share, ``1000 M / T >= f`` (each takes
-    ``floor(r T / 1000)``), so ``e = f`` and ``W = U(f)``: nothing changes until pods ask
-    memory of their own (``gpufrac.io/memory``). Then a gap whose memory is gone is priced
-    as the smaller gap it is, in ``gap_price`` and ``priced_stranding`` alike (issue 41,
-    item 5; ``benchmarks/README.md`` has the runs).
-
-    Parameters
-    ----------
-    ctx : FitContext
-    tables : GapTables
-        ``model_waste(ctx)``.
-
-    Returns
-    -------
-    free, after : ndarray of shape (m, max_gpus), int64
-        Free share before and after, clipped to [0, 1000] milli-GPU (0 on padding).
-    waste, waste_after : ndarray of shape (m, max_gpus), float64
-        ``W`` before and after, milli-GPU; ``U(f)`` on GPUs of unknown memory (``T = 0``).
-    """
-    free = clip(ctx.free_milli, 0, MILLI_PER_GPU)
-    after = clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
-    mem = ctx.gpu_mem_free_mib if ctx.gpu_mem_free_mib is not None else ctx.mem_free_mib
-    total = ctx.mem_total_mib
-    known = total > 0
-
-    def usable(share: NDArray[np.int64], free_mib: NDArray[np.int64]) -> NDArray[np.int64]:
-        by_memory = np.where(known, np.maximum(free_mib, 0) * MILLI_PER_GPU // np.maximum(total, 1), MILLI_PER_GPU)
-        return np.minimum(share, by_memory)
-
-    e, e_after = usable(free, mem), usable(after, mem - ctx.mem_req_mib)
-    u, u_after = waste_by_gpu(ctx, tables, e, e_after)
-    return free, after, (free - e) + u, (after - e_after) + u_after
-
-
 def gap_score(ctx: FitContext, tables: GapTables) -> NDArray[np.float64]:
-    """``1/2 - (W(f - r, M - q) - W(f, M)) / 2000`` per GPU, ``W`` the gap's waste with GPU
-    memory as its second dimension (``memory_bound_waste``; ``U(f - r) - U(f)`` while pods
-    take memory in proportion to their share).
+    """``1/2 - (V(f - r) - V(f)) / 2000`` per GPU for a value function ``V`` of the free share.
 
     Parameters
     ----------
@@ -354,8 +301,10 @@ def gap_score(ctx: FitContext, tables: GapTables) -> NDArray[np.float64]:
     ndarray of shape (m, max_gpus), float64
         In [0, 1]; 0 where the GPU does not fit.
     """
-    _, _, waste, waste_after = memory_bound_waste(ctx, tables)
-    delta = waste_after - waste
+    free = clip(ctx.free_milli, 0, MILLI_PER_GPU)
+    after = clip(free - ctx.request.gpu_milli, 0, MILLI_PER_GPU)
+    w_after, w_free = waste_by_gpu(ctx, tables, after, free)
+    delta = w_after - w_free
     return np.where(ctx.gpu_fits, clip(0.5 - delta / 2000.0, 0.0, 1.0), 0.0)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext
-from scoring.gaps import memory_bound_waste, model_waste
+from scoring.gaps import model_waste, waste_by_gpu
 from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU
 
@@ -88,9 +88,10 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         return np.full(m, 0.5)
     rho_cpu, rho_mem = host_per_milli(ctx)
     req = ctx.request
-    free, after, waste, waste_after = memory_bound_waste(ctx, model_waste(ctx))  # 0 share on padding
-    value = (free - waste).sum(axis=1)
-    value_after = np.where(chosen, after - waste_after, free - waste).sum(axis=1)
+    free = clip(ctx.free_milli, 0, MILLI_PER_GPU)  # 0 on padding
+    after = np.where(chosen, clip(free - req.gpu_milli, 0, MILLI_PER_GPU), free)
+    u_free, u_after = waste_by_gpu(ctx, model_waste(ctx), free, after)
+    value, value_after = (free - u_free).sum(axis=1), (after - u_after).sum(axis=1)
 
     def serves(cpu: NDArray[np.int64], mem: NDArray[np.int64]) -> NDArray[np.float64]:
         by_cpu = np.maximum(cpu, 0) / rho_cpu if rho_cpu > 0 else np.full(m, np.inf)

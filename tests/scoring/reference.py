@@ -156,28 +156,10 @@ def _gap_price_score(state: ClusterState, row: int, col: int, req: PodRequest) -
     """``scoring.strategies.gap_price`` for one GPU."""
     if state.workload.task_types() is None:
         return 0.5
+    u = _gap_price_u(state, row, col)
     free = min(_free(state, row, col), MILLI_PER_GPU)
     after = max(free - req.gpu_milli, 0)
-    delta = (_memory_bound_waste(state, row, col, after, _gpu_mem_taken(state, row, col, req))
-             - _memory_bound_waste(state, row, col, free, 0))
-    return min(max(0.5 - delta / 2000.0, 0.0), 1.0)
-
-
-def _gpu_mem_taken(state: ClusterState, row: int, col: int, req: PodRequest) -> int:
-    """GPU memory the pod takes on that GPU: its own, or its share's proportion."""
-    if req.gpu_memory_mib is not None:
-        return req.gpu_memory_mib
-    return req.gpu_milli * int(state.gpu_mem_total_mib[row, col]) // MILLI_PER_GPU
-
-
-def _memory_bound_waste(state: ClusterState, row: int, col: int, share: int, taken_mib: int) -> float:
-    """``W(f, M) = (f - e) + U(e)``, ``e = min(f, floor(1000 M / T))``, of ``scoring.gaps``
-    for a gap of ``share`` with ``taken_mib`` more of the GPU's memory gone."""
-    total = int(state.gpu_mem_total_mib[row, col])
-    usable = share
-    if total > 0:
-        usable = min(share, max(int(state.gpu_mem_free_mib[row, col]) - taken_mib, 0) * MILLI_PER_GPU // total)
-    return (share - usable) + _gap_price_u(state, row, col)[usable]
+    return min(max(0.5 - (u[after] - u[free]) / 2000.0, 0.0), 1.0)
 
 
 def _priced_stranding_score(state: ClusterState, row: int, req: PodRequest, cols: tuple[int, ...]) -> float:
@@ -195,10 +177,8 @@ def _priced_stranding_score(state: ClusterState, row: int, req: PodRequest, cols
     rho_cpu = cpu_sum / share if share else 0.0
     rho_mem = mem_sum / share if share else 0.0
 
-    def stranded(cpu: int, mem: int, free: list[int], placed: bool) -> float:
-        value = sum(f - _memory_bound_waste(state, row, c, f,
-                                            _gpu_mem_taken(state, row, c, req) if placed and c in cols else 0)
-                    for c, f in enumerate(free) if state.gpu_exists[row, c])
+    def stranded(cpu: int, mem: int, free: list[int]) -> float:
+        value = sum(f - _gap_price_u(state, row, c)[f] for c, f in enumerate(free) if state.gpu_exists[row, c])
         serves = min(max(cpu, 0) / rho_cpu if rho_cpu > 0 else math.inf,
                      max(mem, 0) / rho_mem if rho_mem > 0 else math.inf)
         return max(value - serves, 0.0)
@@ -207,7 +187,7 @@ def _priced_stranding_score(state: ClusterState, row: int, req: PodRequest, cols
     mem = int(state.mem_alloc_mib[row]) - int(state.mem_used_mib[row])
     free = [min(_free(state, row, c), MILLI_PER_GPU) for c in range(state.max_gpus)]
     after = [max(f - req.gpu_milli, 0) if c in cols else f for c, f in enumerate(free)]
-    delta = stranded(cpu - req.cpu_milli, mem - req.memory_mib, after, True) - stranded(cpu, mem, free, False)
+    delta = stranded(cpu - req.cpu_milli, mem - req.memory_mib, after) - stranded(cpu, mem, free)
     return min(max(0.5 - delta / 2000.0, 0.0), 1.0)
 
 

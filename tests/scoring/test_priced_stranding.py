@@ -1,5 +1,4 @@
-"""priced_stranding and the gaps' memory dimension: worked tables (the arithmetic in the comments)
-and the reference."""
+"""priced_stranding: worked tables (the arithmetic in the comments) and the reference."""
 
 from __future__ import annotations
 
@@ -7,10 +6,9 @@ import numpy as np
 import pytest
 
 from scoring.fit import fit
-from scoring.gaps import model_waste
 from scoring.request import PodRequest, QoSClass
 from scoring.state import Allocation, ClusterState
-from scoring.strategies import gap_price, priced_stranding
+from scoring.strategies import priced_stranding
 from tests.conftest import gpu_node
 from tests.scoring.reference import _priced_stranding_score
 
@@ -74,32 +72,3 @@ def test_priced_stranding_is_neutral_without_a_workload() -> None:
     st = ClusterState.from_nodes([gpu_node("small", 1, cpu_milli=8000)])
     ctx = fit(st, PodRequest(1, 300, cpu_milli=8000), np.arange(1))
     assert priced_stranding.node_score(ctx, _chosen(st, {0: 0})).tolist() == [0.5]
-
-
-def test_gap_memory_is_the_second_dimension_of_a_gap() -> None:
-    # Three 1-GPU nodes, 16 GiB GPUs. a holds 500 milli that asked 12 GiB of its own (4 GiB
-    # left: memory for floor(4096 * 1000 / 16384) = 250 milli of proportional pods), b holds
-    # 500 milli taking its proportion (8 GiB; 8 GiB left, room for all 500), c is empty.
-    # W(f, M) = (f - e) + U(e), e = min(f, floor(1000 M / T)), U the gap price's table.
-    st = ClusterState.from_nodes([gpu_node("a", 1), gpu_node("b", 1), gpu_node("c", 1)])
-    st.apply(Allocation("a", (0,), 500, (12288,), QoSClass.BURSTABLE, 1000, 1024, gpu_memory_request_mib=12288))
-    st.apply(Allocation("b", (0,), 500, (8192,), QoSClass.BURSTABLE, 1000, 1024))
-    # A 250-milli pod taking its proportion (4 GiB):
-    #   a: e = 250 before; after 250 milli and 0 MiB free, e' = 0: W' = 250 + U(0) = 250 and
-    #      W = 250 + U(250): delta = -U(250), the share memory had stranded anyway is used;
-    #   b: e = 500, e' = 250 (4 GiB left): delta = U(250) - U(500), the share-only figure.
-    req = PodRequest(1, 250, cpu_milli=1000)
-    ctx = fit(st, req, np.arange(st.n_nodes))
-    u = model_waste(ctx)[0]
-    score = gap_price.gpu_score(ctx)[:, 0]
-    assert score[0] == pytest.approx(0.5 + u[250] / 2000)
-    assert score[1] == pytest.approx(0.5 - (u[250] - u[500]) / 2000)
-    assert score[0] > score[1]
-    # A 100-milli pod asking 8 GiB of its own on b leaves 400 milli with no memory: e' = 0,
-    # W' = 400, W = U(500): delta = 400 - U(500), a placement that strands 400 milli.
-    req = PodRequest(1, 100, gpu_memory_mib=8192, cpu_milli=1000)
-    ctx = fit(st, req, np.arange(st.n_nodes))
-    assert gap_price.gpu_score(ctx)[1, 0] == pytest.approx(min(max(0.5 - (400 - u[500]) / 2000, 0.0), 1.0))
-    for r in range(st.n_nodes):
-        assert _priced_stranding_score(st, r, req, (0,)) == pytest.approx(
-            float(priced_stranding.node_score(ctx, _chosen(st, {r: 0}))[r]))
