@@ -222,20 +222,19 @@ def test_openb_work_conserving_floor_is_above_the_floor() -> None:
     assert 94.0 < got.saturated_arrived_pct < 98.0
 
 
-def _model_first_fit_unallocated_pct(arrived: list[trace.TracePod], models: list[str]) -> float:
-    """A work-conserving scheduler that respects models: each pod goes to the first GPU (or
-    the first empty GPUs) of a model it accepts with room, if any."""
+def _model_greedy_unallocated_pct(arrived: list[trace.TracePod], models: list[str], order: str) -> float:
+    """A work-conserving scheduler that respects models, on GPU share: each pod goes to the
+    first, fullest or last GPU of a model it accepts with room (whole pods to empty GPUs)."""
     free = np.full(len(models), 1000)
     for p in arrived:
         ok = np.array([not p.gpu_spec or m in p.gpu_spec.split("|") for m in models])
-        if p.gpu_milli >= 1000:
-            empty = np.flatnonzero((free == 1000) & ok)
-            if empty.size >= p.num_gpu:
-                free[empty[:p.num_gpu]] = 0
-            continue
         fits = np.flatnonzero((free >= p.gpu_milli) & ok)
+        if p.gpu_milli >= 1000:
+            if fits.size >= p.num_gpu:
+                free[fits[:p.num_gpu]] = 0
+            continue
         if fits.size:
-            free[fits[0]] -= p.gpu_milli
+            free[{"first": fits[0], "fullest": fits[np.argmin(free[fits])], "last": fits[-1]}[order]] -= p.gpu_milli
     return 100.0 * float(free.sum()) / (1000 * len(models))
 
 
@@ -257,7 +256,7 @@ def test_the_model_constrained_relaxation_bounds_schedulers_that_respect_models(
         pods.append(trace.TracePod(f"p{i}", 1000, 1, k, m, spec, "LS"))
     arrived = floor.arrived_gpu_pods(pods, 1000 * n_gpus)
     got = floor.work_conserving_floor(arrived, n_gpus).unallocated_pct
-    assert got <= _model_first_fit_unallocated_pct(arrived, models) + 1e-6
+    assert got <= _model_greedy_unallocated_pct(arrived, models, "first") + 1e-6
     unrestricted = [dataclasses.replace(p, gpu_spec="") for p in arrived]
     assert got <= floor.work_conserving_floor(unrestricted, n_gpus).unallocated_pct + 1e-6
 
@@ -273,7 +272,7 @@ def test_a_restricted_pod_may_fail_while_another_model_has_room() -> None:
     pods = [trace.TracePod("a", 1000, 1, 1, 600, "A10", "LS"), trace.TracePod("b", 1000, 1, 1, 600, "A10", "LS"),
             trace.TracePod("w", 1000, 1, 1, 1000, "", "LS")]
     arrived = floor.arrived_gpu_pods(pods, 2000)
-    assert _model_first_fit_unallocated_pct(arrived, ["T4", "A10"]) == pytest.approx(20.0)
+    assert _model_greedy_unallocated_pct(arrived, ["T4", "A10"], "first") == pytest.approx(20.0)
     assert floor.work_conserving_floor(arrived, 2).unallocated_pct == pytest.approx(20.0)
 
 
@@ -291,27 +290,11 @@ def test_a_saturation_point_per_model_counts_the_restricted_pods_that_fit() -> N
     pods = [trace.TracePod("a", 1000, 1, 1, 700, "A10", "LS"), trace.TracePod("t", 1000, 1, 1, 700, "T4", "LS"),
             trace.TracePod("w", 1000, 1, 1, 1000, "", "LS")]
     arrived = floor.arrived_gpu_pods(pods, 2000)
-    assert _model_first_fit_unallocated_pct(arrived, ["A10", "T4"]) == pytest.approx(30.0)
+    assert _model_greedy_unallocated_pct(arrived, ["A10", "T4"], "first") == pytest.approx(30.0)
     assert floor.work_conserving_floor(arrived, 2).unallocated_pct == pytest.approx(15.0)
     got = floor.work_conserving_floor_by_model(arrived, {("A10", 1): 1, ("T4", 1): 1})
     assert got.unallocated_pct == pytest.approx(30.0)
     assert got.within_pct == 0.0
-
-
-def _model_greedy_unallocated_pct(arrived: list[trace.TracePod], models: list[str], order: str) -> float:
-    """A work-conserving scheduler that respects models, on GPU share: each pod goes to the
-    first, fullest or last GPU of a model it accepts with room (whole pods to empty GPUs)."""
-    free = np.full(len(models), 1000)
-    for p in arrived:
-        ok = np.array([not p.gpu_spec or m in p.gpu_spec.split("|") for m in models])
-        fits = np.flatnonzero((free >= p.gpu_milli) & ok)
-        if p.gpu_milli >= 1000:
-            if fits.size >= p.num_gpu:
-                free[fits[:p.num_gpu]] = 0
-            continue
-        if fits.size:
-            free[{"first": fits[0], "fullest": fits[np.argmin(free[fits])], "last": fits[-1]}[order]] -= p.gpu_milli
-    return 100.0 * float(free.sum()) / (1000 * len(models))
 
 
 @pytest.mark.parametrize("seed", range(10))
