@@ -365,7 +365,6 @@ class _BoxLp:
         self.h.addRows(n_rows, np.full(n_rows, -self.inf), upper, 0, np.zeros(0, dtype=np.int32),
                        np.zeros(0, dtype=np.int32), np.zeros(0))
         self.gain: list[float] = []
-        self.pool_kind: list[int] = []
         # One pod per bin for every kind a fractional class may use; whole pods; extra GPUs.
         f_idx, kinds = np.nonzero(classes.kinds[self.frac])
         counts = np.zeros((f_idx.shape[0], self.frac.shape[0]), dtype=np.int64)
@@ -373,10 +372,12 @@ class _BoxLp:
         self._add_patterns(kinds.astype(np.int64), counts)
         whole = np.flatnonzero(classes.share >= MILLI_PER_GPU)
         for cls, b in zip(*np.nonzero(classes.kinds[whole]), strict=True):
-            c = int(whole[cls])
-            rows = [int(b), n_kinds + c] + ([int(self.pair_row[c, group_of_kind[b]])]
-                                            if self.pair_row[c, group_of_kind[b]] >= 0 else [])
-            self._add_column(rows, [float(classes.gpus[c]), 1.0, 1.0][:len(rows)], MILLI_PER_GPU * float(classes.gpus[c]))
+            c, pair = int(whole[cls]), int(self.pair_row[int(whole[cls]), group_of_kind[b]])
+            rows, values = [int(b), n_kinds + c], [float(classes.gpus[c]), 1.0]
+            if pair >= 0:
+                rows.append(pair)
+                values.append(1.0)
+            self._add_column(rows, values, MILLI_PER_GPU * float(classes.gpus[c]))
         self.extra = np.arange(len(self.gain), len(self.gain) + n_kinds)
         for b in range(n_kinds):
             self._add_column([b], [-1.0], -_EXTRA_GPU_COST)
@@ -395,7 +396,6 @@ class _BoxLp:
             rows = [b, *(self.n_kinds + cls).tolist(), *pair[pair >= 0].tolist()]
             values = [1.0, *row[on].astype(float).tolist(), *row[on][pair >= 0].astype(float).tolist()]
             self._add_column(rows, values, float(row[on] @ share[on]))
-            self.pool_kind.append(b)
 
     def unallocated_pct(self, lower: NDArray[np.int64], upper: NDArray[np.int64], per_group: NDArray[np.int64],
                         capacity_milli: int) -> float:
@@ -414,8 +414,9 @@ class _BoxLp:
                                 np.concatenate([upper.astype(float), tight]))
         for _ in range(max_rounds):
             self.h.run()
-            if self.h.modelStatusToString(self.h.getModelStatus()) != "Optimal":
-                raise RuntimeError(f"LP solver failed: {self.h.modelStatusToString(self.h.getModelStatus())}")
+            status = self.h.modelStatusToString(self.h.getModelStatus())
+            if status != "Optimal":
+                raise RuntimeError(f"LP solver failed: {status}")
             solution = self.h.getSolution()
             if not self._price(np.asarray(solution.row_dual), upper):
                 x = np.asarray(solution.col_value)

@@ -72,8 +72,8 @@ def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
           work_conserving: Mapping[str, Sequence[float]] | None = None,
           within: Mapping[str, Sequence[float]] | None = None) -> str:
     """Markdown: median (min-max) floor per variant, the work-conserving floor where given
-    (per seed; for a model-constrained list the per-model one, with how far its search may be
-    below the exact value, ``within``), next to the published FGD."""
+    (for a model-constrained list the per-model one, with ``within``: how far above it the
+    exact least LP may be on the worst seed), next to the published FGD."""
     def spread(vals: Sequence[float]) -> str:
         return f"{float(np.median(vals)):.2f} ({min(vals):.2f}-{max(vals):.2f})"
 
@@ -86,9 +86,8 @@ def table(floors: Mapping[str, Sequence[float]], seeds: Sequence[int],
     for v, vals in floors.items():
         wc = (work_conserving or {}).get(v, [])
         gap = (within or {}).get(v, [])
-        lines.append(f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | {max(gap):.3f} |" if gap else
-                     f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | - |")
-        lines[-1] += f" {compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |"
+        lines.append(f"| {v} | {spread(vals)} | {spread(wc) if wc else '-'} | {f'{max(gap):.3f}' if gap else '-'} | "
+                     f"{compare.PUBLISHED_FGD_UNALLOCATED_PCT.get(v, float('nan')):.2f} |")
     return "\n".join(lines)
 
 
