@@ -19,11 +19,15 @@ paths, for the scan of what an image must not contain.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import fcntl
 import hashlib
 import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness import docs
@@ -39,6 +43,9 @@ CA_MOUNT = "/etc/ssl/certs:/etc/ssl/certs:ro"
 EXTENDER_IMAGE = "localhost/gpufrac/gpufrac"
 AGENT_IMAGE = "localhost/gpufrac/gpufrac-agent"
 SCHEDULER_IMAGE = "localhost/gpufrac-test/kube-scheduler"
+DANGLING_KEEP_S = 12 * 3600
+"""Untagged images younger than this stay (layer cache for the next build of the same
+sources); older ones go before a build."""
 
 
 def buildah(*args: str, timeout_s: float = 900, cwd: Path | None = None) -> str:
@@ -121,9 +128,68 @@ def role_image(target: str, tag: str = "test") -> str:
     argv = shlex.split(docs.command("docs/install.md", f"buildah build -f deploy/Dockerfile --target {target} "))
     assert argv[:2] == ["buildah", "build"] and "-t" in argv, argv
     argv[argv.index("-t") + 1] = ref
-    buildah(*argv[1:2], "--layers", "-q", "--build-arg", f"PYTHON_BASE={python_base()}",
-            "--build-arg", f"GO_BASE={go_base()}", "-v", CA_MOUNT, *argv[2:], cwd=ROOT)
+    bases = ("--build-arg", f"PYTHON_BASE={python_base()}", "--build-arg", f"GO_BASE={go_base()}")
+    with _storage_lock():
+        _prune_dangling(DANGLING_KEEP_S)
+        previous, containers = image_id(ref), _containers()
+        try:
+            buildah(*argv[1:2], "--layers", "-q", *bases, "-v", CA_MOUNT, *argv[2:], cwd=ROOT)
+        finally:
+            # buildah 1.28 leaves the working container of a stage that only names a base
+            # (`FROM ${GO_BASE} AS go`, read by `COPY --from=go`): one per build, ~0.3 GB each.
+            for ctr in _containers() - containers:
+                buildah("rm", ctr)
+        _drop(previous, ref)
     return ref
+
+
+@contextlib.contextmanager
+def _storage_lock() -> Iterator[None]:
+    """Serialize image builds with any other run of the suite on this machine (CI and a
+    developer's run share buildah's storage: a build must not remove another's containers)."""
+    with open(Path(tempfile.gettempdir()) / "gpufrac-image-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def image_id(ref: str) -> str | None:
+    """The ID of the image ``ref`` names in buildah's storage; None when there is none."""
+    exe = ensure_debian("buildah", "buildah")
+    proc = subprocess.run([str(exe), "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def _prune_dangling(older_than_s: float) -> None:
+    """Remove untagged images older than ``older_than_s`` (an earlier build's stages, e.g.
+    the stubs stage after the agent's sources changed); newer ones stay as layer cache."""
+    listing = buildah("images", "--filter", "dangling=true", "--format", "{{.ID}}|{{.CreatedAtRaw}}")
+    now = dt.datetime.now(dt.UTC)
+    exe = ensure_debian("buildah", "buildah")
+    for line in listing.splitlines():
+        image, _, created = line.partition("|")
+        try:  # "2026-11-26 19:10:55.330209652 +0000 UTC"
+            day, clock, offset = created.split()[:3]
+            when = dt.datetime.strptime(f"{day} {clock.split('.')[0]} {offset}", "%Y-%m-%d %H:%M:%S %z")
+        except ValueError:
+            continue
+        if (now - when).total_seconds() > older_than_s:
+            subprocess.run([str(exe), "rmi", image], capture_output=True)
+
+
+def _containers() -> set[str]:
+    return set(buildah("containers", "-q", "--notruncate").split())
+
+
+def _drop(previous: str | None, ref: str) -> None:
+    """Remove the image ``ref`` named before a rebuild (untagged now, half a gigabyte a
+    build); kept when something still uses it."""
+    if previous is not None and previous != image_id(ref):
+        exe = ensure_debian("buildah", "buildah")
+        subprocess.run([str(exe), "rmi", previous], capture_output=True)
 
 
 def scheduler_image(binary: Path) -> str:
@@ -133,6 +199,7 @@ def scheduler_image(binary: Path) -> str:
     digest = _key(hashlib.sha256(binary.read_bytes()).hexdigest(), python_base())
     if exists(ref) and digest in buildah("inspect", "--format", "{{.ImageAnnotations}}", ref):
         return ref
+    previous = image_id(ref)
     ctr = buildah("from", python_base())
     try:
         buildah("copy", "--chmod", "0755", ctr, str(binary), "/usr/local/bin/kube-scheduler")
@@ -141,6 +208,7 @@ def scheduler_image(binary: Path) -> str:
         buildah("commit", "-q", ctr, ref)
     finally:
         buildah("rm", ctr)
+    _drop(previous, ref)
     return ref
 
 

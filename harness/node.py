@@ -27,6 +27,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -222,7 +223,8 @@ state = "{d / 'state'}"
         return self.kubelet
 
     def down(self) -> None:
-        """Stop kubelet, remove every container it left, stop containerd."""
+        """Stop kubelet, remove every container it left, stop containerd, delete containerd's
+        content and snapshots (gigabytes with the chart's images; logs stay for a failed test)."""
         self.kubelet.stop()
         runc_root = self.workdir / "containerd" / "runc" / "k8s.io"
         if runc_root.exists():
@@ -241,3 +243,6 @@ state = "{d / 'state'}"
                     os.kill(int(p.name), 9)
             except (OSError, ValueError):
                 continue
+        shutil.rmtree(self.workdir / "containerd" / "root", ignore_errors=True)
+        for archive in self.workdir.glob("*.tar"):
+            archive.unlink(missing_ok=True)

@@ -143,6 +143,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory, images: Images) -> Itera
             archive = img.archive(ref, work / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".tar"))
             node.ctr("images", "import", "--local", "--platform", "linux/amd64", "--snapshotter", "native",
                      str(archive))
+            archive.unlink()  # half a gigabyte each; containerd holds the image now
         ports = {k: free_port() for k in ("verbs", "metrics", "scheduler", "agent")}
         inst = Installed(cp, node, values_file(work / "values.yaml", cp, images, mps_image, ports), ports)
         # docs/install.md's quick start, with this cluster's values file.
