@@ -266,7 +266,9 @@ def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any
 def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec], pods: list[trace.TracePod],
                 tasks: TaskTypes, seed: int, profile: Profile, out: Path,
                 progress: bool = True, limit: int | None = None, position: int = 0) -> SeedResult:
-    """Replay one seed; write ``placements-<seed>.csv``; leave the extender empty."""
+    """Replay one seed; write ``placements-<seed>.csv`` (the end) and
+    ``placements-<seed>-at100.csv`` (when the arrived GPU demand first reaches capacity, the
+    point ``unallocated_pct_100`` reads); leave the extender empty."""
     cluster = ClusterNames.build(specs, profile.node_cache_capable)
     names = cluster.names
     capacity = 1000 * sum(len(s.gpus) for s in specs)
@@ -317,7 +319,9 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
             if m not in marks and pct >= m:
                 marks[m] = 100.0 * allocated / capacity
                 if m == 100:
-                    free = _free_gpu_from_allocations(specs, client.get("allocations"))
+                    at_100 = client.get("allocations")
+                    _write_placements(out / f"placements-{seed}-at100.csv", at_100)
+                    free = _free_gpu_from_allocations(specs, at_100)
                     frag_100 = fragmentation_rate(free, view.cpu_alloc - view.cpu_req,
                                                   view.mem_alloc - view.mem_req, tasks)
     seconds = time.perf_counter() - start

@@ -234,3 +234,26 @@ def test_benchmarks_without_the_bench_extras_say_what_to_install() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "needs the bench extras" in proc.stderr and "pip install -e '.[bench]'" in proc.stderr
+
+
+def test_the_state_at_100_percent_arrived_is_written_and_is_what_the_result_reads(tmp_path: Path) -> None:
+    # 12 nodes of the bundled list: arrivals pass 100 % and 130 % of their GPUs within
+    # seconds, so both marks are reached and the two placement files differ.
+    lines = NODES.read_text().splitlines()
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("\n".join(lines[:1] + lines[1:13]) + "\n")
+    out = tmp_path / "out"
+    assert main(["replay", "--in-process", "--nodes", str(nodes), "--seeds", "42", "--out", str(out),
+                 "--no-progress"]) == 0
+    seed = json.loads((out / "result.json").read_text())["seeds"]["42"]
+    capacity = 1000 * sum(len(s.gpus) for s in load_cluster_file(nodes))
+
+    def allocated_pct(name: str) -> float:
+        rows = list(csv.DictReader((out / name).open()))
+        return 100.0 * sum(int(r["gpu_milli"]) * len(r["gpu_indices"].split("|")) for r in rows
+                           if r["gpu_indices"]) / capacity
+
+    assert allocated_pct("placements-42-at100.csv") == pytest.approx(seed["allocation_pct"]["100"], abs=1e-9)
+    assert check_placements.check(nodes, PODS, out / "placements-42-at100.csv") == []
+    # the end of the replay (arrivals go on past the 130 % mark) holds at least as much
+    assert allocated_pct("placements-42.csv") >= seed["allocation_pct"]["130"] > seed["allocation_pct"]["100"]
