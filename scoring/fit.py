@@ -102,6 +102,8 @@ class FitContext:
         tuple, not an array, because it is cluster-wide, not per candidate.
     gpus_by_kind : tuple of (int, int, int)
         ``ClusterState.gpus_by_kind``: (model id, GPUs of the node, healthy GPUs), cluster-wide.
+    memory_by_kind : tuple of int
+        ``ClusterState.memory_by_kind``: the most memory a GPU of each kind has, MiB.
     whole_node_unseen : bool
         ``ClusterTerms.whole_node_unseen``.
     terms : mapping of str to object
@@ -134,6 +136,7 @@ class FitContext:
     tasks: TaskTypes | None = None
     gpus_by_model: tuple[int, ...] = ()
     gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
+    memory_by_kind: tuple[int, ...] = ()
     whole_node_unseen: bool = False
     terms: Mapping[str, object] = field(default_factory=lambda: NO_TERMS)
     memo: Memo = field(default_factory=Memo)
@@ -366,6 +369,7 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         tasks=terms.tasks,
         gpus_by_model=state.gpus_by_model,
         gpus_by_kind=state.gpus_by_kind,
+        memory_by_kind=state.memory_by_kind,
         whole_node_unseen=terms.whole_node_unseen,
         terms=terms.strategy_terms,
         memo=memo if memo is not None else Memo(),

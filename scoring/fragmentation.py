@@ -60,13 +60,16 @@ class TaskTypes:
         Explicit GPU memory per GPU each type asks for, MiB (0: its share's proportion, which
         fits wherever the share does); None when no type asks for any. ``scoring.strategies.fgd``
         counts a GPU with less free memory than a type asks as unusable for it.
-    demand : tuple of (int, int, int, int) or None
-        ``(gpu_count, share milli per GPU (at most 1000), model_mask, pods)`` of every
-        counted GPU pod, aggregated over CPU, memory and GPU memory, sorted; not only the
+    demand : tuple of (int, int, int, int, int) or None
+        ``(gpu_count, share milli per GPU (at most 1000), model_mask, gpu_memory_mib, pods)``
+        of every counted GPU pod, aggregated over CPU and host memory, sorted; not only the
         types above (which ``WorkloadModel`` cuts to the most frequent). The cutting-stock
         prices (``scoring.gaps``) read it: restricted pods spread over many rare types, and
         the most frequent types alone hid two thirds of their demand on the openb
-        ``default-m33`` variant. None: the types above are the demand.
+        ``default-m33`` variant. ``gpu_memory_mib`` is the explicit GPU memory per GPU
+        rounded up to ``scoring.workload.DEMAND_MEMORY_STEP_MIB`` (0: a share's proportion),
+        so that the prices know which GPUs a pod's memory fits. None: the types above are
+        the demand.
     """
 
     gpu_count: NDArray[np.int64]
@@ -77,7 +80,7 @@ class TaskTypes:
     count: NDArray[np.int64]
     model_mask: NDArray[np.int64] | None = None
     gpu_memory_mib: NDArray[np.int64] | None = None
-    demand: tuple[tuple[int, int, int, int], ...] | None = None
+    demand: tuple[tuple[int, int, int, int, int], ...] | None = None
 
     def allowed(self, gpu_model: NDArray[np.int64]) -> NDArray[np.bool_] | None:
         """Which GPUs each type may use.

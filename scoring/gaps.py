@@ -34,6 +34,7 @@ from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes, total_variation
 from scoring.reduce import clip
 from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
+from scoring.workload import DEMAND_MEMORY_STEP_MIB
 
 SATURATION = 1.0
 """GPU demand the LP assumes, as a multiple of the GPUs' share (1: the cluster is full)."""
@@ -62,7 +63,8 @@ class GapMemo:
     tasks, by_gpus : TaskTypes or None, dict
         The last workload ``gap_waste`` saw, and its answers by GPUs.
     joint_tasks, by_kinds : TaskTypes or None, dict
-        The last workload ``joint_gap_waste`` saw, and its answers by GPU kinds.
+        The last workload ``joint_gap_waste`` saw, and its answers by (GPU kinds, memory by
+        kind).
     joint_solved : dict
         The last joint prices per GPUs by kind, with the class shares they were solved for
         (kept while the shares move by ``JOINT_DRIFT`` or less).
@@ -71,7 +73,7 @@ class GapMemo:
     tasks: TaskTypes | None = None
     by_gpus: dict[int, NDArray[np.float64]] = field(default_factory=dict)
     joint_tasks: TaskTypes | None = None
-    by_kinds: dict[tuple[tuple[int, int, int], ...], GapTables] = field(default_factory=dict)
+    by_kinds: dict[tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]], GapTables] = field(default_factory=dict)
     joint_solved: dict[tuple[int, ...], tuple[dict[tuple[int, int], float], GapTables]] = field(default_factory=dict)
 
 
@@ -103,8 +105,10 @@ def gap_waste(tasks: TaskTypes, n_gpus: int, memo: GapMemo | None = None) -> NDA
     return memo.by_gpus[n_gpus]
 
 
-def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, int, int, int]]:
-    """``(gpu_count, share milli, model_mask, pods)`` of the workload's GPU pods.
+def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, int, int, int, int]]:
+    """``(gpu_count, share milli, model_mask, gpu_memory_mib, pods)`` of the workload's GPU
+    pods (``TaskTypes.demand``; explicit GPU memory per GPU rounded up to
+    ``DEMAND_MEMORY_STEP_MIB``, 0 for a share's proportion).
 
     Each task type by default; with ``every_pod``, every counted pod where
     ``tasks.demand`` holds them (``WorkloadModel``). The joint LP reads every pod:
@@ -114,13 +118,16 @@ def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, in
     if every_pod and tasks.demand is not None:
         return [row for row in tasks.demand if row[0] > 0]
     masks = tasks.model_mask.tolist() if tasks.model_mask is not None else [ANY_MODEL_MASK] * tasks.count.shape[0]
-    return [(k, r, m, c) for k, r, m, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), masks,
-                                               tasks.count.tolist(), strict=True) if k > 0]
+    step = DEMAND_MEMORY_STEP_MIB
+    gpu_mem = ((-(-tasks.gpu_memory_mib // step) * step).tolist() if tasks.gpu_memory_mib is not None
+               else [0] * tasks.count.shape[0])
+    return [(k, r, m, g, c) for k, r, m, g, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), masks,
+                                                     gpu_mem, tasks.count.tolist(), strict=True) if k > 0]
 
 
 def _gap_waste(tasks: TaskTypes, n_gpus: int) -> NDArray[np.float64]:
     pods: dict[int, int] = {}
-    for k, r, _, c in demand_rows(tasks):
+    for k, r, _, _, c in demand_rows(tasks):
         if k > 0:
             s = min(r, MILLI_PER_GPU)
             pods[s] = pods.get(s, 0) + k * c
@@ -161,19 +168,23 @@ def model_waste(ctx: FitContext) -> GapTables:
     tasks = ctx.tasks
     assert tasks is not None
     memo = ctx.memo.slot(MEMO_SLOT, GapMemo)
-    if not ctx.gpus_by_kind or not restricted(tasks):
+    if not ctx.gpus_by_kind or not restricted(tasks, ctx.memory_by_kind):
         return (gap_waste(tasks, sum(ctx.gpus_by_model), memo),)
-    return joint_gap_waste(tasks, ctx.gpus_by_kind, memo)
+    return joint_gap_waste(tasks, ctx.gpus_by_kind, memo, ctx.memory_by_kind)
 
 
-def restricted(tasks: TaskTypes) -> bool:
-    """Whether some counted pod accepts only some GPU models (``demand_rows(every_pod=True)``)."""
+def restricted(tasks: TaskTypes, memory_by_kind: tuple[int, ...] = ()) -> bool:
+    """Whether some counted pod (``demand_rows(every_pod=True)``) accepts only some GPU
+    models, or asks more GPU memory per GPU than some kind of ``memory_by_kind`` (MiB) has."""
+    least = min(memory_by_kind, default=0)
     if tasks.demand is None:
-        return tasks.model_mask is not None
-    return any(m != ANY_MODEL_MASK for _, _, m, _ in tasks.demand)
+        return tasks.model_mask is not None or (
+            tasks.gpu_memory_mib is not None and bool(memory_by_kind) and int(tasks.gpu_memory_mib.max()) > least)
+    return any(m != ANY_MODEL_MASK or (memory_by_kind and g > least) for _, _, m, g, _ in tasks.demand)
 
 
-def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int], ...]) -> int:
+def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int], ...], gpu_memory_mib: int = 0,
+                   memory_by_kind: tuple[int, ...] = ()) -> int:
     """The GPU kinds a task type may use, one bit each (bit ``i``: ``kinds[i]``).
 
     Parameters
@@ -185,16 +196,23 @@ def accepted_kinds(mask: int, gpu_count: int, kinds: tuple[tuple[int, int, int],
         GPUs per pod: a kind of nodes with fewer GPUs cannot hold it.
     kinds : tuple of (int, int, int)
         ``(model id, GPUs of the node, healthy GPUs)``; kinds without healthy GPUs are not used.
+    gpu_memory_mib : int
+        Explicit GPU memory per GPU the type asks (0: a share's proportion, which fits any
+        GPU the share fits).
+    memory_by_kind : tuple of int
+        ``ClusterState.memory_by_kind`` (empty: memory is not checked): a kind whose GPUs
+        all have less than ``gpu_memory_mib`` cannot hold the type.
     """
     out = 0
     for i, (model, node_gpus, n) in enumerate(kinds):
-        if n > 0 and node_gpus >= gpu_count and (mask == ANY_MODEL_MASK or (model <= 62 and (mask >> model) & 1)):
+        if n > 0 and node_gpus >= gpu_count and (mask == ANY_MODEL_MASK or (model <= 62 and (mask >> model) & 1)) \
+                and (not memory_by_kind or memory_by_kind[i] >= gpu_memory_mib):
             out |= 1 << i
     return out
 
 
 def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...],
-                    memo: GapMemo | None = None) -> GapTables:
+                    memo: GapMemo | None = None, memory_by_kind: tuple[int, ...] = ()) -> GapTables:
     """``U_i(f)`` per GPU kind from one cutting-stock LP with a bin kind per GPU kind.
 
     Every counted pod (``demand_rows(every_pod=True)``) is grouped into classes by (share,
@@ -214,6 +232,9 @@ def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...],
         ``ClusterState.gpus_by_kind``.
     memo : GapMemo, optional
         The caller's (a fresh one when None: nothing kept).
+    memory_by_kind : tuple of int
+        ``ClusterState.memory_by_kind``: a class asking more GPU memory per GPU than a
+        kind's GPUs have may not use it (empty: GPU memory is not checked).
 
     Returns
     -------
@@ -225,18 +246,19 @@ def joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...],
     memo = memo if memo is not None else GapMemo()
     if memo.joint_tasks is not tasks:
         memo.joint_tasks, memo.by_kinds = tasks, {}
-    if kinds not in memo.by_kinds:
-        memo.by_kinds[kinds] = _joint_gap_waste(tasks, kinds, memo)
-    return memo.by_kinds[kinds]
+    if (kinds, memory_by_kind) not in memo.by_kinds:
+        memo.by_kinds[(kinds, memory_by_kind)] = _joint_gap_waste(tasks, kinds, memo, memory_by_kind)
+    return memo.by_kinds[(kinds, memory_by_kind)]
 
 
-def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...], memo: GapMemo) -> GapTables:
+def _joint_gap_waste(tasks: TaskTypes, kinds: tuple[tuple[int, int, int], ...], memo: GapMemo,
+                     memory_by_kind: tuple[int, ...]) -> GapTables:
     every = accepted_kinds(ANY_MODEL_MASK, 0, kinds)
     n_gpus = sum(n for _, _, n in kinds)
     none = _priced_waste((), 0)
     pods: dict[tuple[int, int], int] = {}
-    for k, r, mask, c in demand_rows(tasks, every_pod=True):
-        accepted = accepted_kinds(int(mask), k, kinds)
+    for k, r, mask, g, c in demand_rows(tasks, every_pod=True):
+        accepted = accepted_kinds(int(mask), k, kinds, g, memory_by_kind)
         if accepted and k > 0:
             cls = (min(r, MILLI_PER_GPU), accepted)
             pods[cls] = pods.get(cls, 0) + k * c

@@ -132,7 +132,7 @@ def _demand_share(t: TaskTypes) -> dict[tuple[int, ...], float]:
     if t.demand is None:
         return {}
     total = sum(c for *_, c in t.demand)
-    return {(k, r, m): c / total for k, r, m, c in t.demand}
+    return {(k, r, m, g): c / total for k, r, m, g, c in t.demand}
 
 
 def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance, terms: Sequence[Term] = ()) -> bool:

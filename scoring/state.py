@@ -175,6 +175,10 @@ class ClusterState:
         Derived with ``gpus_by_model``: ``(model id, GPUs of its node, healthy GPUs)`` for each
         kind of GPU, sorted. A pod of ``k`` GPUs can use only GPUs of nodes with ``k`` or more
         (``scoring.gaps.joint_gap_waste``).
+    memory_by_kind : tuple of int
+        Derived with ``gpus_by_kind``, in its order: the most memory a healthy GPU of each
+        kind has, MiB. A pod asking more GPU memory (``gpufrac.io/memory``) cannot use the
+        kind (``scoring.gaps.accepted_kinds``).
     row_version : ndarray of shape (n_nodes,), int64
         Bumped by every write to a row (``apply``, ``set_nvml_used_mib``): a node's terms
         computed at one version hold until it moves (``scoring.incremental``).
@@ -213,6 +217,7 @@ class ClusterState:
     workload: WorkloadModel = field(default_factory=WorkloadModel)
     gpus_by_model: tuple[int, ...] = ()
     gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
+    memory_by_kind: tuple[int, ...] = ()
     version: int = 0
 
     @classmethod
@@ -307,6 +312,11 @@ class ClusterState:
         kinds = Counter(zip(state.gpu_model[state.gpu_healthy].tolist(), node_gpus[state.gpu_healthy].tolist(),
                             strict=True))
         state.gpus_by_kind = tuple(sorted((m, n, c) for (m, n), c in kinds.items()))
+        most: dict[tuple[int, int], int] = {}
+        for m, n, t in zip(state.gpu_model[state.gpu_healthy].tolist(), node_gpus[state.gpu_healthy].tolist(),
+                           state.gpu_mem_total_mib[state.gpu_healthy].tolist(), strict=True):
+            most[(m, n)] = max(most.get((m, n), 0), t)
+        state.memory_by_kind = tuple(most[(m, n)] for m, n, _ in state.gpus_by_kind)
         return state
 
     @property
@@ -411,8 +421,8 @@ class ClusterState:
         Returns
         -------
         ClusterState
-            ``k`` nodes; models, GPU columns, ``gpus_by_model`` and ``gpus_by_kind`` as in
-            this state.
+            ``k`` nodes; models, GPU columns, ``gpus_by_model``, ``gpus_by_kind`` and
+            ``memory_by_kind`` as in this state.
         """
         names = [self.node_names[r] for r in rows.tolist()]
         arrays = {f.name: getattr(self, f.name)[rows] for f in fields(self)
@@ -425,5 +435,6 @@ class ClusterState:
             workload=workload if workload is not None else WorkloadModel(),
             gpus_by_model=self.gpus_by_model,
             gpus_by_kind=self.gpus_by_kind,
+            memory_by_kind=self.memory_by_kind,
             **arrays,
         )

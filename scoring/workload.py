@@ -9,8 +9,9 @@ nowhere is exactly the kind fragmentation must serve). Counting the waiting pods
 FGD from 5.02 % to 4.87 % unallocated at 100 % arrived (openb seed 42). The
 ``max_types`` most frequent types, renormalised, form the ``TaskTypes`` the ``fgd``
 strategy uses (fewer types keep the kernel cheap; the tail carries little weight). Their
-``TaskTypes.demand`` counts every pod by (GPUs, share, models) for the cutting-stock prices,
-whose classes ignore CPU and memory: there the tail is whole pods restricted to rare models.
+``TaskTypes.demand`` counts every pod by (GPUs, share, models, GPU memory) for the
+cutting-stock prices, whose classes ignore CPU and host memory: there the tail is whole pods
+restricted to rare models, or asking more GPU memory than most GPUs have.
 
 A fresh cluster has seen few shapes: after a thousand quarter-GPU notebooks the learned
 workload is "quarter GPUs only", against which no placement fragments anything, and the
@@ -36,6 +37,11 @@ TaskKey = tuple[int, int, int, int, int, int]
 """``(gpu_count, gpu_milli, cpu_milli, memory_mib, model_mask, gpu_memory_mib)``; the last is the
 explicit GPU memory per GPU, 0 for a share's proportion."""
 
+
+DEMAND_MEMORY_STEP_MIB = 1024
+"""Explicit GPU memory is counted in ``TaskTypes.demand`` rounded up to this (GPU sizes are
+whole GiB: a pod fits a GPU's memory exactly when its rounded request does), so that a
+memory-heavy list makes tens of demand classes, not one per pod."""
 
 PRIOR_PODS = 8
 """Pseudo-pods the default prior is worth while little is observed (see ``ShapePrior``)."""
@@ -184,7 +190,7 @@ class WorkloadModel:
         self.max_types = max_types
         self._counts: dict[TaskKey, int] = {}
         self._share_by_gpus: dict[int, int] = {}
-        self._demand: dict[tuple[int, int, int], int] = {}
+        self._demand: dict[tuple[int, int, int, int], int] = {}
         self._observed = 0
         self._prior = NO_PRIOR
         self._prior_shapes: tuple[tuple[int, int, int], ...] = ()
@@ -199,7 +205,8 @@ class WorkloadModel:
         k, share = key[0], min(key[1], MILLI_PER_GPU)
         _bump(self._counts, key, sign)
         _bump(self._share_by_gpus, k, sign * k * share)
-        _bump(self._demand, (k, share, key[4]), sign)
+        step = DEMAND_MEMORY_STEP_MIB
+        _bump(self._demand, (k, share, key[4], -(-max(key[5], 0) // step) * step), sign)
         self._observed = max(0, self._observed + sign)
         self._prior_counts = None
         self._whole_node_seen = None
@@ -232,7 +239,7 @@ class WorkloadModel:
         """``(gpu_count, gpu_milli) -> pseudo-pods`` the prior adds now (kept until the
         counts or the prior change: ``share_by_gpu_count`` asks on every evaluation)."""
         if self._prior_counts is None:
-            held = {(k, share) for k, share, _ in self._demand}
+            held = {(k, share) for k, share, _, _ in self._demand}
             fractional = any(share < MILLI_PER_GPU for _, share in held)
             seen = tuple((k, milli) in held if milli == MILLI_PER_GPU else fractional
                          for k, milli, _ in self._prior_shapes)
@@ -248,7 +255,7 @@ class WorkloadModel:
         if self._whole_node_seen is None:
             big = self._largest_node
             self._whole_node_seen = big == 0 or any(
-                k >= big and share >= MILLI_PER_GPU for k, share, _ in self._demand)
+                k >= big and share >= MILLI_PER_GPU for k, share, _, _ in self._demand)
         return self._whole_node_seen
 
     def share_by_gpu_count(self) -> dict[int, int]:
@@ -270,7 +277,7 @@ class WorkloadModel:
             for (k, milli), c in self.prior_counts().items():
                 key: TaskKey = (k, milli, 0, 0, ANY_MODEL_MASK, 0)
                 merged[key] = merged.get(key, 0) + c
-                demand[(k, milli, ANY_MODEL_MASK)] = demand.get((k, milli, ANY_MODEL_MASK), 0) + c
+                demand[(k, milli, ANY_MODEL_MASK, 0)] = demand.get((k, milli, ANY_MODEL_MASK, 0), 0) + c
             if not merged:
                 self._cached = None
             else:
@@ -279,7 +286,7 @@ class WorkloadModel:
                 count = np.array([c for _, c in items], dtype=np.int64)
                 masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
                 gpu_mem = rows[:, 5] if (rows[:, 5] != 0).any() else None
-                demand_rows = tuple((k, r, m, c) for (k, r, m), c in sorted(demand.items()))
+                demand_rows = tuple((k, r, m, g, c) for (k, r, m, g), c in sorted(demand.items()))
                 self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
                                          count / count.sum(), count, masks, gpu_mem, demand_rows)
         return self._cached

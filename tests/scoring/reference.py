@@ -119,14 +119,20 @@ def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
                     for c in range(state.max_gpus) if state.gpu_healthy[r, c]})
     per_kind = tuple(sum(1 for r in range(state.n_nodes) for c in range(state.max_gpus) if state.gpu_healthy[r, c]
                          and (int(state.gpu_model[r, c]), node_gpus[r]) == kd) for kd in kinds)
+    # the most memory a healthy GPU of each kind has; a type asking more (rounded up to GiB)
+    # may not use the kind
+    kind_mib = [max(int(state.gpu_mem_total_mib[r, c]) for r in range(state.n_nodes) for c in range(state.max_gpus)
+                    if state.gpu_healthy[r, c] and (int(state.gpu_model[r, c]), node_gpus[r]) == kd) for kd in kinds]
     masks = [-1] * tasks.count.shape[0] if tasks.model_mask is None else [int(m) for m in tasks.model_mask]
-    demand = [(int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU), masks[t], int(tasks.count[t]))
-              for t in range(tasks.count.shape[0])]
+    asked = [0] * tasks.count.shape[0] if tasks.gpu_memory_mib is None else [
+        -(-int(g) // 1024) * 1024 for g in tasks.gpu_memory_mib]
+    demand = [(int(tasks.gpu_count[t]), min(int(tasks.gpu_milli[t]), MILLI_PER_GPU), masks[t], asked[t],
+               int(tasks.count[t])) for t in range(tasks.count.shape[0])]
     pods: dict[tuple[int, int], int] = {}
-    for k, r, mask, n in demand:
+    for k, r, mask, g, n in demand:
         accepted = 0
         for i, (model, ng) in enumerate(kinds):  # ids past 62: only a mask of every model accepts them
-            if ng >= k and (mask == -1 or (model <= 62 and (mask >> model) & 1)):
+            if ng >= k and (mask == -1 or (model <= 62 and (mask >> model) & 1)) and kind_mib[i] >= g:
                 accepted |= 1 << i
         if k > 0 and accepted:
             pods[(r, accepted)] = pods.get((r, accepted), 0) + k * n
@@ -136,9 +142,10 @@ def _gap_price_u(state: ClusterState, row: int, col: int) -> tuple[float, ...]:
         return tuple(float(f) for f in range(MILLI_PER_GPU + 1))
     scale = 1.0 * MILLI_PER_GPU * n_gpus / total_share  # the cluster's share, SATURATION = 1
     every = (1 << len(kinds)) - 1
-    if tasks.model_mask is None or all(m == every for _, m in pods):  # no model restricted: one LP
+    restricted = tasks.model_mask is not None or any(g > min(kind_mib, default=0) for _, _, _, g, _ in demand)
+    if not restricted or all(m == every for _, m in pods):  # no model or memory restricted: one LP
         by_size: dict[int, int] = {}
-        for k, r, _, n in demand:
+        for k, r, _, _, n in demand:
             if k > 0:
                 by_size[r] = by_size.get(r, 0) + k * n
         total = sum(s * n for s, n in by_size.items())

@@ -176,6 +176,40 @@ def test_a_rare_model_pod_keeps_its_gpu_under_per_model_prices() -> None:
     assert fit(st, rare, np.arange(2)).gpu_fits[0].tolist() == [False, True]
 
 
+
+def test_a_pod_that_needs_a_large_gpus_memory_keeps_it_under_per_kind_prices() -> None:
+    # The rare-model case above with GPU memory in the place of the model (issue 41, item
+    # 5): a: 2 x 80 GiB GPUs, GPU0 holds a whole-GPU pod asking 40 GiB (gpufrac.io/memory),
+    # which no 16 GiB GPU can hold; b: 2 x 16 GiB GPUs, GPU0 holds a 500-milli pod asking a
+    # share's proportion. Every pod accepts every model.
+    # Demand rows: (1, 500, any, 0 MiB) and (1, 1000, any, 40 GiB). The 40 GiB pods may use
+    # the 80 GiB kind only (memory_by_kind (81920, 16384) against 40960), the 500s both:
+    # the same classes, LP and prices as the T4 case, so U_80(1000) = 0 (an empty 80 GiB GPU
+    # is worth a pod only it can hold) and U_16(1000) = 1000.
+    # Another 500-milli pod: a/GPU1 (1000 -> 500) 0.5 - 500/2000 = 0.25; b/GPU0 (500 -> 0)
+    # and b/GPU1 (1000 -> 500) -500 -> 0.75.
+    # Blind to memory (the old demand rows): one LP, U(f) = f, every free GPU 0.75, and the
+    # lowest row (a) wins the tie: the next 40 GiB pod would find no GPU.
+    st = ClusterState.from_nodes([gpu_node("a", 2, model="A100-80GB", memory_mib=81920),
+                                  gpu_node("b", 2, model="T4", memory_mib=16384)])
+    st.apply(Allocation("a", (0,), 1000, (40960,), QoSClass.BURSTABLE, 1000, 1024, gpu_memory_request_mib=40960))
+    st.apply(Allocation("b", (0,), 500, (8192,), QoSClass.BURSTABLE, 1000, 1024))
+    req = PodRequest(1, 500, gpu_memory_mib=0)
+    ctx = fit(st, req, np.arange(2))
+    tasks = tasks_of(ctx)
+    assert tasks.demand == ((1, 500, -1, 0, 1), (1, 1000, -1, 40960, 1))
+    assert ctx.memory_by_kind == (81920, 16384) and gaps.restricted(tasks, ctx.memory_by_kind)
+    assert not gaps.restricted(tasks)  # models alone: nothing restricted
+    u_80, u_16, _ = gaps.model_waste(ctx)
+    assert [u_80[f] for f in (500, 1000)] == pytest.approx([500, 0])
+    assert [u_16[f] for f in (500, 1000)] == pytest.approx([500, 1000])
+    g = gap_price.gpu_score(ctx)
+    np.testing.assert_allclose(g, [[0, 0.25], [0.75, 0.75]])
+    np.testing.assert_allclose([[_gap_price_score(st, r, c, req) if ctx.gpu_fits[r, c] else 0.0
+                                 for c in range(2)] for r in range(2)], g)
+    assert gaps.gap_waste(tasks, 4)[1000] == pytest.approx(1000)  # blind: the empty 80 GiB GPU is no loss
+    assert build_scorer(PRESETS["default"]).evaluate(st, req, np.arange(2)).best() == 1
+
 def test_per_model_prices_see_restricted_pods_beyond_the_frequent_types() -> None:
     # The rare-model state above with a workload cut to its most frequent type: the
     # 500-milli any-model pod (ties break on the key: (1, 500, ...) < (1, 1000, ...)). The
@@ -191,7 +225,7 @@ def test_per_model_prices_see_restricted_pods_beyond_the_frequent_types() -> Non
     top.add((1, 500, 1000, 1024, -1, 0), 1)
     tasks = top.task_types()
     assert tasks is not None and tasks.gpu_milli.tolist() == [500] and tasks.model_mask is None
-    assert tasks.demand == ((1, 500, -1, 1), (1, 1000, t4_only, 1))
+    assert tasks.demand == ((1, 500, -1, 0, 1), (1, 1000, t4_only, 0, 1))
     assert gaps.restricted(tasks)
     ctx = replace(fit(st, PodRequest(1, 500, gpu_memory_mib=0), np.arange(2)), tasks=tasks)
     u_t4, u_v100, _ = gaps.model_waste(ctx)

@@ -153,10 +153,10 @@ def test_workload_drift_is_the_total_variation_distance() -> None:
     assert workload_drift(a, b) == pytest.approx(0.5)
     assert workload_drift(a, types([6, 2], [500, 250])) == 0.0  # same shares, twice the pods
     assert workload_drift(None, a) == 1.0 and workload_drift(None, None) == 0.0
-    # The same types, other pods beyond them (TaskTypes.demand: (k, share, mask, pods)):
+    # The same types, other pods beyond them (TaskTypes.demand: (k, share, mask, GPU memory, pods)):
     # demand shares 0.8 / 0.2 against 0.6 / 0.4 -> 1/2 * (0.2 + 0.2) = 0.2.
-    tail_a = replace(a, demand=((1, 250, -1, 2), (1, 500, 6, 8)))
-    tail_b = replace(a, demand=((1, 250, -1, 4), (1, 500, 6, 6)))
+    tail_a = replace(a, demand=((1, 250, -1, 0, 2), (1, 500, 6, 0, 8)))
+    tail_b = replace(a, demand=((1, 250, -1, 0, 4), (1, 500, 6, 0, 6)))
     assert workload_drift(tail_a, tail_b) == pytest.approx(0.2)
     assert drifted(ct(tail_a), ct(tail_b), EXACT, TERMS)
 

@@ -89,7 +89,7 @@ def test_workload_starts_from_the_prior_and_real_demand_outgrows_it() -> None:
     # share_by_gpu_count: 960 * 250 + 250 + 500 + 10 * 1000 for one GPU; 10 * 4000; 10 * 8000.
     assert wl.share_by_gpu_count() == {1: 240_000 + 750 + 10_000, 4: 40_000, 8: 80_000}
     # The cutting-stock demand sees the pseudo-pods too.
-    assert (8, 1000, ANY_MODEL_MASK, 10) in (tasks.demand or ())
+    assert (8, 1000, ANY_MODEL_MASK, 0, 10) in (tasks.demand or ())
 
 
 def test_workload_is_the_same_whatever_the_order_of_the_pods() -> None:
