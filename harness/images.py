@@ -64,10 +64,15 @@ def buildah(*args: str, timeout_s: float = 900, cwd: Path | None = None) -> str:
     return proc.stdout.strip()
 
 
+def buildah_may_fail(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run Debian's buildah where a failure is an answer (no such image, image still in use)."""
+    exe = ensure_debian("buildah", "buildah")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True)
+
+
 def exists(ref: str) -> bool:
     """Whether buildah's storage holds the image ``ref``."""
-    exe = ensure_debian("buildah", "buildah")
-    return subprocess.run([str(exe), "inspect", "--type", "image", ref], capture_output=True).returncode == 0
+    return buildah_may_fail("inspect", "--type", "image", ref).returncode == 0
 
 
 def _key(*parts: str) -> str:
@@ -157,9 +162,7 @@ def _storage_lock() -> Iterator[None]:
 
 def image_id(ref: str) -> str | None:
     """The ID of the image ``ref`` names in buildah's storage; None when there is none."""
-    exe = ensure_debian("buildah", "buildah")
-    proc = subprocess.run([str(exe), "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-                          capture_output=True, text=True)
+    proc = buildah_may_fail("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref)
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
@@ -168,7 +171,6 @@ def _prune_dangling(older_than_s: float) -> None:
     the stubs stage after the agent's sources changed); newer ones stay as layer cache."""
     listing = buildah("images", "--filter", "dangling=true", "--format", "{{.ID}}|{{.CreatedAtRaw}}")
     now = dt.datetime.now(dt.UTC)
-    exe = ensure_debian("buildah", "buildah")
     for line in listing.splitlines():
         image, _, created = line.partition("|")
         try:  # "2026-11-26 19:10:55.330209652 +0000 UTC"
@@ -177,7 +179,7 @@ def _prune_dangling(older_than_s: float) -> None:
         except ValueError:
             continue
         if (now - when).total_seconds() > older_than_s:
-            subprocess.run([str(exe), "rmi", image], capture_output=True)
+            buildah_may_fail("rmi", image)
 
 
 def _containers() -> set[str]:
@@ -188,8 +190,7 @@ def _drop(previous: str | None, ref: str) -> None:
     """Remove the image ``ref`` named before a rebuild (untagged now, half a gigabyte a
     build); kept when something still uses it."""
     if previous is not None and previous != image_id(ref):
-        exe = ensure_debian("buildah", "buildah")
-        subprocess.run([str(exe), "rmi", previous], capture_output=True)
+        buildah_may_fail("rmi", previous)
 
 
 def scheduler_image(binary: Path) -> str:

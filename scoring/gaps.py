@@ -34,7 +34,7 @@ from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes, total_variation
 from scoring.reduce import clip
 from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
-from scoring.workload import DEMAND_MEMORY_STEP_MIB
+from scoring.workload import demand_memory_mib
 
 SATURATION = 1.0
 """GPU demand the LP assumes, as a multiple of the GPUs' share (1: the cluster is full)."""
@@ -107,8 +107,8 @@ def gap_waste(tasks: TaskTypes, n_gpus: int, memo: GapMemo | None = None) -> NDA
 
 def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, int, int, int, int]]:
     """``(gpu_count, share milli, model_mask, gpu_memory_mib, pods)`` of the workload's GPU
-    pods (``TaskTypes.demand``; explicit GPU memory per GPU rounded up to
-    ``DEMAND_MEMORY_STEP_MIB``, 0 for a share's proportion).
+    pods (``TaskTypes.demand``; explicit GPU memory per GPU as ``demand_memory_mib``
+    rounds it, 0 for a share's proportion).
 
     Each task type by default; with ``every_pod``, every counted pod where
     ``tasks.demand`` holds them (``WorkloadModel``). The joint LP reads every pod:
@@ -118,8 +118,7 @@ def demand_rows(tasks: TaskTypes, every_pod: bool = False) -> list[tuple[int, in
     if every_pod and tasks.demand is not None:
         return [row for row in tasks.demand if row[0] > 0]
     masks = tasks.model_mask.tolist() if tasks.model_mask is not None else [ANY_MODEL_MASK] * tasks.count.shape[0]
-    step = DEMAND_MEMORY_STEP_MIB
-    gpu_mem = ((-(-tasks.gpu_memory_mib // step) * step).tolist() if tasks.gpu_memory_mib is not None
+    gpu_mem = ([demand_memory_mib(g) for g in tasks.gpu_memory_mib.tolist()] if tasks.gpu_memory_mib is not None
                else [0] * tasks.count.shape[0])
     return [(k, r, m, g, c) for k, r, m, g, c in zip(tasks.gpu_count.tolist(), tasks.gpu_milli.tolist(), masks,
                                                      gpu_mem, tasks.count.tolist(), strict=True) if k > 0]

@@ -309,13 +309,14 @@ class ClusterState:
         state.gpus_by_model = tuple(
             np.bincount(state.gpu_model[state.gpu_healthy], minlength=len(state.models)).tolist())
         node_gpus = np.broadcast_to(state.gpu_exists.sum(axis=1)[:, None], shape)
-        kinds = Counter(zip(state.gpu_model[state.gpu_healthy].tolist(), node_gpus[state.gpu_healthy].tolist(),
-                            strict=True))
-        state.gpus_by_kind = tuple(sorted((m, n, c) for (m, n), c in kinds.items()))
+        kinds: Counter[tuple[int, int]] = Counter()
         most: dict[tuple[int, int], int] = {}
-        for m, n, t in zip(state.gpu_model[state.gpu_healthy].tolist(), node_gpus[state.gpu_healthy].tolist(),
-                           state.gpu_mem_total_mib[state.gpu_healthy].tolist(), strict=True):
-            most[(m, n)] = max(most.get((m, n), 0), t)
+        healthy = state.gpu_healthy
+        for kind, mib in zip(zip(state.gpu_model[healthy].tolist(), node_gpus[healthy].tolist(), strict=True),
+                             state.gpu_mem_total_mib[healthy].tolist(), strict=True):
+            kinds[kind] += 1
+            most[kind] = max(most.get(kind, 0), mib)
+        state.gpus_by_kind = tuple(sorted((m, n, c) for (m, n), c in kinds.items()))
         state.memory_by_kind = tuple(most[(m, n)] for m, n, _ in state.gpus_by_kind)
         return state
 

@@ -43,6 +43,13 @@ DEMAND_MEMORY_STEP_MIB = 1024
 whole GiB: a pod fits a GPU's memory exactly when its rounded request does), so that a
 memory-heavy list makes tens of demand classes, not one per pod."""
 
+
+def demand_memory_mib(gpu_memory_mib: int) -> int:
+    """Explicit GPU memory per GPU as ``TaskTypes.demand`` counts it: rounded up to
+    ``DEMAND_MEMORY_STEP_MIB`` (0 stays 0: a share's proportion), MiB."""
+    step = DEMAND_MEMORY_STEP_MIB
+    return -(-max(gpu_memory_mib, 0) // step) * step
+
 PRIOR_PODS = 8
 """Pseudo-pods the default prior is worth while little is observed (see ``ShapePrior``)."""
 
@@ -205,8 +212,7 @@ class WorkloadModel:
         k, share = key[0], min(key[1], MILLI_PER_GPU)
         _bump(self._counts, key, sign)
         _bump(self._share_by_gpus, k, sign * k * share)
-        step = DEMAND_MEMORY_STEP_MIB
-        _bump(self._demand, (k, share, key[4], -(-max(key[5], 0) // step) * step), sign)
+        _bump(self._demand, (k, share, key[4], demand_memory_mib(key[5])), sign)
         self._observed = max(0, self._observed + sign)
         self._prior_counts = None
         self._whole_node_seen = None
