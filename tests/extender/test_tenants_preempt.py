@@ -3,6 +3,7 @@ through the extender's HTTP verbs on an in-memory cache."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -254,6 +255,14 @@ def test_preempt_rejects_a_bad_pod_with_400(tmp_path: Path) -> None:
 def test_config_reload_changes_scores_and_a_broken_edit_keeps_the_old(tmp_path: Path) -> None:
     path = tmp_path / "gpufrac.yaml"
     path.write_text("scoring:\n  preset: packing\n")
+
+    def edit(text: str) -> None:
+        # replaced whole, as kubelet swaps a ConfigMap volume: write_text truncates first,
+        # and a poll between truncate and write reads an empty (valid, default) config
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
     # node a holds half a GPU; b is empty: packing puts a quarter pod on a, spread on b
     with app_with([gpu_node("a", 1), gpu_node("b", 1)], path, config_poll_s=0.05) as (client, _):
         held = pod("held", "default", "0.5")
@@ -279,14 +288,14 @@ def test_config_reload_changes_scores_and_a_broken_edit_keeps_the_old(tmp_path: 
                 time.sleep(0.05)
 
         assert top() == "a"
-        path.write_text("scoring:\n  preset: spread\n")
+        edit("scoring:\n  preset: spread\n")
         wait_for(lambda: top() == "b")
         assert metric('gpufrac_config_reloads_total{result="applied"}') == 1
-        path.write_text("scoring:\n  weights: {spread: -1}\n")
+        edit("scoring:\n  weights: {spread: -1}\n")
         wait_for(lambda: metric('gpufrac_config_reloads_total{result="rejected"}') == 1)
         assert metric("gpufrac_config_valid") == 0
         assert top() == "b"  # the previous config stays in force
-        path.write_text("scoring:\n  preset: packing\n")
+        edit("scoring:\n  preset: packing\n")
         wait_for(lambda: top() == "a")
         assert metric("gpufrac_config_valid") == 1
 
