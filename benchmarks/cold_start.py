@@ -13,6 +13,10 @@ what that costs, as kube-scheduler drives the verbs:
 3. then, for each *next* shape class, the number of nodes where one such pod fits (the
    extender's own feasibility, on every node) and the nodes the seen pods touched.
 
+With ``--first 8`` each fill is also run after one pod of 8 GPUs came first (``first`` in the
+table): a learned workload that has seen a whole-node pod once must still keep nodes whole
+for the next one while hundreds of small pods arrive.
+
 Policies: gpufrac's ``default`` and ``bestfit`` presets, and kube-scheduler's default spread
 (the extender's prioritize weight 0: the in-tree ``NodeResourcesFit`` LeastAllocated and
 ``NodeResourcesBalancedAllocation`` scores with random ties choose the node; gpufrac only
@@ -91,6 +95,8 @@ class ColdStartResult:
     policy: str
     seen_gpu: float
     load: float
+    first_gpu: int
+    """GPUs of the one pod placed before the seen ones (0: none)."""
     pods: int
     placed: int
     nodes_touched: int
@@ -100,8 +106,9 @@ class ColdStartResult:
 
 
 def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_node: int,
-            seed: int = 42) -> ColdStartResult:
-    """Fill a fresh cluster with ``seen_gpu``-GPU pods up to ``load``; count where each shape fits."""
+            seed: int = 42, first_gpu: int = 0) -> ColdStartResult:
+    """Fill a fresh cluster with ``seen_gpu``-GPU pods up to ``load`` (after one pod of
+    ``first_gpu`` GPUs when not 0); count where each shape fits."""
     specs = cluster(n_nodes, gpus_per_node)
     base = Profile.from_file(replay.DEFAULT_SCHEDULER_CONFIG)
     spread = policy == "kube-scheduler"
@@ -114,18 +121,20 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
                          np.array([sum(g.replicas for g in s.gpus) for s in specs]), profile,
                          np.random.default_rng(seed))
     n_pods = math.floor(load * n_nodes * gpus_per_node / seen_gpu)
-    gpus = max(1, int(seen_gpu))
-    cpu, mem = host_requests(seen_gpu)
     placed = 0
     start = time.perf_counter()
-    for i in range(n_pods):
-        p = pod(seen_gpu, f"seen-{i:06d}")
+    shapes = [(float(first_gpu), "first")] if first_gpu else []
+    shapes += [(seen_gpu, f"seen-{i:06d}") for i in range(n_pods)]
+    for shape, name in shapes:
+        p = pod(shape, name)
+        cpu, mem = host_requests(shape)
+        gpus = max(1, int(shape))
         client.pod_events([{"type": "ADDED", "object": p}])
         feasible = view.feasible(cpu, mem, gpus)
         node = replay.schedule_with_extender(client, view, names, p, cpu, mem, feasible, profile)
         if node >= 0 and not client.bind(p, names.names[node]):
             view.assume(node, cpu, mem, gpus)
-            placed += 1
+            placed += name != "first"
         else:  # a pod that fits nowhere must not stay pending in the workload
             client.pod_events([{"type": "DELETED", "object": p}])
     seconds = time.perf_counter() - start
@@ -135,24 +144,29 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
     for shape in SHAPES_GPU:
         intent, _ = inbound.extender_args(pod(shape, "probe"), None, all_names)
         fits[f"{shape:g}"] = int(client.cache.evaluate(intent, all_names).evaluation.node_fits.sum())
-    return ColdStartResult(policy, seen_gpu, load, n_pods, placed, touched, fits, seconds)
+    return ColdStartResult(policy, seen_gpu, load, first_gpu, n_pods, placed, touched, fits, seconds)
 
 
 def table(results: list[ColdStartResult]) -> str:
     """Markdown: one row per (load, seen shape), nodes where each next shape fits per policy."""
-    by = {(r.policy, r.seen_gpu, r.load): r for r in results}
-    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {(r.policy, r.first_gpu, r.seen_gpu, r.load): r for r in results}
+    policies = list(dict.fromkeys(r.policy for r in results))
     loads = sorted({r.load for r in results})
     seen = sorted({r.seen_gpu for r in results})
+    firsts = sorted({r.first_gpu for r in results})
     head = "| load | seen first | " + " | ".join(
         f"next {s:g} GPU: " + " / ".join(policies) for s in SHAPES_GPU) + " | nodes touched |"
     lines = [head, "|" + "---|" * (len(SHAPES_GPU) + 3)]
-    for load in loads:
-        for s in seen:
-            rs = [by.get((p, s, load)) for p in policies]
-            cells = [" / ".join(str(r.fits_next[f"{n:g}"]) if r else "-" for r in rs) for n in SHAPES_GPU]
-            touched = " / ".join(str(r.nodes_touched) if r else "-" for r in rs)
-            lines.append(f"| {load:.0%} | {s:g} GPU | " + " | ".join(cells) + f" | {touched} |")
+    for first in firsts:
+        for load in loads:
+            for s in seen:
+                rs = [by.get((p, first, s, load)) for p in policies]
+                if not any(rs):
+                    continue
+                cells = [" / ".join(str(r.fits_next[f"{n:g}"]) if r else "-" for r in rs) for n in SHAPES_GPU]
+                touched = " / ".join(str(r.nodes_touched) if r else "-" for r in rs)
+                what = f"{first} GPU, then {s:g} GPU" if first else f"{s:g} GPU"
+                lines.append(f"| {load:.0%} | {what} | " + " | ".join(cells) + f" | {touched} |")
     return "\n".join(lines)
 
 
@@ -164,6 +178,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated shapes seen first, in GPUs (default all six)")
     p.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS),
                    help="comma-separated loads as fractions of GPU capacity (default 0.06,0.5)")
+    p.add_argument("--first", default="0",
+                   help="comma-separated GPUs of one pod placed before the seen ones, 0 for none "
+                        "(default 0; 0,8 runs each fill without and after an 8-GPU pod)")
     p.add_argument("--policies", default=",".join(POLICIES),
                    help=f"comma-separated, of {', '.join(POLICIES)} or any preset (default all three)")
     p.add_argument("--out", type=Path, default=Path("cold-start-out"),
@@ -179,14 +196,18 @@ def run(args: argparse.Namespace) -> int:
     loads = [float(x) for x in args.loads.split(",") if x]
     if any(not 0 < x <= 1 for x in loads):
         raise SystemExit(f"--loads: each must be in (0, 1], got {args.loads}")
+    firsts = [int(x) for x in args.first.split(",") if x]
+    if any(not 0 <= f <= args.gpus_per_node for f in firsts):
+        raise SystemExit(f"--first: GPUs in 0..--gpus-per-node, got {args.first}")
     results = []
-    for load in loads:
-        for s in seen:
-            for policy in [p for p in args.policies.split(",") if p]:
-                r = run_one(policy, s, load, args.nodes, args.gpus_per_node)
-                print(f"{policy:>14} seen {s:g} GPU at {load:.0%}: {r.placed}/{r.pods} placed on "
-                      f"{r.nodes_touched} nodes; next fits on {r.fits_next} ({r.seconds:.1f} s)", flush=True)
-                results.append(r)
+    for first in firsts:
+        for load in loads:
+            for s in seen:
+                for policy in [p for p in args.policies.split(",") if p]:
+                    r = run_one(policy, s, load, args.nodes, args.gpus_per_node, first_gpu=first)
+                    print(f"{policy:>14} first {first} seen {s:g} GPU at {load:.0%}: {r.placed}/{r.pods} placed on "
+                          f"{r.nodes_touched} nodes; next fits on {r.fits_next} ({r.seconds:.1f} s)", flush=True)
+                    results.append(r)
     args.out.mkdir(parents=True, exist_ok=True)
     md = table(results)
     (args.out / "table.md").write_text(md + "\n")

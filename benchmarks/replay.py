@@ -519,7 +519,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], position: int) -> list[SeedResult]:
-    """One job: its own extender (unless ``--url``), its seeds in order."""
+    """One job: its seeds in order, each on a fresh extender (unless ``--url``): an extender that
+    replayed a seed has seen every pod of it arrive and leave, and the churn it learned from
+    that (``scoring.workload.WorkloadModel.churn``) would follow it into the next seed."""
+    return [result for seed in seeds for result in _run_seeds(args, profile, [seed], position)]
+
+
+def _run_seeds(args: argparse.Namespace, profile: Profile, seeds: list[int], position: int) -> list[SeedResult]:
+    """``seeds`` in order on one extender (its own unless ``--url``)."""
     specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
     pods = trace.load_pods(args.pods)
     if args.model_constrained:
@@ -564,7 +571,7 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
 def replay_seeds(args: argparse.Namespace, profile: Profile) -> list[SeedResult]:
     """Every seed of ``args.seeds`` for ``args.preset`` (or ``args.config``) on ``args.pods``.
 
-    Seeds are dealt round-robin to ``args.jobs`` processes, each with its own extender; each
+    Seeds are dealt round-robin to ``args.jobs`` processes, each seed on its own extender; each
     seed still replays strictly in order, so results do not depend on the number of jobs.
     """
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,10 @@
 """The admin config file: its schema, its validation, and what it decides.
 
-``parse_admin_config`` reads the YAML into ``AdminConfigFile`` (every field checked, errors
-with their field paths and a did-you-mean), then into an ``AdminConfigFile``: the
-``ScoringConfig`` (a preset with weights, QoS overrides, the shape prior and ties
-replaced), the tenants (``extender.tenants``) and the incremental scorer's tolerance. The
-same file is reloaded live (``extender.reload``) and validated offline (``gpufrac config
-validate``); ``config_json_schema`` gives editors and the Helm chart its schema.
+``parse_admin_config`` reads the YAML into ``AdminConfigFile`` (every field checked, errors with
+field paths and a did-you-mean), then into an ``AdminConfig``: the ``ScoringConfig`` (a preset
+with weights, QoS overrides, the shape prior, learning and ties replaced), the tenants
+(``extender.tenants``), the incremental scorer's tolerance. Reloaded live (``extender.reload``),
+validated offline (``gpufrac config validate``); ``config_json_schema`` gives its schema.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from extender.cache.defrag import DefragPolicy
 from extender.cache.reservations import OFF as NO_RESERVATIONS
 from extender.cache.reservations import StarvationPolicy
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
+from scoring.arrivals import MAX_HALF_LIFE_PODS, Learning
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
@@ -45,6 +45,7 @@ class ToleranceFile(BaseModel):
     # lists equal): adaptive_balance's effective CPU pressure, spare_nodes' probabilities.
     cpu_pressure: float = Field(DEFAULT_TOLERANCE.of("cpu_pressure"), ge=0.0, allow_inf_nan=False)
     spare_need: float = Field(DEFAULT_TOLERANCE.of("spare_need"), ge=0.0, le=1.0)
+    churn: float = Field(DEFAULT_TOLERANCE.of("churn"), ge=0.0, le=1.0)
 
     def tolerance(self) -> Tolerance:
         """As ``scoring.incremental.Tolerance``."""
@@ -89,6 +90,18 @@ class PriorFile(BaseModel):
     GPU, half and a quarter of one."""
 
 
+class LearningFile(BaseModel):
+    """``scoring.learning:``: what the learned workload counts (``scoring.workload.Learning``);
+    a field left out keeps the preset's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learn_from: Literal["running", "arrivals"] | None = None
+    """``running``: the GPU pods placed and waiting; ``arrivals``: each once, decayed, plus those waiting."""
+    half_life_pods: int | None = Field(None, ge=1, le=MAX_HALF_LIFE_PODS)
+    """Half-life of the arrival history, in GPU pods arrived."""
+
+
 class ScoringFile(BaseModel):
     """``scoring:`` section of the admin config file."""
 
@@ -99,6 +112,7 @@ class ScoringFile(BaseModel):
     qos_overrides: dict[str, dict[str, float]] = Field(default_factory=dict)
     tolerance: ToleranceFile = Field(default_factory=ToleranceFile)
     prior: PriorFile = Field(default_factory=PriorFile)
+    learning: LearningFile = Field(default_factory=LearningFile)
     ties: Literal["keep_whole", "row"] | None = None
     """How nodes of equal score are ordered (``scoring.scorer.Ties``); left out: the preset's."""
 
@@ -233,6 +247,7 @@ def scoring_config(preset: str, overrides: dict[str, Any] | None = None) -> Scor
         qos_overrides={**base.qos_overrides, **overrides.get("qos_overrides", {})},
         prior=overrides.get("prior", base.prior),
         ties=Ties(overrides.get("ties", base.ties)),
+        learning=overrides.get("learning", base.learning),
     )
     errors = validate_config(cfg)
     if errors:
@@ -326,6 +341,11 @@ def _prior(base: ShapePrior, given: PriorFile) -> ShapePrior:
                       base.floor if given.floor is None else given.floor)
 
 
+def _learning(base: Learning, given: LearningFile) -> Learning:
+    """The preset's learning with the fields the config gives replaced."""
+    return replace(base, **given.model_dump(exclude_none=True))
+
+
 def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
     """Validate the text of an admin config file.
 
@@ -372,7 +392,9 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
     overrides: dict[str, Any] = {
         "weights": _valid(_WEIGHTS, raw_sc.get("weights", {})) or {},
         "qos_overrides": _valid(_QOS_OVERRIDES, raw_sc.get("qos_overrides", {})) or {},
-        "prior": _prior(PRESETS[preset].prior, _valid(_PRIOR, raw_sc.get("prior", {})) or PriorFile())}
+        "prior": _prior(PRESETS[preset].prior, _valid(_PRIOR, raw_sc.get("prior", {})) or PriorFile()),
+        "learning": _learning(PRESETS[preset].learning,
+                              _valid(_LEARNING, raw_sc.get("learning", {})) or LearningFile())}
     if raw_sc.get("ties") in ("keep_whole", "row"):
         overrides["ties"] = raw_sc["ties"]
     try:
@@ -400,6 +422,7 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
 _WEIGHTS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, float])
 _QOS_OVERRIDES: TypeAdapter[dict[str, dict[str, float]]] = TypeAdapter(dict[str, dict[str, float]])
 _PRIOR: TypeAdapter[PriorFile] = TypeAdapter(PriorFile)
+_LEARNING: TypeAdapter[LearningFile] = TypeAdapter(LearningFile)
 _TENANT: TypeAdapter[TenantFile] = TypeAdapter(TenantFile)
 
 

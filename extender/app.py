@@ -141,6 +141,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             quarantine=quarantine, binder=kube_binder, on_plan=metrics.planned,
             count_eviction=lambda result: metrics.defrag_evictions.labels(result).inc())
         metrics.cluster.inventory_ages = sync.inventory_ages
+        cache.count_waiting = False  # the defragmentation plan counts them, with the nodes' labels
         binder: Binder = kube_binder.bind
     else:
         binder = cache.bind

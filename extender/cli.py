@@ -218,6 +218,7 @@ def _config_validate(args: argparse.Namespace) -> int:
         print(f"{qos}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(over.items())))
     print(f"qos: isolate_guaranteed={config.qos.isolate_guaranteed}, "
           f"best_effort_cap_milli={config.qos.best_effort_cap_milli}")
+    print(f"learning: learn_from={config.learning.learn_from}, half_life_pods={config.learning.half_life_pods}")
     tol = policy.tolerance
     print(f"tolerance: workload={tol.workload:g}"
           + "".join(f", {name}={bound:g}" for name, bound in sorted(tol.terms.items())))

@@ -28,9 +28,17 @@ class _Cluster(Collector):
     def __init__(self, view: Callable[[], MetricsView],
                  inventory_ages: Callable[[], dict[str, float | None]]) -> None:
         self._view, self.inventory_ages = view, inventory_ages
+        self.planned_waiting = 0  # the last defragmentation plan's count (cluster mode)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         view = self._view()
+        waiting = view.waiting_for_fragmentation
+        yield GaugeMetricFamily(
+            "gpufrac_pods_waiting_for_fragmentation",
+            "Pending GPU pods (of the oldest 64) whose request is free in sum on the GPUs they may "
+            "use but fits no node: as of the last defragmentation plan in cluster mode (nodeSelectors "
+            "matched against the nodes' labels), at scrape time in standalone mode.",
+            value=self.planned_waiting if waiting is None else waiting)
         fam = {name: GaugeMetricFamily(f"gpufrac_gpu_{name}", text, labels=_GPU_LABELS) for name, text in (
             ("allocated_milli", "GPU share gpufrac has allocated on the GPU, milli-GPU (1000 = whole)."),
             ("capacity_milli", "GPU share the GPU offers, milli-GPU (1000 when usable, 0 when unhealthy "
@@ -149,10 +157,6 @@ class Metrics:
                      "Nodes held by starvation protection for a GPU pod that waited too long for "
                      "room (admin config starvation:); 0 while it is off.", registry=self.registry)
         held.set_function(lambda: summary().get("reserved_nodes", 0))  # a summary without holds: 0
-        self.waiting_for_fragmentation = Gauge(
-            "gpufrac_pods_waiting_for_fragmentation",
-            "Pending GPU pods (of the oldest 64) whose request is free in sum on the GPUs they may "
-            "use but fits no node, as of the last defragmentation plan (cluster mode).", registry=self.registry)
         self.defrag_planned_moves = Gauge(
             "gpufrac_defrag_planned_moves",
             "Evictions the last defragmentation plan asks for (acted on only with "
@@ -166,7 +170,7 @@ class Metrics:
 
     def planned(self, made: DefragPlan) -> None:
         """A new defragmentation plan (``extender.cluster.defrag.Defragmenter``): its gauges."""
-        self.waiting_for_fragmentation.set(len(made.waiting))
+        self.cluster.planned_waiting = len(made.waiting)
         self.defrag_planned_moves.set(made.moves)
 
     @contextmanager

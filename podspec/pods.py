@@ -84,6 +84,10 @@ class PodIntent:
         The pod has placement rules gpufrac does not evaluate: required node affinity, pod
         affinity or anti-affinity, hard topology spread constraints, or an unreadable
         ``nodeSelector``. The defragmentation plan neither moves such a pod nor plans for it.
+    created_at : str
+        ``metadata.creationTimestamp`` as the API server writes it (``2026-11-27T11:09:55Z``),
+        ``""`` when absent or in any other form. Only ordered, never compared with a clock: a
+        pod list is counted as arrivals oldest first (``scoring.workload.WorkloadModel``).
     """
 
     uid: str
@@ -107,6 +111,7 @@ class PodIntent:
     node_selector: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     placement_rules: bool = False
+    created_at: str = ""
 
     @property
     def key(self) -> str:
@@ -355,7 +360,17 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
         node_selector=selector,
         labels=(_pairs(meta.get("labels")) or ()) if defrag_fields else (),
         placement_rules=rules,
+        created_at=_created_at(meta.get("creationTimestamp")) if defrag_fields else "",
     )
+
+
+_RFC3339_SECONDS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", re.ASCII)
+"""The form the API server writes ``creationTimestamp`` in (UTC, whole seconds): ordered as text."""
+
+
+def _created_at(raw: Any) -> str:
+    """``creationTimestamp`` in the API server's own form, else ``""`` (lenient: only an order)."""
+    return raw if isinstance(raw, str) and _RFC3339_SECONDS.fullmatch(raw) else ""
 
 
 MAX_SELECTOR_TERMS = 64

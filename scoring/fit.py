@@ -248,7 +248,9 @@ class ClusterTerms:
     tasks : TaskTypes or None
         ``ClusterState.workload.task_types()``.
     whole_node_unseen : bool
-        ``not ClusterState.workload.whole_node_seen()``: no counted pod has taken a whole node
+        ``not ClusterState.workload.whole_node_seen()`` while no pod that held GPUs has left
+        (``WorkloadModel.churn`` 0: a filling cluster; where pods leave, ``consolidation``
+        keeps nodes whole instead): too few counted pods have taken a whole node
         of the largest size yet (``scoring.scorer.Ties.KEEP_WHOLE`` then keeps empty nodes
         through near-ties).
     strategy_terms : mapping of str to object
@@ -263,7 +265,8 @@ class ClusterTerms:
 
 def cluster_terms(state: ClusterState) -> ClusterTerms:
     """The state's current workload terms (no strategy terms: ``Scorer.cluster_terms`` adds them)."""
-    return ClusterTerms(state.workload.task_types(), not state.workload.whole_node_seen())
+    return ClusterTerms(state.workload.task_types(),
+                        not state.workload.whole_node_seen() and state.workload.churn() == 0.0)
 
 
 def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
@@ -374,3 +377,41 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         terms=terms.strategy_terms,
         memo=memo if memo is not None else Memo(),
     )
+
+
+def fragmented_on(state: ClusterState, request: PodRequest, nodes: NDArray[np.bool_] | None = None) -> int:
+    """On how many nodes a pod's request lies free in pieces, when it waits for fragmentation.
+
+    A GPU pod *waits for fragmentation*, not for capacity, when the GPUs it may use (of its
+    models, healthy, on ready nodes among ``nodes``) have its ``gpu_count * gpu_milli`` free
+    in sum, yet it fits none of those nodes (``fit``: CPU, memory, share, GPU memory, slots,
+    QoS): the room is there, in pieces. What the defragmentation plan, starvation protection
+    and filter's reason read.
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only.
+    request : PodRequest
+    nodes : ndarray of shape (n_nodes,), bool, optional
+        The nodes the pod may use (its ``nodeSelector``, its candidates); every node when None.
+
+    Returns
+    -------
+    int
+        The number of those nodes holding some free share the pod may use; 0 when it does not
+        wait for fragmentation (a CPU-only pod, too little free in sum, or it fits a node).
+    """
+    if request.gpu_count == 0:
+        return 0
+    ready = state.node_ready if nodes is None else state.node_ready & nodes
+    usable = state.gpu_exists & state.gpu_healthy & ready[:, None]
+    if request.allowed_models is not None:
+        usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
+    free = np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0)
+    if int(free.sum()) < request.gpu_count * request.gpu_milli:
+        return 0  # waits for capacity (the cheap test first)
+    rows = np.flatnonzero(ready).astype(np.int64)
+    if not rows.shape[0] or fit(state, request, rows).node_fits.any():
+        return 0
+    return int((free.sum(axis=1) > 0).sum())

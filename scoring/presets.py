@@ -1,8 +1,9 @@
 """Named weight presets: the shipped default and baselines for comparison.
 
-- ``default``: FGD with a light, adaptive resource balance, gap price and priced stranding,
-  for the shipped profile where every pod of the gpufrac scheduler, CPU-only ones included,
-  reaches the extender (``scheduler-config.yaml``);
+- ``default``: FGD with a light, adaptive resource balance, gap price, priced stranding and
+  spare nodes, and consolidation where pods leave (its weight scaled by the churn: nothing
+  where pods never leave), for the shipped profile where every pod of the gpufrac scheduler,
+  CPU-only ones included, reaches the extender (``scheduler-config.yaml``);
 - ``balance``: the default before FGD, tuned for a profile that sends only GPU pods
   (``managedResources``);
 - ``random``, ``bestfit``, ``fgd``: the baselines of Weng et al. (USENIX ATC '23), which
@@ -27,7 +28,7 @@ from scoring.workload import NO_PRIOR
 
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "default": ScoringConfig({"fgd": 1.0, "adaptive_balance": 0.2, "gap_price": 6.0, "priced_stranding": 6.0,
-                              "spare_nodes": 2.0}),
+                              "spare_nodes": 2.0, "consolidation": 4.0}),
     "balance": ScoringConfig({
         "gpu_best_fit": 4.0,
         "node_packing": 0.2,

@@ -24,6 +24,7 @@ GpuScoreFn = Callable[[FitContext], NDArray[np.float64]]
 NodeScoreFn = Callable[[FitContext, NDArray[np.bool_]], NDArray[np.float64]]
 TermFn = Callable[[ClusterState, Memo], object]
 DriftFn = Callable[[object, object], float]
+GainFn = Callable[[Mapping[str, object]], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ class Strategy:
     scorer reuses it instead of calling ``node_score``)."""
     term: Term | None = None
     """The strategy's cluster-wide term, when it declares one."""
+    gain: GainFn | None = None
+    """``weight_gain(terms)``: a factor in [0, 1] on the strategy's weight, read from the
+    cluster-wide terms; None: the weight as configured."""
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
@@ -73,8 +77,11 @@ def _strategy(module: types.ModuleType) -> Strategy:
         if not isinstance(module.TERM, str) or not module.TERM or None in parts:
             raise TypeError(f"{module.__name__}: a TERM needs cluster_term, term_drift and TERM_TOLERANCE")
         term = Term(module.TERM, module.cluster_term, module.term_drift, float(module.TERM_TOLERANCE))
+    gain = getattr(module, "weight_gain", None)
+    if gain is not None and term is None:
+        raise TypeError(f"{module.__name__}: weight_gain reads the strategy's own TERM; declare one")
     return Strategy(name, gpu_score, node_score,
-                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)), term)
+                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)), term, gain)
 
 
 def _registry(found: list[types.ModuleType]) -> dict[str, Strategy]:

@@ -23,6 +23,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
+from scoring.arrivals import RUNNING, Learning
 from scoring.fit import ClusterTerms, FitContext, cluster_terms, fit
 from scoring.memo import Memo
 from scoring.reduce import clip, mean_at, take_cols
@@ -79,6 +80,9 @@ class ScoringConfig:
         The shapes the learned workload starts from (``scoring.workload.ShapePrior``).
     ties : Ties
         How nodes of equal score are ordered.
+    learning : Learning
+        What the learned workload counts: the pods running and waiting, or the arrivals
+        (``scoring.workload.Learning``).
     """
 
     weights: Mapping[str, float]
@@ -86,6 +90,7 @@ class ScoringConfig:
     qos: QoSPolicy = field(default_factory=QoSPolicy)
     prior: ShapePrior = field(default_factory=ShapePrior)
     ties: Ties = Ties.KEEP_WHOLE
+    learning: Learning = RUNNING
 
     def __post_init__(self) -> None:
         # Read-only copies: a preset is shared by everyone who asks for it.
@@ -244,10 +249,11 @@ class Scorer:
 
     def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]],
                  qos_policy: QoSPolicy | None = None, prior: ShapePrior | None = None,
-                 ties: Ties = Ties.KEEP_WHOLE) -> None:
+                 ties: Ties = Ties.KEEP_WHOLE, learning: Learning = RUNNING) -> None:
         self.qos_policy = qos_policy if qos_policy is not None else QoSPolicy()
         self.prior = prior if prior is not None else ShapePrior()
         self.ties = ties
+        self.learning = learning
         self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
             qos: tuple((STRATEGIES[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
             for qos, ws in weights_by_qos.items()
@@ -306,6 +312,11 @@ class Scorer:
             terms = self.cluster_terms(state, memo)
         ctx = fit(state, request, rows, self.qos_policy, terms, memo)
         plan = self._plans[request.qos]
+        if any(strat.gain is not None for strat, _ in plan):
+            # A strategy whose gain is 0 now (``scoring.strategies``: ``weight_gain``) is left
+            # out, its weight too: the others score exactly as without it.
+            plan = tuple((strat, w * strat.gain(ctx.terms) if strat.gain is not None else w) for strat, w in plan)
+            plan = tuple((strat, w) for strat, w in plan if w > 0)
         m, k = ctx.rows.shape[0], request.gpu_count
         if k == 0:
             # CPU-only pods (a profile that sends every pod to the extender): the node-level
@@ -316,7 +327,7 @@ class Scorer:
             for strat, w in plan:
                 if strat.node_score is not None:
                     score += w * strat.node_score(ctx, none)
-            total_w = sum(w for _, w in plan)
+            total_w = sum(w for _, w in plan) or 1.0
             score = np.where(ctx.node_fits, clip(score / total_w, 0.0, 1.0), 0.0)
             return Evaluation.of(ctx, score, np.zeros((m, 0), dtype=np.int64))
         if ctx.gpu_fits.shape[1] < k:
@@ -335,7 +346,7 @@ class Scorer:
         chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
         np.put_along_axis(chosen, cols, True, axis=1)
         chosen &= ctx.node_fits[:, None]
-        total_w = sum(w for _, w in plan)
+        total_w = sum(w for _, w in plan) or 1.0
         score = np.zeros(m)
         reused = set()
         for strat, w, g in per_gpu:
@@ -402,4 +413,4 @@ def build_scorer(config: ScoringConfig) -> Scorer:
         qos: {**config.weights, **config.qos_overrides.get(qos.wire_name, {})}
         for qos in QoSClass
     }
-    return Scorer(by_qos, config.qos, config.prior, config.ties)
+    return Scorer(by_qos, config.qos, config.prior, config.ties, config.learning)

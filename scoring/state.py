@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 from numpy.typing import NDArray
 
-from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU, N_QOS, QoSClass
+from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU, N_QOS, QoSClass, model_mask
 from scoring.workload import WorkloadModel
 
 I64 = np.int64
@@ -334,6 +334,13 @@ class ClusterState:
         """Model ids for model names; unknown names are dropped (no node has them)."""
         lookup = {m: i for i, m in enumerate(self.models)}
         return frozenset(lookup[m] for m in names if m in lookup)
+
+    def model_mask_from(self, mask: int, models: Sequence[str]) -> int:
+        """Another state's model mask (``models``: that state's model list) in this state's ids;
+        names this state lacks are dropped, ``ANY_MODEL_MASK`` stays."""
+        if mask == ANY_MODEL_MASK:
+            return mask
+        return model_mask(self.model_ids(m for j, m in enumerate(models) if j < 63 and mask >> j & 1))
 
     def apply(self, alloc: Allocation, sign: int = 1) -> None:
         """Add (``sign=1``) or remove (``sign=-1``) one pod's allocation.

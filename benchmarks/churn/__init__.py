@@ -10,7 +10,13 @@ process, for every ``--presets`` entry on the same arrivals, and reports per pol
 enough total share was free (fragmentation delay), pending time per pod class, pods that never ran.
 
 The cluster is every ``--node-stride``-th node of the node list sorted by (GPU model, GPU count,
-CPU, memory): a stratified sample with the full list's mix at a fraction of the cost (1: every node).
+CPU, memory), from the ``--node-offset``-th: a stratified sample with the full list's mix at a
+fraction of the cost (1: every node); another offset is another sample of the same mix. A pod list
+without lifetimes (``multigpu*``) borrows them from the default list
+(``benchmarks.churn.workload.borrow_lifetimes``).
+
+``--tuning-seeds``: the seeds a default was tuned on; the report then has a table for those and
+one for the others (held out), besides all together.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 from benchmarks import trace
 from benchmarks.churn import report
 from benchmarks.churn.queue import ChurnSim, RunResult
-from benchmarks.churn.workload import offered_arrivals
+from benchmarks.churn.workload import borrow_lifetimes, offered_arrivals
 from benchmarks.replay import (
     DEFAULT_SCHEDULER_CONFIG,
     InProcessClient,
@@ -46,19 +52,22 @@ QUICK = {"hours": 2.0, "warmup_hours": 1.0, "lifetime_cap_hours": 1.0, "node_str
 """What ``--quick`` sets (and it keeps only the first seed)."""
 
 
-def subset_nodes(specs: list[NodeSpec], stride: int) -> list[NodeSpec]:
-    """Every ``stride``-th node in (GPU model, GPU count, CPU, memory, name) order.
+def subset_nodes(specs: list[NodeSpec], stride: int, offset: int = 0) -> list[NodeSpec]:
+    """Every ``stride``-th node in (GPU model, GPU count, CPU, memory, name) order, from the
+    ``offset``-th.
 
     Raises
     ------
     ValueError
-        For a stride below 1, or one that leaves no GPU node.
+        For a stride below 1, an offset outside ``0..stride-1``, or a sample without GPU nodes.
     """
     if stride < 1:
         raise ValueError(f"--node-stride must be at least 1, got {stride}")
+    if not 0 <= offset < stride:
+        raise ValueError(f"--node-offset must be in 0..{stride - 1}, got {offset}")
     ordered = sorted(specs, key=lambda s: (s.gpus[0].model if s.gpus else "", len(s.gpus), s.cpu_milli,
                                            s.memory_mib, s.name))
-    out = ordered[::stride]
+    out = ordered[offset::stride]
     if not any(s.gpus for s in out):
         raise ValueError(f"--node-stride {stride} leaves no GPU node of {len(specs)}")
     return out
@@ -89,9 +98,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "reservation holds")
     p.add_argument("--max-evictions-per-hour", type=int, default=12,
                    help="with +defrag: evictions at most in any hour (extender/cache/defrag.py)")
-    p.add_argument("--loads", type=_floats, default=[0.9, 1.2],
+    p.add_argument("--loads", type=_floats, default=[0.7, 0.9, 1.0, 1.2],
                    help="offered GPU load, fraction of capacity (comma-separated)")
-    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-44"))
+    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    p.add_argument("--tuning-seeds", type=parse_seeds, default=None,
+                   help="the seeds the policies were tuned on: the report adds a table for them and one "
+                        "for the other seeds (held out)")
     p.add_argument("--hours", type=float, default=12.0, help="length of each run, simulated hours")
     p.add_argument("--lifetime-cap-hours", type=float, default=4.0,
                    help="pods run their trace lifetime, at most this long (benchmarks/churn/workload.py)")
@@ -99,12 +111,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured from here on (the cluster starts empty; at least the lifetime cap "
                         "for a stationary load)")
     p.add_argument("--node-stride", type=int, default=8, help="every N-th node (module docstring); 1: all")
+    p.add_argument("--node-offset", type=int, default=0, help="the sample's first node, 0..stride-1")
     p.add_argument("--replicas-per-gpu", type=int, default=20)
     p.add_argument("--scheduler-config", type=Path, default=DEFAULT_SCHEDULER_CONFIG)
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs in parallel")
     p.add_argument("--quick", action="store_true",
                    help=f"a smoke run: the first seed, {QUICK['hours']:g} h, lifetimes cut at "
                         f"{QUICK['lifetime_cap_hours']:g} h, every {QUICK['node_stride']}th node")
+    p.add_argument("--terms", action="store_true",
+                   help="the first policy's runs also read what each strategy takes from the running and the "
+                        "arrival mix of the learned workload (benchmarks/churn/terms.py)")
     p.add_argument("--out", type=Path, default=Path("churn-out"))
 
 
@@ -140,14 +156,18 @@ def policy_of(spec: str, args: argparse.Namespace) -> AdminConfig:
 
 def run_cell(args: argparse.Namespace, spec: str, load: float, seed: int) -> RunResult:
     """One (preset, load, seed) run on its own in-process extender."""
-    specs = subset_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu), args.node_stride)
+    specs = subset_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu), args.node_stride,
+                         args.node_offset)
     pods = trace.load_pods(args.pods)
+    if not any(p.lifetime_s for p in pods):
+        pods = borrow_lifetimes(pods, trace.load_pods(trace.DEFAULT_PODS))
     run_s = 3600.0 * args.hours
     capacity = 1000 * sum(len(s.gpus) for s in specs)
     arrivals = offered_arrivals(pods, capacity, load, run_s, 3600.0 * args.lifetime_cap_hours, seed)
     config = policy_of(spec, args)
     client = InProcessClient(specs, config)
-    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, config.starvation, config.defrag)
+    sim = ChurnSim(client, specs, Profile.from_file(args.scheduler_config), seed, config.starvation, config.defrag,
+                   terms=args.terms and spec == args.presets[0])
     return sim.run(arrivals, spec, load, run_s, 3600.0 * args.warmup_hours)
 
 
@@ -181,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
                 _said(f.result())
             results = [f.result() for f in futures]
     wall = time.perf_counter() - started
-    specs = subset_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu), args.node_stride)
+    specs = subset_nodes(load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu), args.node_stride,
+                         args.node_offset)
     record = {
         "command": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"},
         "nodes": len(specs), "gpus": sum(len(s.gpus) for s in specs), "quick": bool(args.quick),
@@ -190,7 +211,13 @@ def run(args: argparse.Namespace) -> int:
         "series": {f"{r.preset}@{r.load:g}": r.series for r in results if r.seed == args.seeds[0]},
     }
     write_json(args.out / "churn.json", record)
-    table = report.markdown(results, record)
+    table = report.markdown(results, record, "All seeds" if args.tuning_seeds else "")
+    if args.tuning_seeds:
+        tuned = set(args.tuning_seeds)
+        for title, held_out in (("Tuning seeds", False), ("Held-out seeds", True)):
+            part = [r for r in results if (r.seed in tuned) != held_out]
+            if part:
+                table += "\n" + report.markdown(part, record, title)
     (args.out / "churn.md").write_text(table)
     report.plot(args.out / "churn.png", record)
     print(table)

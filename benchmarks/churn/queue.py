@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from benchmarks.churn.terms import readings
 from benchmarks.churn.workload import Arrival
 from benchmarks.replay import ClusterNames, InProcessClient, schedule_with_extender
 from benchmarks.scheduler_emulation import DEFAULT_PODS_PER_NODE, Profile, SchedulerView
@@ -75,6 +76,9 @@ HOUSEKEEPING_S = 2.0
 
 SERIES_POINTS = 400
 """Samples of allocation and queue length per run (the plots' resolution)."""
+
+TERMS_EVERY = 4
+"""With ``terms``: every 4th sample reads the strategies' inputs (about 15 ms each on 152 nodes)."""
 
 _DEPART, _ATTEMPT, _PLAN = 0, 1, 2
 """Event kinds, in their order at one instant (a plan sees the attempts made at its time)."""
@@ -181,6 +185,9 @@ class RunResult:
     """Evictions made acting on the defragmentation plan, per hour of the measured window."""
     moved_pending: dict[str, float] = field(default_factory=dict)
     """The evicted pods' replacements in the window: ``n``, ``p50_s``/``max_s`` of their pending time."""
+    terms: dict[str, dict[str, float]] = field(default_factory=dict)
+    """With ``ChurnSim(terms=True)``: per learned mix, what each strategy reads
+    (``benchmarks.churn.terms.readings``), averaged over the measured window."""
 
 
 class ChurnSim:
@@ -199,11 +206,15 @@ class ChurnSim:
         The extender's starvation protection (off by default).
     defrag : DefragPolicy
         Acting on the defragmentation plan (module notes) when ``evict``; off by default.
+    terms : bool
+        Read what each strategy takes from the running and the arrival mix
+        (``benchmarks.churn.terms``) at every ``TERMS_EVERY``-th sample of the measured window.
     """
 
     def __init__(self, client: InProcessClient, specs: list[NodeSpec], profile: Profile, seed: int,
-                 starvation: StarvationPolicy = OFF, defrag: DefragPolicy = NO_DEFRAG) -> None:
+                 starvation: StarvationPolicy = OFF, defrag: DefragPolicy = NO_DEFRAG, terms: bool = False) -> None:
         self.client = client
+        self.terms = terms
         self.starvation = starvation
         self.defrag = defrag
         self.profile = profile
@@ -306,6 +317,8 @@ class ChurnSim:
         series: dict[str, list[float]] = {"t_h": (grid / 3600).round(4).tolist(), "allocation_pct": [],
                                           "pending_pods": [], "pending_gpu_pods": []}
         last_t, frag_now, wait_now, frag_pods = 0.0, False, False, 0
+        term_sums: dict[str, dict[str, float]] = {}
+        term_n: dict[str, int] = {}
         pending_gpu = 0
         next_sweep_s, reservations_made = 0.0, 0
 
@@ -337,6 +350,13 @@ class ChurnSim:
                 acc["frag_pods"] += (hi - lo) * frag_pods
                 acc["wait_pods"] += (hi - lo) * pending_gpu
             while len(series["allocation_pct"]) < grid.shape[0] and grid[len(series["allocation_pct"])] <= min(t, run_s):
+                at = len(series["allocation_pct"])
+                if self.terms and grid[at] >= warmup_s and at % TERMS_EVERY == 0:
+                    for mix, read in readings(self.client.cache.state_copy()).items():
+                        acc_mix = term_sums.setdefault(mix, {})
+                        for name, v in read.items():
+                            acc_mix[name] = acc_mix.get(name, 0.0) + v
+                        term_n[mix] = term_n.get(mix, 0) + 1
                 series["allocation_pct"].append(round(100.0 * allocated / self.capacity_milli, 3))
                 series["pending_pods"].append(len(pend))
                 series["pending_gpu_pods"].append(pending_gpu)
@@ -424,7 +444,8 @@ class ChurnSim:
             pending=pending_stats(arrivals[:n], arrive[:n], started_s[:n], run_s, warmup_s), cycles=cycles,
             retries_skipped=skipped, seconds=time.perf_counter() - started, series=series,
             reservations_made=reservations_made, evictions_per_hour=3600.0 * evictions / window,
-            moved_pending=_waits(arrive[n:], started_s[n:], run_s, warmup_s))
+            moved_pending=_waits(arrive[n:], started_s[n:], run_s, warmup_s),
+            terms={mix: {k: v / term_n[mix] for k, v in sums.items()} for mix, sums in term_sums.items()})
 
     def _plan_evictions(self, t: float, arrivals: list[Arrival], uid_index: dict[str, int],
                         evicted_at: deque[float]) -> list[int]:

@@ -18,10 +18,17 @@ a run short: the trace's lifetimes reach 145 days.
 
 A pod that waits still runs its whole lifetime after it starts: demand that waits is deferred,
 not lost, as a platform team's jobs are.
+
+Pod lists without times (the openb ``multigpu*`` variants list shapes only) borrow them
+(``borrow_lifetimes``): each pod takes the lifetime of a pod of the default list of its class
+(CPU-only, a share of one GPU, one whole GPU, ``k`` whole GPUs), chosen by a hash of its name,
+so a variant's pod lives as the default list's pods of its shape live, and every seed sees
+the same lifetimes.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -112,3 +119,41 @@ def offered_arrivals(pods: list[TracePod], capacity_milli: int, load: float, run
             out.append(Arrival(t_s, replace(src, name=f"{src.name}-a{len(out)}"),
                                float(min(src.lifetime_s, cap_s))))
         t = float(times[-1])
+
+
+def lifetime_class(p: TracePod) -> tuple[int, bool]:
+    """``(GPUs, whole)``: the class a pod borrows a lifetime within (``borrow_lifetimes``)."""
+    return p.num_gpu, p.num_gpu > 0 and p.gpu_milli >= 1000
+
+
+def borrow_lifetimes(pods: list[TracePod], donors: list[TracePod]) -> list[TracePod]:
+    """``pods`` with a lifetime each, borrowed from ``donors`` of the same class (module notes).
+
+    A pod that has a lifetime keeps it. A class without donors takes the donors with the most
+    GPUs below it (an 8-GPU pod of a list whose donors have none takes those of 4 GPUs).
+
+    Raises
+    ------
+    ValueError
+        When no donor has a lifetime.
+    """
+    by_class: dict[tuple[int, bool], list[int]] = {}
+    for d in donors:
+        if d.lifetime_s > 0:
+            by_class.setdefault(lifetime_class(d), []).append(d.lifetime_s)
+    if not by_class:
+        raise ValueError("no donor pod has a lifetime (creation_time and deletion_time)")
+    for times in by_class.values():
+        times.sort()
+    out = []
+    for p in pods:
+        if p.lifetime_s > 0:
+            out.append(p)
+            continue
+        cls = lifetime_class(p)
+        if cls not in by_class:
+            below = [c for c in by_class if c[1] == cls[1] and c[0] <= cls[0]] or list(by_class)
+            cls = max(below)
+        times = by_class[cls]
+        out.append(replace(p, lifetime_s=times[zlib.crc32(p.name.encode()) % len(times)]))
+    return out

@@ -41,20 +41,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from extender.cache.moves import DisruptionBudget, Labels, MoveSearch, Step
-from extender.cache.records import PodRecord, is_pending
+from extender.cache.records import WAITING_EXAMINED, PodRecord, is_pending
 from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.fit import fit
-from scoring.request import MILLI_PER_GPU, PodRequest
+from scoring.fit import fragmented_on
+from scoring.request import PodRequest
 from scoring.scorer import Scorer
 from scoring.state import ClusterState
 
-MAX_WAITING_PODS = 64
-"""Pending GPU pods one plan examines, oldest event first (the metric counts among these)."""
 MAX_STEPS = 8
 """Waiting pods one plan makes room for."""
 @dataclass(frozen=True, slots=True)
@@ -92,7 +87,7 @@ class DefragPlan:
     pending : int
         Pending GPU pods in the cache.
     examined : int
-        Of those, examined (the oldest ``MAX_WAITING_PODS``).
+        Of those, examined (the oldest ``records.WAITING_EXAMINED``).
     waiting : tuple of str
         The examined pods that wait for fragmentation, oldest first (``namespace/name``).
     steps : tuple of Step
@@ -133,36 +128,6 @@ EMPTY_PLAN = DefragPlan(0, 0, (), ())
 
 
 
-def waits_for_fragmentation(state: ClusterState, request: PodRequest, nodes: NDArray[np.bool_] | None = None) -> bool:
-    """Whether a pod waits for fragmentation, not capacity (module notes).
-
-    Parameters
-    ----------
-    state : ClusterState
-        Read only.
-    request : PodRequest
-        A GPU pod's (``gpu_count`` >= 1).
-    nodes : ndarray of shape (n_nodes,), bool, optional
-        The nodes the pod may use (its ``nodeSelector``: ``MoveSearch.allowed_rows``); every
-        node when None.
-
-    Returns
-    -------
-    bool
-        The GPUs it may use (its nodes and models, healthy, on ready nodes) have ``gpu_count
-        * gpu_milli`` milli-GPU free in sum, and it fits none of its nodes.
-    """
-    ready = state.node_ready if nodes is None else state.node_ready & nodes
-    usable = state.gpu_exists & state.gpu_healthy & ready[:, None]
-    if request.allowed_models is not None:
-        usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
-    free_in_sum = int(np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0).sum())
-    if free_in_sum < request.gpu_count * request.gpu_milli:
-        return False  # waits for capacity (the cheap test first)
-    rows = np.flatnonzero(ready).astype(np.int64)
-    return bool(rows.shape[0]) and not fit(state, request, rows).node_fits.any()
-
-
 def plan(state: ClusterState, records: Sequence[tuple[str, PodRecord]], scorer: Scorer, *,
          node_labels: Labels,
          budgets: Sequence[DisruptionBudget] | Callable[[], Sequence[DisruptionBudget]] = (),
@@ -193,12 +158,12 @@ def plan(state: ClusterState, records: Sequence[tuple[str, PodRecord]], scorer: 
     """
     deadline = time.monotonic() + deadline_s
     pending = [(uid, rec) for uid, rec in records if is_pending(rec)]
-    examined = pending[:MAX_WAITING_PODS]
+    examined = pending[:WAITING_EXAMINED]
     planner = MoveSearch(state, scorer, node_labels, deadline)
     waiting: list[tuple[str, PodIntent, PodRequest]] = []
     for uid, rec in examined:
         request = inbound.pod_request(rec.intent, state)
-        if waits_for_fragmentation(state, request, planner.allowed_rows(rec.intent.node_selector)):
+        if fragmented_on(state, request, planner.allowed_rows(rec.intent.node_selector)):
             waiting.append((uid, rec.intent, request))
     if not waiting:
         return DefragPlan(len(pending), len(examined), (), ())

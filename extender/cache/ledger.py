@@ -60,6 +60,7 @@ class Ledger:
         self.tenancy = TenantLedger()
         self.nodes: dict[str, NodeSpec] = {}
         self.state = ClusterState.from_nodes([])
+        self.state.workload.set_learning(scorer.learning)
         self.pods: dict[str, PodRecord] = {}
         # UIDs of the records that are over-commits, in the order they became one (``put``
         # keeps it): the few that ``recount_overcommits`` reads again, without a walk over
@@ -71,6 +72,7 @@ class Ledger:
         """A new scorer (config reload): its prior reshapes the workload."""
         self.scorer = scorer
         self.state.workload.set_prior(scorer.prior, node_sizes(self.state))
+        self.state.workload.set_learning(scorer.learning)
         self.generation += 1
 
     # -- allocations ---------------------------------------------------------------------
@@ -132,13 +134,15 @@ class Ledger:
         """
         old = self.pods.get(uid)
         if old is not None and is_pending(old):
-            self.state.workload.add(task_key(old.intent, self.state), -1)
+            self.state.workload.add(task_key(old.intent, self.state), -1, pending=True)
         if rec is None:
             self.pods.pop(uid, None)
             self.overcommitted.pop(uid, None)
             return
+        if old is None and rec.intent.gpu_count and not rec.intent.finished:
+            self.state.workload.arrive(task_key(rec.intent, self.state))
         if is_pending(rec):
-            self.state.workload.add(task_key(rec.intent, self.state), 1)
+            self.state.workload.add(task_key(rec.intent, self.state), 1, pending=True)
         self.put(uid, rec)
 
     def put(self, uid: str, rec: PodRecord) -> None:
@@ -204,6 +208,9 @@ class Ledger:
         """Build the arrays from the node specs and count every record against them again."""
         state = ClusterState.from_nodes(sorted(self.nodes.values(), key=lambda n: n.name))
         state.workload.set_prior(self.scorer.prior, node_sizes(state))
+        old_models = self.state.models
+        state.workload.carry_history(self.state.workload, lambda m: state.model_mask_from(m, old_models))
+        state.workload.set_learning(self.scorer.learning)
         self.state = state
         self.tenancy.clear_usage()
         for uid, rec in list(self.pods.items()):
@@ -232,7 +239,7 @@ class Ledger:
             self.apply_allocation(rec.intent, alloc)
         for rec in self.pods.values():
             if is_pending(rec):
-                state.workload.add(task_key(rec.intent, state), 1)
+                state.workload.add(task_key(rec.intent, state), 1, pending=True)
         self.generation += 1
 
     # -- pod events ----------------------------------------------------------------------
@@ -280,10 +287,11 @@ class Ledger:
 
         Pods missing from the list are forgotten, except those with a bind in flight
         (assumed): the list may predate their Binding. Every listed pod is applied as
-        ``ADDED``. ``on_error``: a pod whose update raises is reported there and skipped
+        ``ADDED``, oldest ``creationTimestamp`` first (the learned workload counts the pods it
+        has not seen as arrivals in that order; those without one last, by UID). ``on_error``: a pod whose update raises is reported there and skipped
         (cluster mode quarantines it) instead of stopping the list.
         """
-        intents = list(intents)
+        intents = sorted(intents, key=lambda i: (not i.created_at, i.created_at, i.uid))
         listed = {i.uid for i in intents}
         for uid, rec in list(self.pods.items()):
             if uid not in listed and rec.assumed_until is None:
@@ -310,5 +318,7 @@ class Ledger:
         if rec is not None and rec.allocation is not None:
             self.release(rec)
             self.generation += 1
+            if rec.allocation.gpu_cols:
+                self.state.workload.depart()
             return bool(rec.allocation.gpu_cols)
         return False

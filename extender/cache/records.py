@@ -121,6 +121,9 @@ class CandidateEvaluation:
     reserved: Mapping[str, str] = field(default_factory=dict)
     """Candidates left out because they are reserved for another pod, each with the reason
     (``extender.cache.reservations``); filter fails them with it."""
+    pieces: int = 0
+    """When no candidate fits a GPU pod whose request is free in sum on them: the candidates
+    holding pieces of it (``scoring.fit.fragmented_on``); filter's reason says so. 0 otherwise."""
 
 
 def is_pending(rec: PodRecord) -> bool:
@@ -151,6 +154,14 @@ class MetricsView:
 
     gpus: list[tuple[str, str, str, int, int, int, int, int, bool, bool]]
     tenants: list[tuple[str, int, int, int | None, int | None]]
+    waiting_for_fragmentation: int | None = None
+    """Of the oldest ``WAITING_EXAMINED`` pending GPU pods, those waiting for fragmentation
+    (``scoring.fit.fragmented_on``, on every node); None where the defragmentation plan
+    counts them instead (cluster mode: with the nodes' labels, ``GpuCache.count_waiting``)."""
 
+
+WAITING_EXAMINED = 64
+"""Pending GPU pods, oldest event first, that the defragmentation plan and the
+waiting-for-fragmentation count examine."""
 
 EMPTY_VIEW = MetricsView([], [])

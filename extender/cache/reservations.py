@@ -6,7 +6,8 @@ room frees on one node by chance. Once a pending GPU pod has waited ``reserve_af
 gpufrac's own clock, from when its cache first saw it pending: pod timestamps are not trusted)
 and waits for fragmentation, not capacity (the GPUs it may use have at least its request free
 in sum), ``reserve`` (housekeeping) holds one node for it: a node on which it would fit were the node
-empty (GPU count and models, health, allocatable CPU and memory), the one with the least GPU
+empty (its ``nodeSelector`` matches the node's labels; GPU count and models, health,
+allocatable CPU and memory), the one with the least GPU
 share to drain on the GPUs it would use; ties go to the lowest row (deterministic). While the
 reservation stands, ``evaluate`` takes the node out of every other pod's candidates (filter
 names it in ``FailedNodes``), so the pods on it drain it as they end and nothing refills it;
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.cache.defrag import waits_for_fragmentation
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
+from extender.cache.moves import Labels, node_selector_matches
 from extender.cache.records import CandidateEvaluation, is_pending
 from extender.translate import inbound
 from podspec.pods import PodIntent
+from scoring.fit import fragmented_on
 
 CANDIDATES_PER_PASS = 16
 """Waiting pods one housekeeping pass considers for a hold, oldest first."""
@@ -116,18 +118,38 @@ class Reservations:
     def evaluate(self, evaluator: Evaluator, ledger: Ledger, intent: PodIntent,
                  names: Sequence[str]) -> CandidateEvaluation:
         """``Evaluator.evaluate`` on ``names`` less the nodes reserved for other pods; those are
-        in ``CandidateEvaluation.reserved``, each with the reason filter gives."""
-        if not self.by_node:  # the usual case: no pass over the candidate names
-            return evaluator.evaluate(ledger, intent, names)
+        in ``CandidateEvaluation.reserved``, each with the reason filter gives. Where no
+        candidate fits a GPU pod, ``CandidateEvaluation.pieces`` says on how many its request
+        is free in pieces (a pass over the cluster, only then)."""
         held = {n: r for n, r in self.by_node.items() if r.uid != intent.uid}
-        reserved = {n: held[n].reason for n in names if n in held}
-        if not reserved:
-            return evaluator.evaluate(ledger, intent, names)
-        ce = evaluator.evaluate(ledger, intent, [n for n in names if n not in held])
-        return dataclasses.replace(ce, reserved=reserved)
+        reserved = {n: held[n].reason for n in names if n in held} if held else {}
+        if not reserved:  # the usual case
+            ce = evaluator.evaluate(ledger, intent, names)
+        else:
+            ce = dataclasses.replace(evaluator.evaluate(ledger, intent, [n for n in names if n not in held]),
+                                     reserved=reserved)
+        ev = ce.evaluation
+        if intent.gpu_count and ce.rejection is None and ev.rows.shape[0] and not ev.node_fits.any():
+            nodes = np.zeros(ledger.state.n_nodes, dtype=bool)
+            nodes[ev.rows] = True
+            pieces = fragmented_on(ledger.state, ev.request, nodes)
+            if pieces:
+                ce = dataclasses.replace(ce, pieces=pieces)
+        return ce
 
-    def reserve(self, ledger: Ledger, now_s: float) -> tuple[list[Reservation], list[Reservation]]:
+    def reserve(self, ledger: Ledger, now_s: float,
+                node_labels: Labels | None = None) -> tuple[list[Reservation], list[Reservation]]:
         """One housekeeping pass: end stale reservations, make new ones.
+
+        Parameters
+        ----------
+        ledger : Ledger
+        now_s : float
+            The policy's clock, seconds.
+        node_labels : mapping of str to tuple of (str, str), optional
+            Each node's labels (``NodeReader.labels``): a pod's ``nodeSelector`` must match
+            the node held for it. None: no node's labels are known, so a pod with a
+            ``nodeSelector`` gets no node held (none can be shown to match).
 
         Returns
         -------
@@ -158,7 +180,7 @@ class Reservations:
         for _since, uid in waited[:CANDIDATES_PER_PASS]:
             if starvation_holds >= self.policy.max_reserved_nodes:
                 break
-            target = self._node_for(ledger, uid, self.by_node)
+            target = self._node_for(ledger, uid, self.by_node, node_labels or {})
             if target is not None:
                 intent = pending[uid].intent
                 made.append(Reservation(uid, f"{intent.namespace}/{intent.name}", target, now_s))
@@ -167,14 +189,17 @@ class Reservations:
         return made, ended
 
     @staticmethod
-    def _node_for(ledger: Ledger, uid: str, taken: Iterable[str]) -> str | None:
+    def _node_for(ledger: Ledger, uid: str, taken: Iterable[str], node_labels: Labels) -> str | None:
         """The node to hold for the pod (module notes), or None when it does not wait for
-        fragmentation (``defrag.waits_for_fragmentation``: it fits somewhere now, or less share
-        is free in sum on the GPUs it may use, on ready nodes, than it asks) or fits no node even empty."""
+        fragmentation (``scoring.fit.fragmented_on``: it fits somewhere now, or less share
+        is free in sum on the GPUs it may use, on ready nodes its ``nodeSelector`` matches,
+        than it asks) or fits no such node even empty."""
         state = ledger.state
         intent = ledger.pods[uid].intent
         request = inbound.pod_request(intent, state)
-        if not waits_for_fragmentation(state, request):
+        selected = np.fromiter((node_selector_matches(intent.node_selector, node_labels.get(str(n), ()))
+                                for n in state.node_names), dtype=bool, count=state.n_nodes)
+        if not fragmented_on(state, request, selected):
             return None
         k = request.gpu_count
         usable = state.gpu_exists & state.gpu_healthy
@@ -182,7 +207,7 @@ class Reservations:
             usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
         used = np.where(usable, state.gpu_used_milli, np.iinfo(np.int64).max // 16)
         drain = np.sort(used, axis=1)[:, :k].sum(axis=1) if k <= used.shape[1] else np.full(state.n_nodes, -1)
-        ok = ((usable.sum(axis=1) >= k) & state.node_ready & (state.cpu_alloc_milli >= request.cpu_milli)
+        ok = ((usable.sum(axis=1) >= k) & state.node_ready & selected & (state.cpu_alloc_milli >= request.cpu_milli)
               & (state.mem_alloc_mib >= request.memory_mib) & (drain >= 0))
         for name in taken:
             row = state.node_index.get(name)

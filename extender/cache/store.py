@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import Any
 
 from extender.cache import assume as assume_
@@ -19,6 +20,7 @@ from extender.cache import victims, views
 from extender.cache.defrag import DefragPolicy
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
+from extender.cache.moves import Labels
 from extender.cache.records import (
     EMPTY_VIEW,
     CandidateEvaluation,
@@ -48,6 +50,7 @@ class GpuCache:
         self._last_view = EMPTY_VIEW
         self._reservations = Reservations()
         self.defrag_policy = DefragPolicy()  # admin config defragmentation: (extender.cluster.defrag)
+        self.count_waiting = True  # pods waiting for fragmentation in metrics_view; cluster mode's plan counts them
 
     # -- configuration -------------------------------------------------------------------
 
@@ -124,13 +127,7 @@ class GpuCache:
     def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
         """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
         with self._lock:
-            out: list[PodIntent] = []
-            for rec in self._ledger.pods.values():
-                if is_pending(rec):
-                    out.append(rec.intent)
-                    if len(out) >= limit:
-                        break
-            return out
+            return list(islice((rec.intent for rec in self._ledger.pods.values() if is_pending(rec)), limit))
 
     def knows_pod(self, uid: str) -> bool:
         """True if a pod event for ``uid`` has been applied (and the pod not deleted)."""
@@ -155,11 +152,14 @@ class GpuCache:
         with self._lock:
             return self._reservations.evaluate(self._evaluator, self._ledger, intent, names)
 
-    def reserve_for_waiting(self, now_s: float | None = None) -> tuple[list[Reservation], list[Reservation]]:
+    def reserve_for_waiting(self, now_s: float | None = None,
+                            node_labels: Labels | None = None) -> tuple[list[Reservation], list[Reservation]]:
         """Housekeeping of starvation protection: the reservations made and ended.
-        ``now_s``: the policy's clock, ``time.monotonic()`` by default."""
+        ``now_s``: the policy's clock, ``time.monotonic()`` by default; ``node_labels``: each
+        node's labels, which a pod's ``nodeSelector`` must match (``Reservations.reserve``)."""
         with self._lock:
-            made, ended = self._reservations.reserve(self._ledger, time.monotonic() if now_s is None else now_s)
+            made, ended = self._reservations.reserve(self._ledger, time.monotonic() if now_s is None else now_s,
+                                                     node_labels)
             self._ledger.generation += bool(made)
             return made, ended
 
@@ -288,7 +288,7 @@ class GpuCache:
         if not self._lock.acquire(blocking=False):
             return self._last_view
         try:
-            self._last_view = views.metrics_view(self._ledger)
+            self._last_view = views.metrics_view(self._ledger, self.count_waiting)
             return self._last_view
         finally:
             self._lock.release()

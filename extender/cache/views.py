@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from extender.cache.ledger import Ledger
-from extender.cache.records import MetricsView, PodRecord
+from extender.cache.records import WAITING_EXAMINED, MetricsView, PodRecord, is_pending
+from extender.translate import inbound
+from scoring.fit import fragmented_on
 from scoring.state import ClusterState
 
 
@@ -62,8 +64,22 @@ def summary(state: ClusterState, records: list[PodRecord]) -> dict[str, int]:
     }
 
 
-def metrics_view(ledger: Ledger) -> MetricsView:
-    """Per-GPU allocation and per-tenant usage, copied at one instant (``MetricsView``)."""
+def waiting_for_fragmentation(ledger: Ledger) -> int:
+    """Of the oldest ``WAITING_EXAMINED`` pending GPU pods (event order), those whose request is
+    free in pieces on the cluster (``scoring.fit.fragmented_on``, every node)."""
+    out = seen = 0
+    for rec in ledger.pods.values():
+        if seen >= WAITING_EXAMINED:
+            break
+        if is_pending(rec):
+            seen += 1
+            out += fragmented_on(ledger.state, inbound.pod_request(rec.intent, ledger.state)) > 0
+    return out
+
+
+def metrics_view(ledger: Ledger, count_waiting: bool = False) -> MetricsView:
+    """Per-GPU allocation and per-tenant usage, copied at one instant (``MetricsView``); with
+    ``count_waiting``, the pods waiting for fragmentation too."""
     s = ledger.state
     rows, cols = np.nonzero(s.gpu_exists)
     used = s.gpu_used_milli[rows, cols].tolist()
@@ -79,4 +95,4 @@ def metrics_view(ledger: Ledger) -> MetricsView:
             for i, (r, c) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True))]
     tenants = [(name, u.gpu_milli, u.gpu_memory_mib, t.quota_gpu_milli, t.quota_gpu_memory_mib)
                for name, (t, u) in sorted(ledger.tenancy.by_tenant().items())]
-    return MetricsView(gpus, tenants)
+    return MetricsView(gpus, tenants, waiting_for_fragmentation(ledger) if count_waiting else None)

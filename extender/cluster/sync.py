@@ -218,7 +218,7 @@ class ClusterSync:
         expired = self._cache.expire_assumed()
         for key in expired:
             log.warning("assumed allocation expired: pod %s never showed up bound", key)
-        made, ended = self._cache.reserve_for_waiting()
+        made, ended = self._cache.reserve_for_waiting(node_labels=self._nodes.labels())
         for r in made:
             log.info("node %s reserved for pod %s, waiting longest for room", r.node, r.pod)
         if expired or ended:

@@ -26,8 +26,8 @@ UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.
 NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
 
 
-def filter_result(evaluation: Evaluation, intent: PodIntent,
-                  names: Sequence[str] | np.ndarray) -> tuple[list[str], dict[str, str], dict[str, str]]:
+def filter_result(evaluation: Evaluation, intent: PodIntent, names: Sequence[str] | np.ndarray,
+                  pieces: int = 0) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """Split candidates into passed, ``FailedNodes`` and ``FailedAndUnresolvableNodes``.
 
     A message depends only on the reason and the pod, never on the node: kube-scheduler
@@ -44,6 +44,10 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     names : sequence of str, or ndarray of shape (m,), object
         Candidate names aligned with the evaluation's rows (the cache's object array of them
         saves building one per call).
+    pieces : int
+        When no candidate fits and the pod's request is free in sum on them, the nodes holding
+        pieces of it (``CandidateEvaluation.pieces``): the share reasons say so, since room
+        that is there in pieces is fragmentation, not capacity.
 
     Returns
     -------
@@ -55,6 +59,9 @@ def filter_result(evaluation: Evaluation, intent: PodIntent,
     table = np.empty(len(Reason), dtype=object)  # messages of the reasons present only
     for code in np.unique(codes).tolist():
         table[code] = reason_message(Reason(code), ev.request, intent)
+    if pieces and table[Reason.INSUFFICIENT_GPU_SHARE] is not None:
+        table[Reason.INSUFFICIENT_GPU_SHARE] += (f"; the {ev.request.gpu_count * ev.request.gpu_milli} milli-GPU "
+                                                 f"it asks is free in pieces on {pieces} nodes: fragmentation")
     arr = names if isinstance(names, np.ndarray) else np.asarray(names, dtype=object)
     unres = np.isin(codes, UNRESOLVABLE)
     if ev.request.gpu_memory_mib is not None:

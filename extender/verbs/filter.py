@@ -84,7 +84,7 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  
         unknown: list[str] = []
     else:
         names_or_array = ce.names if ce.names_array is None else ce.names_array
-        passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, names_or_array)
+        passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, names_or_array, ce.pieces)
         if decide and len(passed) > 1:
             passed = [ce.names[ce.evaluation.best()]]
         unknown = ce.unknown

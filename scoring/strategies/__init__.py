@@ -16,8 +16,11 @@ name, also the key of its bound in ``scoring.incremental.Tolerance`` and the adm
 ``scoring.tolerance``), ``cluster_term(state, memo)`` (computed once per evaluation; the
 strategy reads it as ``ctx.terms[TERM]``), ``term_drift(frozen, now)`` (how far it moved;
 past the tolerance every kept row is scored anew) and ``TERM_TOLERANCE`` (the shipped
-bound). ``adaptive_balance`` (``cpu_pressure``) and ``spare_nodes`` (``spare_need``) do;
-the kernel (``scoring.fit``) knows the learned workload only.
+bound). ``adaptive_balance`` (``cpu_pressure``), ``spare_nodes`` (``spare_need``) and
+``consolidation`` (``churn``) do; the kernel (``scoring.fit``) knows the learned workload only.
+A strategy with a term may also define ``weight_gain(terms)``, a factor in [0, 1] on its
+configured weight read from the terms (``consolidation``: the churn); at 0 the scorer leaves
+the strategy out, its weight too, so the others score exactly as without it.
 
 Strategies do not import each other (an import-linter independence contract): a formula two
 of them use is in ``scoring.utilization`` or ``scoring.gaps``.
@@ -31,7 +34,9 @@ The default preset's terms (``scoring.presets``):
 - ``adaptive_balance``: resource balance, two-sided or one-sided by multi-GPU demand;
 - ``gap_price``: the priced waste of the GPU's gap (cutting-stock shadow prices);
 - ``priced_stranding``: the gap value a node's free CPU and memory can no longer serve;
-- ``spare_nodes``: the multi-GPU pods expected to fail when a node stops having ``k`` free GPUs.
+- ``spare_nodes``: the multi-GPU pods expected to fail when a node stops having ``k`` free GPUs;
+- ``consolidation``: where pods leave, the least room left on the node (best fit), so nodes
+  drain whole; weighed by the churn, off where pods never leave.
 
 The paper's baselines (Weng et al., USENIX ATC '23): ``random_fit``, ``best_fit`` and ``fgd``.
 

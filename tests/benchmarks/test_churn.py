@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from benchmarks import cli, trace
-from benchmarks.churn import subset_nodes
+from benchmarks.churn import report, subset_nodes
 from benchmarks.churn.queue import ChurnSim, RunResult, backoff_s, pod_class
-from benchmarks.churn.workload import Arrival, arrival_rate_per_s, offered_arrivals
+from benchmarks.churn.workload import Arrival, arrival_rate_per_s, borrow_lifetimes, offered_arrivals
 from benchmarks.replay import REPO_ROOT, InProcessClient
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, scoring_config
@@ -80,6 +80,54 @@ def test_the_node_sample_keeps_the_mix() -> None:
     assert len(sample) == 4 and sorted(len(s.gpus) for s in sample) == [1, 1, 2, 2]
     with pytest.raises(ValueError):
         subset_nodes(specs, 0)
+    # Another offset is another sample of the same mix, with no node in common.
+    other = subset_nodes(specs, 2, offset=1)
+    assert sorted(len(s.gpus) for s in other) == [1, 1, 2, 2]
+    assert not {s.name for s in sample} & {s.name for s in other}
+    with pytest.raises(ValueError, match="node-offset"):
+        subset_nodes(specs, 2, offset=2)
+
+
+def test_a_pod_list_without_times_borrows_them_by_class() -> None:
+    donors = [pod("d1", 1, 1000, 100), pod("d2", 1, 1000, 300), pod("d3", 1, 250, 50), pod("d4", 4, 1000, 900),
+              pod("d0", 0, 0, 7)]
+    shapes = [trace.TracePod(f"p{i}", 1000, 1024, k, m, "", "LS") for i, (k, m) in
+              enumerate([(1, 1000), (1, 1000), (1, 500), (4, 1000), (8, 1000), (0, 0)])]
+    got = borrow_lifetimes(shapes, donors)
+    assert got[0].lifetime_s in (100, 300) and got[1].lifetime_s in (100, 300)  # whole 1-GPU donors
+    assert got[2].lifetime_s == 50  # a share: the share donor
+    assert got[3].lifetime_s == 900 and got[4].lifetime_s == 900  # 8 GPUs: no donor, the 4-GPU ones
+    assert got[5].lifetime_s == 7
+    assert borrow_lifetimes(shapes, donors) == got  # by name: the same every time
+    assert borrow_lifetimes([pod("keeps", 1, 1000, 5)], donors)[0].lifetime_s == 5
+    with pytest.raises(ValueError, match="lifetime"):
+        borrow_lifetimes(shapes, shapes)
+
+
+def _result(preset: str, seed: int, alloc: float, never: int, p99_s: float) -> RunResult:
+    classes = {c: {"n": 100, "never_ran": 0, "p50_s": 0.0, "p99_s": 0.0, "max_s": 0.0}
+               for c in ("fractional", "whole-1", "multi-gpu", "cpu-only")}
+    classes["multi-gpu"] = {"n": 100, "never_ran": never, "p50_s": 0.0, "p99_s": p99_s, "max_s": p99_s}
+    return RunResult(preset, 0.9, seed, 1000, alloc, 0.0, 0.0, 0.0, 0.0, classes, 0, 0, 1.0, {})
+
+
+def test_the_report_pairs_seeds_with_an_interval_and_sign_counts() -> None:
+    # a minus b per seed: allocation +1, +2, +3 (mean 2, sd 1: t(0.975, 2) = 4.303, half
+    # width 4.303 / sqrt(3) = 2.484); never ran 2-3, 2-2, 4-2 (a better, tied, worse).
+    runs = [_result("a", s, 80 + d, n, 3600.0) for s, d, n in ((1, 1.0, 2), (2, 2.0, 2), (3, 3.0, 4))]
+    runs += [_result("b", s, 80.0, n, 7200.0) for s, n in ((1, 3), (2, 2), (3, 2))]
+    p = report.paired(runs, "a", "b", 0.9)
+    assert p is not None and p["seeds"] == [1, 2, 3]
+    assert p["allocation_pct"]["mean"] == pytest.approx(2.0)
+    assert p["allocation_pct"]["ci95"] == (pytest.approx(2.0 - 2.484, abs=1e-3), pytest.approx(2.0 + 2.484, abs=1e-3))
+    assert (p["allocation_pct"]["wins"], p["allocation_pct"]["ties"], p["allocation_pct"]["losses"]) == (3, 0, 0)
+    assert (p["never_ran"]["wins"], p["never_ran"]["ties"], p["never_ran"]["losses"]) == (1, 1, 1)
+    assert p["multi_p99_s"]["mean"] == -3600.0 and p["multi_p99_s"]["wins"] == 3  # shorter waits win
+    md = "\n".join(report.comparison(runs, [0.9]))
+    assert "| 0.9 | b | +2.00 [-0.48, +4.48] (3/0/0) |" in md
+    # A p99 read off censored waits (more than 1 % of the class never ran) is marked a lower bound.
+    assert report.medians([_result("a", 1, 80, 5, 3600.0)])["multi-gpu.censored"]
+    assert not report.medians([_result("a", 1, 80, 1, 3600.0)])["multi-gpu.censored"]
 
 
 # -- kube-scheduler's queue ---------------------------------------------------------------------

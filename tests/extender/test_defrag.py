@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from extender.cache import GpuCache
-from extender.cache.defrag import DefragPlan, plan, waits_for_fragmentation
+from extender.cache.defrag import DefragPlan, plan
 from extender.cache.moves import DisruptionBudget
 from extender.tenants import NO_TENANTS
 from extender.translate import inbound
 from extender.verbs.pod_events import PodEvent, pod_events
 from podspec.pods import pod_intent
+from scoring.fit import fragmented_on
 from scoring.presets import PRESETS
 from scoring.scorer import build_scorer
 from scoring.state import GpuSpec, NodeSpec
@@ -166,7 +167,7 @@ def test_a_pod_waiting_for_capacity_is_not_waiting_for_fragmentation() -> None:
     assert p.pending == 1 and p.waiting == () and p.steps == ()
     state, records, _ = cache.defrag_snapshot()
     big = dict(records)["uid-big"].intent
-    assert not waits_for_fragmentation(state, inbound.pod_request(big, state))
+    assert not fragmented_on(state, inbound.pod_request(big, state))
 
 
 def test_node_selectors_bound_the_target_and_the_moved_pods() -> None:

@@ -160,3 +160,36 @@ def test_a_pass_looks_at_the_oldest_waiting_pods_only() -> None:
         add(cache, big)
         sweep(cache, 1)
         assert [r.pod for r in sweep(cache, 700)] == held
+
+
+def test_the_node_held_is_one_the_pods_node_selector_matches() -> None:
+    # The waiting pod (2 whole GPUs) selects zone=x, and only a is in zone x. a: 4 GPUs, three
+    # holding 600 each (free 3 * 400 + 1000 = 2200 >= 2000, one whole GPU: fragmentation);
+    # b: 300 on one of 2. b is the cheaper to drain (300 against 0 + 600), yet a is held,
+    # the node the pod may run on.
+    cache = cache_with([node("a", 4), node("b")])
+    for i in range(3):
+        place(cache, pod(f"on-a{i}", 1, 600), "a")
+    place(cache, pod("on-b", 1, 300), "b")
+    big = pod("big", 2, 1000)
+    big["spec"]["nodeSelector"] = {"zone": "x"}
+    add(cache, big)
+    labels = {"a": (("zone", "x"),), "b": (("zone", "y"),)}
+    assert cache.reserve_for_waiting(0, labels) == ([], [])
+    made, _ = cache.reserve_for_waiting(600, labels)
+    assert [(r.node, r.pod) for r in made] == [("a", "openb/big")]
+
+
+def test_no_node_is_held_where_the_node_selector_matches_none_or_labels_are_unknown() -> None:
+    cache = cache_with([node("a"), node("b")])
+    place(cache, pod("on-a", 1, 500), "a")
+    big = pod("big", 2, 1000)
+    big["spec"]["nodeSelector"] = {"zone": "z"}
+    add(cache, big)
+    # b is empty and would fit the pod, but is in zone y; a in zone x: the pod waits for
+    # nodes that do not exist, not for fragmentation.
+    labels = {"a": (("zone", "x"),), "b": (("zone", "y"),)}
+    cache.reserve_for_waiting(0, labels)
+    assert cache.reserve_for_waiting(600, labels) == ([], [])
+    # Without the nodes' labels (a caller that has none), nothing shows that a node matches.
+    assert cache.reserve_for_waiting(1200) == ([], [])

@@ -56,8 +56,9 @@ def test_invalid_file_names_the_field(tmp_path: Path, text: str, message: str) -
 
 def test_tolerance_defaults_to_the_shipped_one_and_is_read(tmp_path: Path) -> None:
     assert load_admin_config(write(tmp_path, "scoring:\n  preset: default\n")).tolerance == DEFAULT_TOLERANCE
-    exact = load_admin_config(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0, spare_need: 0}\n"))
-    assert exact.tolerance == Tolerance(0.0, {"cpu_pressure": 0.0, "spare_need": 0.0})
+    exact = load_admin_config(write(tmp_path, "scoring:\n  tolerance: {workload: 0, cpu_pressure: 0, spare_need: 0, "
+                                              "churn: 0}\n"))
+    assert exact.tolerance == Tolerance(0.0, {"cpu_pressure": 0.0, "spare_need": 0.0, "churn": 0.0})
 
 
 def test_the_config_bounds_every_strategy_term_and_nothing_else() -> None:
@@ -86,7 +87,8 @@ def test_config_validate_for_admins_and_ci(tmp_path: Path, capsys: pytest.Captur
     assert main(["config", "validate", str(good)]) == 0
     out = capsys.readouterr().out
     assert "valid" in out and "node_packing=2" in out and "best-effort: node_packing=3" in out
-    assert (f"tolerance: workload={DEFAULT_TOLERANCE.workload:g}, cpu_pressure={DEFAULT_TOLERANCE.of('cpu_pressure'):g}"
+    assert (f"tolerance: workload={DEFAULT_TOLERANCE.workload:g}, churn={DEFAULT_TOLERANCE.of('churn'):g}"
+            f", cpu_pressure={DEFAULT_TOLERANCE.of('cpu_pressure'):g}"
             f", spare_need={DEFAULT_TOLERANCE.of('spare_need'):g}") in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("scoring:\n  preset: default\n  weights:\n    spread: -1\n    nope: 1\n")

@@ -64,6 +64,16 @@ def random_state(rng: np.random.Generator, n_nodes: int = 12) -> ClusterState:
                 mem_gpu = (explicit,) * len(cols)
         st.apply(Allocation(st.node_names[row], cols, milli, mem_gpu, qos, cpu, mem, mask,
                             gpu_memory_request_mib=explicit))
+        if cols:
+            st.workload.arrive((len(cols), milli, cpu, mem, mask, explicit))
+    # Pods that held GPUs and left before: the churn in [0, 1], 0 (arrivals only) a fifth of the time.
+    if rng.random() < 0.8:
+        for _ in range(int(rng.integers(1, n_nodes * 4))):
+            st.workload.depart()
+    # GPU pods waiting, asking from none to several times the free share.
+    for _ in range(int(rng.integers(0, n_nodes * 2)) if rng.random() < 0.6 else 0):
+        k = int(rng.choice([1, 1, 2, 4, 8]))
+        st.workload.add((k, 1000 if k > 1 else int(rng.integers(1, 1001)), 1000, 1024, ANY_MODEL_MASK, 0), 1, pending=True)
     return st
 
 

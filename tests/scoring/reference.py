@@ -298,7 +298,12 @@ def _node_terms(state: ClusterState, row: int, req: PodRequest) -> dict[str, flo
         u_gpu = sum(int(state.node_gpu_used_milli[r]) for r in range(state.n_nodes)) / gpu_total
         pressure = sum(int(state.cpu_used_milli[r]) for r in gpu_rows) / cpu_total / max(u_gpu, 0.1)
     gain = 1.0 + min(1.0, max(0.0, (pressure - 0.9) / 0.1))  # two-sided term x1 .. x2 over p 0.9..1
+    cpu_ref = max((int(state.cpu_alloc_milli[r]) for r in gpu_rows), default=0)
+    gpu_ref = max((int(state.node_gpu_total_milli[r]) for r in range(state.n_nodes)), default=0)
+    room = (0.5 * max(int(state.cpu_alloc_milli[row]) - int(state.cpu_used_milli[row]) - req.cpu_milli, 0) / max(cpu_ref, 1)
+            + 0.5 * max(total - used - req.gpu_count * req.gpu_milli, 0) / max(gpu_ref, 1))
     return {
+        "consolidation": min(max(1.0 - room, 0.0), 1.0),
         "best_fit": min(max(math.trunc((1.0 - left) * 100) / 100, 0.0), 1.0),
         "multi_gpu_reserve": util * min(1.0, (share / 0.5) ** 2),
         "node_packing": util,
@@ -361,8 +366,19 @@ def _checks_passed(state: ClusterState, row: int, col: int, req: PodRequest, pol
 REFERENCE_TERMS = frozenset({
     "gpu_best_fit", "best_fit", "qos_interference", "fgd", "random_fit", "gap_price",  # per GPU
     "multi_gpu_reserve", "node_packing", "spread", "resource_balance", "stranding",  # per node
-    "adaptive_balance", "priced_stranding", "spare_nodes",
+    "adaptive_balance", "priced_stranding", "spare_nodes", "consolidation",
 })
+
+
+def _gained(state: ClusterState, weights: Mapping[str, float]) -> dict[str, float]:
+    """The weights as the scorer applies them: ``consolidation``'s times the workload's churn
+    and ``min(1, free / waiting)`` (``scoring.strategies.consolidation.gain``), a weight of 0 left out."""
+    free = sum(min(max(int(state.gpu_free_milli[r, c]), 0), MILLI_PER_GPU) for r in range(state.n_nodes)
+               for c in range(state.max_gpus) if state.gpu_healthy[r, c] and state.node_ready[r])
+    waiting = state.workload.pending_share()
+    gain = state.workload.churn() * (1.0 if waiting <= free else free / waiting)
+    out = {n: w * (gain if n == "consolidation" else 1.0) for n, w in weights.items()}
+    return {n: w for n, w in out.items() if w > 0}
 """Every strategy this module has a scalar version of."""
 
 
@@ -382,6 +398,7 @@ def evaluate_node_all(state: ClusterState, req: PodRequest, row: int,
         assert not missing, (f"no scalar reference for strategy {missing}: add its formula to "
                              "tests/scoring/reference.py (_gpu_terms or _node_terms)")
     policy = policy if policy is not None else QoSPolicy()
+    weight_sets = [_gained(state, w) for w in weight_sets]
     k = req.gpu_count
     gpu_checks = [_checks_passed(state, row, col, req, policy) for col in range(state.max_gpus)]
     reason = Reason.FITS
@@ -417,7 +434,7 @@ def evaluate_node_all(state: ClusterState, req: PodRequest, row: int,
         for weights in weight_sets:
             names = sorted(w for w in weights if weights[w] > 0)
             total = sum(weights[n] * node[n] for n in names if n in node)
-            out.append(ReferenceResult(True, reason, min(max(total / sum(weights[n] for n in names), 0.0), 1.0), ()))
+            out.append(ReferenceResult(True, reason, min(max(total / (sum(weights[n] for n in names) or 1.0), 0.0), 1.0), ()))
         return out
     fitting = [c for c, p in enumerate(gpu_checks) if p == 7]
     terms = {c: _gpu_terms(state, row, c, req) for c in fitting}
@@ -436,6 +453,6 @@ def evaluate_node_all(state: ClusterState, req: PodRequest, row: int,
                 total += weights[name] * node[name]
             else:
                 total += weights[name] * sum(terms[c][name] for c in cols) / len(cols)
-        score = min(max(total / sum(weights[n] for n in names), 0.0), 1.0)
+        score = min(max(total / (sum(weights[n] for n in names) or 1.0), 0.0), 1.0)
         out.append(ReferenceResult(True, reason, score, cols))
     return out

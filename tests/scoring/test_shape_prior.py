@@ -135,9 +135,9 @@ def test_keep_whole_prefers_the_used_node_on_a_tie() -> None:
     assert row.best() == 0  # the simulator's rule: the lowest row
 
 
-def test_keep_whole_band_holds_until_a_whole_node_pod_is_counted() -> None:
+def test_keep_whole_band_holds_until_whole_node_pods_are_worth_the_prior() -> None:
     # Best node empty (a), a used node (b) 4e-4 behind: inside KEEP_WHOLE_BAND (1e-3), so b
-    # wins while no counted pod has taken a whole node of the largest size (4 GPUs here).
+    # wins while the pods that take a whole node of the largest size are few (below).
     rank = np.array([(1 << BREAKS_EMPTY_SHIFT) + 7, 3, (1 << BREAKS_EMPTY_SHIFT)], dtype=np.int64)
     ev = Evaluation(PodRequest(1, 250), np.arange(3), np.ones(3, dtype=bool), np.zeros(3, dtype=np.int8),
                     np.array([0.5004, 0.5000, 0.4]), np.zeros((3, 1), dtype=np.int64),
@@ -149,13 +149,28 @@ def test_keep_whole_band_holds_until_a_whole_node_pod_is_counted() -> None:
     assert far.best() == 0
     assert ev.take(np.array([2, 1, 0])).best() == 1  # the order of the candidates is irrelevant
 
-    state = ClusterState.from_nodes([gpu_node("a", 4), gpu_node("b", 2)])
-    state.workload.set_prior(ShapePrior(), [4, 2])
+    # The band holds until the whole-node pods (4 GPUs here) counted, or arrived, are worth
+    # as much as the prior (ShapePrior.pods = 8): one such pod among many small ones is not
+    # yet the evidence the prior is (decision 0022; before, one counted pod ended the band).
+    state = ClusterState.from_nodes([gpu_node("a", 4), gpu_node("b", 2), *(gpu_node(f"c{i}", 4) for i in range(7))])
+    state.workload.set_prior(ShapePrior(), [4, 2] + [4] * 7)
     assert cluster_terms(state).whole_node_unseen
     state.apply(Allocation("b", (0, 1), 1000, (0, 0), QoSClass.BURSTABLE, 1000, 1024))  # 2 GPUs: not 4
     assert cluster_terms(state).whole_node_unseen
-    state.apply(Allocation("a", (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 1000, 1024))
-    assert not cluster_terms(state).whole_node_unseen
+    whole: tuple[int, int, int, int, int, int] = (4, 1000, 1000, 1024, -1, 0)
+    for node in ["a", *(f"c{i}" for i in range(6))]:
+        state.apply(Allocation(node, (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 1000, 1024))
+    assert cluster_terms(state).whole_node_unseen  # 7 counted
+    state.apply(Allocation("c6", (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 1000, 1024))
+    assert not cluster_terms(state).whole_node_unseen  # 8
+    # Where pods leave, the arrivals count: 8 arrived, one still running, is evidence enough.
+    churned = ClusterState.from_nodes([gpu_node("a", 4), gpu_node("b", 2)])
+    churned.workload.set_prior(ShapePrior(), [4, 2])
+    for _ in range(7):
+        churned.workload.arrive(whole)
+    churned.workload.arrive(whole)
+    churned.apply(Allocation("a", (0, 1, 2, 3), 1000, (0,) * 4, QoSClass.BURSTABLE, 1000, 1024))
+    assert not cluster_terms(churned).whole_node_unseen
     scorer = build_scorer(PRESETS["default"])
     req = PodRequest(gpu_count=1, gpu_milli=250, cpu_milli=1000, memory_mib=1024)
     assert scorer.evaluate(state, req, np.arange(2)).tie_band == 0.0
