@@ -70,8 +70,10 @@ def _run(args: argparse.Namespace) -> int:
         node = args.node_name
 
         def pods() -> list[dict[str, Any]]:
+            # Bounded: a slow API server fails the call (UNAVAILABLE) instead of holding it.
             items: list[dict[str, Any]] = response_json(api.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}", _preload_content=False))["items"]
+                field_selector=f"spec.nodeName={node}", _preload_content=False,
+                _request_timeout=POD_LIST_TIMEOUT_S))["items"]
             return items
 
         plugin = PluginServer(lambda: slots_of(publisher.published()), pods, node, args.plugin_dir,
@@ -90,6 +92,10 @@ def _run(args: argparse.Namespace) -> int:
             t.join(10)
         backend.close()
     return 0
+
+
+POD_LIST_TIMEOUT_S = (3.0, 10.0)
+"""Connect and read timeouts of the device plugin's LIST of the node's pods, seconds."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -78,32 +78,53 @@ def candidates(pods: Iterable[Mapping[str, Any]], node: str) -> list[PodAssignme
     return sorted(out, key=lambda a: a.order)
 
 
+def pick(n_devices: int, pods: Sequence[PodAssignment], done: Mapping[str, int]) -> tuple[PodAssignment, int] | None:
+    """The pod and GPU container an ``n_devices`` request is for, given the containers already
+    allocated (``done``: pod UID -> count); None when no candidate matches (module notes)."""
+    for a in pods:  # a pod in progress first
+        i = done.get(a.uid, 0)
+        if 0 < i < len(a.container_gpus) and a.container_gpus[i] == n_devices:
+            return a, i
+    for a in pods:
+        if a.uid not in done and a.container_gpus[0] == n_devices:
+            return a, 0
+    return None
+
+
 class Matcher:
-    """Consumes pod assignments container by container (kubelet's Allocate sequence)."""
+    """Consumes pod assignments container by container (kubelet's Allocate sequence).
+
+    Not thread-safe: the plugin holds a lock around ``take_all`` and ``snapshot``.
+    """
 
     def __init__(self) -> None:
         self._done: dict[str, int] = {}
         """Pod UID -> GPU containers already allocated."""
 
-    def _pick(self, n_devices: int, pods: Sequence[PodAssignment]) -> tuple[PodAssignment, int] | None:
-        for a in pods:  # a pod in progress first
-            i = self._done.get(a.uid, 0)
-            if 0 < i < len(a.container_gpus) and a.container_gpus[i] == n_devices:
-                return a, i
-        for a in pods:
-            if a.uid not in self._done and a.container_gpus[0] == n_devices:
-                return a, 0
-        return None
+    def snapshot(self) -> dict[str, int]:
+        """The containers allocated so far, per pod UID (a copy: ``pick`` reads it outside the lock)."""
+        return dict(self._done)
 
-    def peek(self, n_devices: int, pods: Sequence[PodAssignment]) -> tuple[PodAssignment, int] | None:
-        """The match ``take`` would return, without consuming it (GetPreferredAllocation)."""
-        return self._pick(n_devices, pods)
+    def take_all(self, sizes: Sequence[int], pods: Sequence[PodAssignment]) -> list[tuple[PodAssignment, int]] | None:
+        """Match one Allocate call's containers (``sizes``: devices each) and consume them, all
+        or nothing: None, and nothing consumed, when any container matches no candidate (a
+        failed call must not use up the records of the pods waiting for their real Allocate).
 
-    def take(self, n_devices: int, pods: Sequence[PodAssignment]) -> tuple[PodAssignment, int] | None:
-        """Match one container's Allocate request and consume it; None if nothing matches."""
-        found = self._pick(n_devices, pods)
-        if found is not None:
-            self._done[found[0].uid] = found[1] + 1
+        Entries of pods no longer among ``pods`` (started, finished, gone) are dropped first,
+        so the record of consumed containers stays as small as the node's waiting pods.
+        """
+        live = {a.uid for a in pods}
+        for uid in [u for u in self._done if u not in live]:
+            del self._done[uid]
+        scratch = dict(self._done)
+        found: list[tuple[PodAssignment, int]] = []
+        for n in sizes:
+            match = pick(n, pods, scratch)
+            if match is None:
+                return None
+            scratch[match[0].uid] = match[1] + 1
+            found.append(match)
+        self._done = scratch
         return found
 
 
