@@ -141,6 +141,10 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             quarantine=quarantine, binder=kube_binder, on_plan=metrics.planned,
             count_eviction=lambda result: metrics.defrag_evictions.labels(result).inc())
         metrics.cluster.inventory_ages = sync.inventory_ages
+        metrics.cluster.watch_silences = sync.watch_silences
+        nodes_skew, replica_skew = sync.clock_skews, (fence.skews if fence is not None else dict)
+        metrics.cluster.clock_skews = lambda: {**{("node", n): s for n, s in nodes_skew().items()},
+                                               **{("replica", r): s for r, s in replica_skew().items()}}
         cache.count_waiting = False  # the defragmentation plan counts them, with the nodes' labels
         binder: Binder = kube_binder.bind
     else:
@@ -155,7 +159,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             watcher.start()
         if sync is not None:
             sync.start()
-            app.state.ready = lambda: sync.synced
+            app.state.ready = lambda: sync.synced and not sync.silent_watches()
+            app.state.ready_detail = lambda: {"silent_watches": {w: round(s, 1) for w, s in sync.silent_watches().items()}}
         else:
             if own_cache and settings.cluster_file is not None:
                 cache.set_nodes(load_cluster_file(settings.cluster_file,
@@ -176,6 +181,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.quarantine = quarantine
     app.state.config_watcher = watcher
     app.state.ready = lambda: False
+    app.state.ready_detail = dict
     app.state.binder = binder
     app.state.defrag = None if sync is None else sync.defrag.latest
 

@@ -89,6 +89,9 @@ MAX_LEDGER_BYTES = 256 * 1024
 read as empty and quarantined."""
 MAX_FIELD_CHARS = 253
 """Longest name, UID or owner in a claim."""
+
+MAX_SKEW_REPLICAS = 64
+"""Instances whose clock skew is kept (``ClaimFence.skews``), however many owners claims forge."""
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -270,28 +273,38 @@ class ClaimFence:
     ttl_s : float
         How long a claim counts (seconds) from when this instance first saw it; longer
         than a bind plus the pod watch's lag.
-    clock : callable returning float, optional
-        Wall clock, seconds since the epoch: stamps this instance's claims (``at``, for
-        people) and times first sightings.
+    clock, wall : callable returning float, optional
+        This instance's monotonic clock (first sightings, from which every ``ttl_s`` runs: a
+        wall clock stepped by NTP moves no TTL), and its wall clock (stamps ``at``, for people;
+        the other instances' skew, ``skews``), seconds.
     api_timeout_s : float, optional
         Limit of each ledger read or write, seconds.
     """
 
     def __init__(self, api: client.CoreV1Api, namespace: str, identity: str, ttl_s: float = 60.0,
-                 clock: Callable[[], float] = time.time, api_timeout_s: float = 4.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, api_timeout_s: float = 4.0,
+                 wall: Callable[[], float] = time.time) -> None:
         self._api = api
         self._timeout_s = api_timeout_s
         self.namespace = namespace
         self.identity = identity
         self.ttl_s = ttl_s
         self._clock = clock
+        self._wall = wall
         self._ledgers: dict[str, Ledger] = {}
         self._first_seen: dict[str, dict[tuple[Any, ...], float]] = {}
+        self._skews: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def now_s(self) -> float:
-        """The fence's wall clock, seconds since the epoch."""
+        """The fence's monotonic clock, seconds (claims' TTLs)."""
         return self._clock()
+
+    def skews(self) -> dict[str, float]:
+        """Each other instance's clock minus this one's, seconds: its newest claim's ``at`` minus
+        this wall clock at first sight (less the write and watch delay)."""
+        with self._lock:
+            return dict(self._skews)
 
     def view(self, node: str) -> Ledger:
         """The node's ledger as last seen (read from the API when never seen)."""
@@ -330,6 +343,9 @@ class ClaimFence:
             self._ledgers[ledger.node] = ledger
             seen = self._first_seen.get(ledger.node, {})
             self._first_seen[ledger.node] = {k: seen.get(k, now) for k in map(_claim_key, ledger.claims)}
+            for c in (c for c in ledger.claims if _claim_key(c) not in seen and c.owner != self.identity):
+                if c.owner in self._skews or len(self._skews) < MAX_SKEW_REPLICAS:
+                    self._skews[c.owner] = c.at_s - self._wall()
             return ledger
 
     def live(self, ledger: Ledger) -> list[tuple[Claim, float]]:
@@ -418,7 +434,7 @@ class ClaimFence:
                  gpu_milli: int, gpu_memory_mib: Iterable[int]) -> Claim:
         """This instance's claim of an allocation, stamped now."""
         return Claim(uid, namespace, name, node, tuple(gpu_uuids), gpu_milli, tuple(gpu_memory_mib),
-                     self.identity, self.now_s())
+                     self.identity, self._wall())
 
 
 def _older(a: str | None, b: str | None) -> bool:

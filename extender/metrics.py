@@ -29,6 +29,8 @@ class _Cluster(Collector):
                  inventory_ages: Callable[[], dict[str, float | None]]) -> None:
         self._view, self.inventory_ages = view, inventory_ages
         self.planned_waiting = 0  # the last defragmentation plan's count (cluster mode)
+        self.clock_skews: Callable[[], dict[tuple[str, str], float]] = dict  # (kind, name) -> s
+        self.watch_silences: Callable[[], dict[str, float]] = dict  # watch -> s since a sign of life
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         view = self._view()
@@ -72,12 +74,29 @@ class _Cluster(Collector):
                 tenant["quota_gpu_memory_bytes"].add_metric([name], quota_mib * 2**20)
         yield from tenant.values()
         age = GaugeMetricFamily("gpufrac_node_inventory_age_seconds",
-                                "Age of the node's gpufrac.io/inventory heartbeat (cluster mode); a node "
-                                "past --inventory-stale-after-s gets no GPU pods. NaN: no valid inventory.",
+                                "Seconds since this replica saw the node's gpufrac.io/inventory heartbeat change "
+                                "(cluster mode); a node past --inventory-stale-after-s gets no GPU pods. NaN: no "
+                                "valid inventory.",
                                 labels=["node"])
         for node, seconds in sorted(self.inventory_ages().items()):
             age.add_metric([node], float("nan") if seconds is None else seconds)
         yield age
+        skew = GaugeMetricFamily("gpufrac_clock_skew_seconds",
+                                 "Another machine's clock minus this replica's, seconds (cluster mode): a node's "
+                                 "agent (kind=node, from its heartbeat when it changed) or another gpufrac "
+                                 "replica (kind=replica, from its newest claim). Freshness and TTLs never read "
+                                 "it; alert when it passes a few seconds (NTP).", labels=["kind", "name"])
+        for (kind, name), seconds in sorted(self.clock_skews().items()):
+            skew.add_metric([kind, name], seconds)
+        yield skew
+        silence = GaugeMetricFamily("gpufrac_watch_silence_seconds",
+                                    "Seconds since the watch's last sign of life (an event, a bookmark, the "
+                                    "server ending a request at its timeout; cluster mode): past the watch "
+                                    "timeout plus its read margin (45 s) it is silent and /readyz says 503.",
+                                    labels=["watch"])
+        for name, seconds in sorted(self.watch_silences().items()):
+            silence.add_metric([name], seconds)
+        yield silence
 
 
 class Metrics:

@@ -52,8 +52,10 @@ class Settings(BaseSettings):
     """Cluster mode: a node whose ``gpufrac.io/inventory`` heartbeat is older is infeasible."""
     assume_ttl_s: float = Field(60.0, gt=0)
     """Cluster mode: how long a bind's allocation is held before the pod watch confirms it."""
-    watch_timeout_s: int = Field(300, ge=1)
-    """Cluster mode: server-side timeout of one watch request (it is then resumed)."""
+    watch_timeout_s: int = Field(30, ge=1, le=3600)
+    """Cluster mode: server-side timeout of one watch request (it is then resumed); the client
+    reads with a deadline 15 s later, so a watch whose connection went silent is resumed on a
+    new one within ``watch_timeout_s + 15`` s, and ``/readyz`` names it silent past that."""
     scheduler_name: str = "gpufrac-scheduler"
     """Cluster mode: the kube-scheduler profile calling this extender (its pods are requeued)."""
     requeue_max_pods: int = Field(100, ge=0)

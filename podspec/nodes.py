@@ -14,9 +14,12 @@ from podspec.pods import MAX_CORES, MAX_MEMORY_BYTES, MIB, PodSpecError, item_na
 from scoring.state import GpuSpec, NodeSpec
 
 MAX_CLOCK_SKEW_S = 300.0
-"""How far in the future a timestamp read from an object may lie, seconds. Beyond it the
-timestamp is invalid (a heartbeat of year 9999 would otherwise keep a node fresh forever);
-within it, clocks of the agent's node and the extender's may simply disagree."""
+"""How far in the future a heartbeat may lie for ``NodeObservation.age_s``, a reading by this
+machine's clock (``gpufrac inspect``); the extender judges freshness by when it saw the
+heartbeat change, not by its clock (``extender.cluster.nodes``)."""
+
+PLAUSIBLE_YEARS = (2000, 2200)
+"""Years a heartbeat may name; any other is not a time an agent wrote (quarantined)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,5 +160,9 @@ def _observation(name: str, meta: Mapping[str, Any], status: Any) -> NodeObserva
     judged = [_judged(g) for g in sorted(inv.gpus, key=lambda g: g.index)]
     flagged = tuple((spec.uuid, why) for spec, why in judged if why)
     heartbeat = inv.heartbeat if inv.heartbeat.tzinfo else inv.heartbeat.replace(tzinfo=UTC)
+    if not PLAUSIBLE_YEARS[0] <= heartbeat.year < PLAUSIBLE_YEARS[1]:
+        return NodeObservation(name, cpu_milli, memory_mib, (), None,
+                               f"{ann.INVENTORY}.heartbeat: {heartbeat.isoformat()} is not a plausible time "
+                               f"(years {PLAUSIBLE_YEARS[0]}-{PLAUSIBLE_YEARS[1] - 1})")
     return NodeObservation(name, cpu_milli, memory_mib, tuple(spec for spec, _ in judged), heartbeat,
                            flagged=flagged)

@@ -1,19 +1,29 @@
 """``NodeReader``: Node objects as gpufrac reads them, and the node specs the cache takes.
 
 Each Node is read once per event (``podspec.nodes.node_observation``); what cannot be used
-is quarantined (kind ``node``: no usable name, an unreadable inventory, a heartbeat from the
-future; kind ``gpu``: impossible readings, or a UUID another node keeps, per
-``extender.gpu_owners``). A spec is made from the last observation and the clock, so a
-stale heartbeat makes the node's GPUs infeasible without a new event (``specs``).
-Thread-safe: the node watch and housekeeping call it from two threads.
+is quarantined (kind ``node``: no usable name, an unreadable inventory, an implausible
+heartbeat; kind ``gpu``: impossible readings, or a UUID another node keeps, per
+``extender.gpu_owners``). A spec is made from the last observation and this process's
+monotonic clock, so a stale heartbeat makes the node's GPUs infeasible without a new event
+(``specs``). Thread-safe: the node watch and housekeeping call it from two threads.
+
+**Freshness by local observation.** The heartbeat is the agent's clock, not this replica's:
+an inventory is as old as the time since *this process saw its heartbeat change* (as the node
+lifecycle controller judges kubelet's status by its own probe time), never the heartbeat
+compared with the local clock. A replica whose clock is ten minutes ahead or behind the
+agents' judges them as one whose clock agrees. The difference of the two clocks when a new
+heartbeat is seen is kept as the node's clock skew (``skews``, exported as
+``gpufrac_clock_skew_seconds``) and logged once it passes ``CLOCK_SKEW_WARN_S``. A node first
+seen (start-up, a new node) counts as fresh until ``stale_after_s`` passes without a change.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,11 +31,23 @@ from extender.cluster.objects import object_key
 from extender.gpu_owners import GpuOwners, rank
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
-from podspec.nodes import MAX_CLOCK_SKEW_S, NodeObservation, node_observation
+from podspec.nodes import NodeObservation, node_observation
 from podspec.pods import quote
 from scoring.state import NodeSpec
 
 log = logging.getLogger(__name__)
+
+CLOCK_SKEW_WARN_S = 30.0
+"""A node whose heartbeat differs from this clock by more is logged once (module notes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Heartbeat:
+    """A heartbeat value as this process first saw it: when (monotonic), and the clocks' difference."""
+
+    value: datetime
+    seen_s: float
+    skew_s: float
 
 
 class NodeReader:
@@ -35,15 +57,21 @@ class NodeReader:
     ----------
     quarantine : Quarantine
     now : callable returning a timezone-aware datetime
-        Wall clock for heartbeat ages.
+        Wall clock: only to measure the clock skew of the heartbeats (module notes).
     stale_after_s : float
-        A node whose inventory heartbeat is older is infeasible (``inventory stale``).
+        A node whose heartbeat this process has not seen change for longer is infeasible
+        (``inventory stale``).
+    monotonic : callable returning seconds
+        This process's clock for inventory ages.
     """
 
-    def __init__(self, quarantine: Quarantine, now: Callable[[], datetime], stale_after_s: float) -> None:
+    def __init__(self, quarantine: Quarantine, now: Callable[[], datetime], stale_after_s: float,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.quarantine = quarantine
         self._now = now
+        self._monotonic = monotonic
         self._stale_after_s = stale_after_s
+        self._beats: dict[str, _Heartbeat] = {}
         self._observations: dict[str, NodeObservation] = {}
         self._owners = GpuOwners()
         self._flagged_gpus: dict[str, set[str]] = {}
@@ -61,9 +89,7 @@ class NodeReader:
         except ValueError as exc:
             self.quarantine.reject("node", object_key(obj, namespaced=False), str(exc))
             return None
-        if obs.heartbeat is not None and not obs.problem and obs.age_s(self._now()) is None:
-            obs = replace(obs, problem=f"{ann.INVENTORY}.heartbeat: {obs.heartbeat.isoformat()} is more than "
-                                       f"{MAX_CLOCK_SKEW_S:.0f} s ahead of this clock")
+        self._note_heartbeat(obs)
         if obs.problem and not obs.problem.startswith("no "):
             self.quarantine.reject("node", obs.name, obs.problem)
         else:
@@ -72,16 +98,50 @@ class NodeReader:
                 log.info("node %s: no usable GPUs: %s", obs.name, obs.problem)
         return obs
 
+    def _note_heartbeat(self, obs: NodeObservation) -> None:
+        """Remember when this process first saw the node's heartbeat value (module notes)."""
+        with self._lock:
+            prev = self._beats.get(obs.name)
+            if obs.heartbeat is None or obs.problem:
+                self._beats.pop(obs.name, None)
+                return
+            if prev is not None and prev.value == obs.heartbeat:
+                return
+            skew = (obs.heartbeat - self._now()).total_seconds()
+            self._beats[obs.name] = _Heartbeat(obs.heartbeat, self._monotonic(), skew)
+        if abs(skew) > CLOCK_SKEW_WARN_S and (prev is None or abs(prev.skew_s) <= CLOCK_SKEW_WARN_S):
+            log.warning("node %s: its agent's clock is %+.0f s from this replica's (heartbeat %s); "
+                        "freshness is judged by when the heartbeat changes, not by either clock",
+                        obs.name, skew, obs.heartbeat.isoformat())
+
+    def _age(self, obs: NodeObservation, mono: float) -> float | None:
+        """Seconds since this process saw the node's heartbeat change; None without a usable
+        inventory. Under the lock."""
+        beat = self._beats.get(obs.name)
+        if beat is None or obs.heartbeat is None or obs.problem:
+            return None
+        return max(mono - beat.seen_s, 0.0)
+
+    def skews(self) -> dict[str, float]:
+        """Each node's heartbeat minus this clock when the heartbeat was last seen to change,
+        seconds (positive: the agent's clock is ahead)."""
+        with self._lock:
+            return {name: b.skew_s for name, b in self._beats.items()}
+
     def labels(self) -> dict[str, tuple[tuple[str, str], ...]]:
         """Each node's labels (``NodeObservation.labels``), for the defragmentation plan."""
         with self._lock:
             return {name: o.labels for name, o in self._observations.items()}
 
-    def _spec(self, obs: NodeObservation, now: datetime) -> NodeSpec:
-        """The node's spec at ``now``, without the GPUs another node keeps; under the lock."""
+    def _spec(self, obs: NodeObservation, mono: float) -> NodeSpec:
+        """The node's spec at ``mono`` (this process's clock), without the GPUs another node
+        keeps: ready only with a usable inventory seen changing within ``stale_after_s``;
+        under the lock."""
         lost = self._owners.lost(obs.name)
         usable = replace(obs, gpus=tuple(g for g in obs.gpus if g.uuid not in lost)) if lost else obs
-        return usable.spec(now, self._stale_after_s)
+        age = self._age(obs, mono)
+        return NodeSpec(usable.name, usable.cpu_milli, usable.memory_mib, usable.gpus,
+                        ready=age is not None and age <= self._stale_after_s)
 
     def _judge_gpus(self, name: str) -> None:
         """Quarantine ``name``'s GPUs with impossible readings or a UUID another node keeps
@@ -106,10 +166,12 @@ class NodeReader:
 
     def relist(self, items: Sequence[Any]) -> list[NodeSpec]:
         """A full Node list: every node's spec (what ``GpuCache.set_nodes`` takes)."""
-        now = self._now()
         observations = {o.name: o for o in map(self.observe, items) if o is not None}
+        now = self._monotonic()
         with self._lock:
             gone = set(self._observations) - set(observations)
+            for name in gone:
+                self._beats.pop(name, None)
             self._observations = observations
             self._owners.clear()
             for o in observations.values():
@@ -132,6 +194,7 @@ class NodeReader:
             self.quarantine.clear("node", removed)
             with self._lock:
                 self._observations.pop(removed, None)
+                self._beats.pop(removed, None)
                 touched = self._owners.remove(removed)
                 self._judge_gpus(removed)
         else:
@@ -141,7 +204,7 @@ class NodeReader:
             with self._lock:
                 self._observations[obs.name] = obs
                 touched = self._owners.put(obs.name, rank(obs.name, obs.created), (g.uuid for g in obs.gpus))
-        now = self._now()
+        now = self._monotonic()
         with self._lock:
             for name in touched:
                 self._judge_gpus(name)
@@ -150,12 +213,12 @@ class NodeReader:
 
     def specs(self) -> list[NodeSpec]:
         """Every node's spec at this instant (housekeeping: heartbeats that went stale)."""
-        now = self._now()
+        now = self._monotonic()
         with self._lock:
             return [self._spec(obs, now) for obs in self._observations.values()]
 
     def ages(self) -> dict[str, float | None]:
-        """Seconds since each node's inventory heartbeat (None: no valid inventory)."""
-        now = self._now()
+        """Seconds since this process saw each node's heartbeat change (None: no valid inventory)."""
+        now = self._monotonic()
         with self._lock:
-            return {name: obs.age_s(now) for name, obs in self._observations.items()}
+            return {name: self._age(obs, now) for name, obs in self._observations.items()}

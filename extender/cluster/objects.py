@@ -35,7 +35,13 @@ class SyncOptions:
         How long a bind's allocation is held before the pod watch confirms it.
     watch_timeout_s : int
         Server-side timeout of one watch request (then it is resumed from the last
-        ``resourceVersion``).
+        ``resourceVersion``): a healthy watch shows a sign of life at least this often.
+    watch_read_margin_s : float
+        The client reads a watch with a deadline this much past ``watch_timeout_s``: a
+        connection that went silent (a NAT or load balancer dropping the flow, no FIN, no
+        RST) is given up and the watch resumed on a new one within ``watch_timeout_s +
+        watch_read_margin_s``; a watch with no sign of life for that long is *silent*
+        (``/readyz`` names it).
     housekeeping_s : float
         Period of the staleness and expiry checks.
     backoff_max_s : float
@@ -50,7 +56,8 @@ class SyncOptions:
 
     inventory_stale_after_s: float = 180.0
     assume_ttl_s: float = 60.0
-    watch_timeout_s: int = 300
+    watch_timeout_s: int = 30
+    watch_read_margin_s: float = 15.0
     housekeeping_s: float = 2.0
     backoff_max_s: float = 30.0
     scheduler_name: str = "gpufrac-scheduler"

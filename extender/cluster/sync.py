@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -42,6 +44,9 @@ from podspec.pods import PodIntent, pod_intent
 
 log = logging.getLogger(__name__)
 
+WATCH_CONNECT_TIMEOUT_S = 10.0
+"""Connect timeout of a watch request, seconds."""
+
 
 class ClusterSync:
     """Keep a ``GpuCache`` equal to the API's Nodes and Pods.
@@ -52,7 +57,9 @@ class ClusterSync:
     cache : GpuCache
     options : SyncOptions
     now : callable returning a timezone-aware datetime, optional
-        Wall clock for heartbeat ages (injected by tests).
+        Wall clock: only for the agents' clock skew (injected by tests).
+    monotonic : callable returning seconds, optional
+        This process's clock for inventory ages (``NodeReader``; injected by tests).
     quarantine : Quarantine, optional
         Where objects that cannot be read are recorded (and skipped): one bad Pod, Node or
         Namespace never stops a list, a watch or readiness.
@@ -64,14 +71,15 @@ class ClusterSync:
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  quarantine: Quarantine | None = None, binder: KubeBinder | None = None,
                  on_plan: Callable[[DefragPlan], None] = lambda made: None,
-                 count_eviction: Callable[[str], None] = lambda result: None) -> None:
+                 count_eviction: Callable[[str], None] = lambda result: None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._api = api
         self._cache = cache
         self._binder = binder if binder is not None and binder.fence is not None else None
         self.quarantine = quarantine if quarantine is not None else Quarantine()
         self._opts = options
         self._stop = threading.Event()
-        self._nodes = NodeReader(self.quarantine, now, options.inventory_stale_after_s)
+        self._nodes = NodeReader(self.quarantine, now, options.inventory_stale_after_s, monotonic)
         self.defrag = Defragmenter(api, cache, self._nodes.labels, on_plan, count_eviction)
         """The defragmentation plan (``extender.cluster.defrag``), made in its own loop."""
         self.nodes_synced = threading.Event()
@@ -82,6 +90,8 @@ class ClusterSync:
             self.claims_synced.set()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
+        self._alive_at: dict[str, float] = {}  # watch -> monotonic time of its last sign of life
+        self._monotonic = monotonic
         self._released = threading.Event()
         self._pods_rv: int | None = None
         self._bound_rv: dict[str, int] = {}
@@ -94,6 +104,22 @@ class ClusterSync:
         each been listed in full."""
         return (self.nodes_synced.is_set() and self.pods_synced.is_set() and self.namespaces_synced.is_set()
                 and self.claims_synced.is_set())
+
+    def silent_watches(self) -> dict[str, float]:
+        """Watches with no sign of life (an event, a bookmark, the server closing the request
+        at its timeout, a list) for longer than ``watch_timeout_s + watch_read_margin_s``,
+        with the seconds since their last one (a watch not yet started is not silent)."""
+        bound = self._opts.watch_timeout_s + self._opts.watch_read_margin_s
+        now = self._monotonic()
+        return {w: now - t for w, t in list(self._alive_at.items()) if now - t > bound}
+
+    def watch_silences(self) -> dict[str, float]:
+        """Seconds since each watch's last sign of life (``silent_watches``), for metrics."""
+        now = self._monotonic()
+        return {w: now - t for w, t in list(self._alive_at.items())}
+
+    def _alive(self, what: str) -> None:
+        self._alive_at[what] = self._monotonic()
 
     def start(self) -> None:
         """Start the node watch, the pod watch (after the first node list), the namespace
@@ -122,12 +148,15 @@ class ClusterSync:
     def _loop(self, list_and_watch: Callable[[], None], what: str) -> None:
         delay = 0.5
         while not self._stop.is_set():
+            listed = self._alive_at.get(what)
             try:
                 list_and_watch()
                 delay = 0.5
             except Gone:
                 log.info("%s watch expired (410 Gone); listing again", what)
             except Exception as exc:  # noqa: BLE001 - any API or network failure: retry
+                if self._alive_at.get(what) != listed:
+                    delay = 0.5  # it listed (and watched) before failing: start the back-off anew
                 log.warning("%s sync failed (%s); retrying in %.1fs", what, exc, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._opts.backoff_max_s)
@@ -150,7 +179,7 @@ class ClusterSync:
         labels = dict(filter(None, (namespace_labels(item) for item in data.get("items", []))))
         self._cache.set_namespaces(labels)
         self.namespaces_synced.set()
-        for kind, obj in self._stream(self._api.list_namespace, data["metadata"]["resourceVersion"]):
+        for kind, obj in self._stream(self._api.list_namespace, data["metadata"]["resourceVersion"], "namespace"):
             got = namespace_labels(obj)
             if got is not None:
                 self._cache.upsert_namespace(got[0], None if kind == "DELETED" else got[1])
@@ -178,7 +207,7 @@ class ClusterSync:
             self._apply_ledger("ADDED", obj)
         self.quarantine.retain("claims", {object_key(obj) for obj in data.get("items", [])})
         self.claims_synced.set()
-        for kind, obj in self._stream(listing, data["metadata"]["resourceVersion"]):
+        for kind, obj in self._stream(listing, data["metadata"]["resourceVersion"], "claim ledger"):
             self._apply_ledger(kind, obj)
 
     def _apply_ledger(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -208,8 +237,13 @@ class ClusterSync:
                 log.exception("housekeeping failed")
 
     def inventory_ages(self) -> dict[str, float | None]:
-        """Seconds since each node's inventory heartbeat (None: no valid inventory), for metrics."""
+        """Seconds since this process saw each node's heartbeat change (None: no valid
+        inventory), for metrics."""
         return self._nodes.ages()
+
+    def clock_skews(self) -> dict[str, float]:
+        """Each node's agent clock minus this one, seconds (``NodeReader.skews``), for metrics."""
+        return self._nodes.skews()
 
     def housekeeping(self) -> None:
         """Re-judge inventory staleness, expire assumed allocations, and reserve nodes for
@@ -254,24 +288,39 @@ class ClusterSync:
                 except ApiException as exc:
                     log.info("requeue of %s skipped: %s %s", intent.key, exc.status, exc.reason)
 
-    def _stream(self, func: Callable[..., Any], rv: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Watch from ``rv`` until the server's timeout; yields (type, object), raises _Gone."""
+    def _stream(self, func: Callable[..., Any], rv: str, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watch from ``rv``, request after request; yields (type, object), raises ``Gone``.
+
+        Each request ends at the server's ``watch_timeout_s``; the client reads it with a
+        deadline ``watch_read_margin_s`` later, so a connection that went silent is given up
+        and the watch resumed from the last ``resourceVersion`` on a new connection (not a
+        relist). Every event, bookmark and clean end is a sign of life (``silent_watches``).
+        """
         w = watch.Watch()
         self._watches.append(w)
+        opts = self._opts
+        self._alive(what)  # just listed
         try:
             while not self._stop.is_set():
                 stream = w.stream(raw_watch_target(func), resource_version=rv, allow_watch_bookmarks=True,
-                                  timeout_seconds=self._opts.watch_timeout_s)
+                                  timeout_seconds=opts.watch_timeout_s,
+                                  _request_timeout=(WATCH_CONNECT_TIMEOUT_S, opts.watch_timeout_s + opts.watch_read_margin_s))
                 try:
                     for event in stream:
+                        self._alive(what)
                         kind, obj = event["type"], event["object"]
                         rv = obj.get("metadata", {}).get("resourceVersion", rv)
                         if kind != "BOOKMARK":
                             yield kind, obj
+                    self._alive(what)  # the server ended the request at its timeout
                 except ApiException as exc:
                     if exc.status == HTTP_GONE:
                         raise Gone() from None
                     raise
+                except (TimeoutError, urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError) as exc:
+                    log.warning("%s watch: nothing read for %.0f s (%s); resuming from resourceVersion %s on a "
+                                "new connection", what, opts.watch_timeout_s + opts.watch_read_margin_s,
+                                type(exc).__name__, rv)
         finally:
             self._watches.remove(w)
 
@@ -281,7 +330,7 @@ class ClusterSync:
         data = response_json(self._api.list_node(_preload_content=False))
         self._cache.set_nodes(self._nodes.relist(data.get("items", [])))
         self.nodes_synced.set()
-        for kind, obj in self._stream(self._api.list_node, data["metadata"]["resourceVersion"]):
+        for kind, obj in self._stream(self._api.list_node, data["metadata"]["resourceVersion"], "node"):
             self._apply_node(kind, obj)
 
     def _apply_node(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -375,6 +424,6 @@ class ClusterSync:
         self._pods_rv = revision(data)
         self.pods_synced.set()
         for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,
-                                      data["metadata"]["resourceVersion"]):
+                                      data["metadata"]["resourceVersion"], "pod"):
             self._apply_pod(kind, obj)
 

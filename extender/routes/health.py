@@ -24,10 +24,12 @@ async def healthz() -> Response:
 
 @router.get("/readyz")
 async def readyz(request: Request, cache: CacheDep) -> Response:
-    """200 once the cache has had its first full sync, else 503 (lock-free: answers at once
-    while a verb is busy)."""
+    """200 once the cache has had its first full sync and no watch is silent (cluster mode:
+    ``silent_watches`` names each with the seconds since its last sign of life), else 503
+    (lock-free: answers at once while a verb is busy)."""
     ready = bool(request.app.state.ready())
-    return json_response({"ready": ready, **cache.summary()}, status_code=200 if ready else 503)
+    return json_response({"ready": ready, **request.app.state.ready_detail(), **cache.summary()},
+                         status_code=200 if ready else 503)
 
 
 @router.get("/metrics")

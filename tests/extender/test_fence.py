@@ -488,3 +488,22 @@ def test_a_conflict_refuses_the_whole_group_and_holds_nothing() -> None:
         a.bind("uid-a", "default", "a", "n1")
     assert refused.value.reason == "conflict"
     assert cache_a.summary()["gpu_allocated_milli"] == 0 and [n for n, _ in api.bindings] == ["b"]
+
+
+def test_claim_ttls_run_on_the_monotonic_clock_and_other_replicas_skew_is_measured() -> None:
+    # Replica b's wall clock is 600 s ahead of a's; a's wall clock is then stepped back an hour
+    # (NTP): neither moves a TTL, which runs on a's monotonic clock from first sight.
+    api = CasApi()
+    mono, wall = [50.0], [1000.0]
+    a = ClaimFence(api, "gpufrac", "a", ttl_s=60, clock=lambda: mono[0], wall=lambda: wall[0])
+    b = ClaimFence(api, "gpufrac", "b", ttl_s=60, clock=lambda: 7.0, wall=lambda: 1600.0)
+    ledger = b.commit(b.view("n1"), b.claim_of("u1", "default", "u1", "n1", ["GPU-n1-0"], 500, [8192]))
+    assert ledger.claims[0].at_s == 1600.0  # stamped by b's wall clock, for people
+    seen = a.observe("MODIFIED", api.maps["gpufrac-claims-n1"])
+    assert seen is not None and a.skews() == {"b": 600.0}
+    wall[0] -= 3600.0
+    mono[0] += 59.0
+    assert [c.uid for c, _ in a.live(seen)] == ["u1"]  # 59 s of a's monotonic clock
+    mono[0] += 2.0
+    assert a.live(seen) == []  # 61 s: expired, whatever either wall clock says
+    assert b.skews() == {}  # its own claims are not skew

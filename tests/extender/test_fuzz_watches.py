@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -170,9 +170,13 @@ def test_hostile_ledgers_never_stop_the_claims_watch_and_valid_claims_count(case
 def test_the_hostile_strategies_produce_what_they_say() -> None:
     """The generators are not vacuous: hostile nodes are quarantined, valid ones are not."""
     objs = [node("v0", ["GPU-v0-0"]), node("h0", ["GPU-v0-0"], created="2026-09-01T00:00:00Z"),
-            node("h1", ["GPU-h1"], heartbeat=NOW + timedelta(days=400))]
+            node("h1", ["GPU-h1"], heartbeat=datetime(9999, 12, 31, tzinfo=UTC)),
+            node("s1", ["GPU-s1"], heartbeat=NOW + timedelta(days=400))]
     sync = ClusterSync(ListApi(objs), GpuCache(build_scorer(scoring_config("default"))), SyncOptions(),
                        now=lambda: NOW)
     with pytest.raises(ConnectionError):
         sync._list_and_watch_nodes()
     assert {(r.kind, r.key) for r in sync.quarantine.entries()} == {("gpu", "h0/GPU-v0-0"), ("node", "h1")}
+    # A heartbeat 400 days ahead is a clock that disagrees, not an invalid object: usable,
+    # its skew visible (freshness is judged by when it changes).
+    assert sync.clock_skews()["s1"] == 400 * 86400.0

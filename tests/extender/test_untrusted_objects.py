@@ -102,17 +102,62 @@ def test_a_restarted_sync_with_conflicting_nodes_becomes_ready() -> None:
     assert len([k for k in quarantined(sync) if k[0] == "gpu"]) == 4
 
 
-# -- row 5: a heartbeat far in the future -------------------------------------------------------
+# -- row 5: heartbeats and clocks that disagree -------------------------------------------------
 
-def test_a_heartbeat_from_the_future_is_invalid_and_no_age_is_negative() -> None:
+def test_an_implausible_heartbeat_is_invalid_and_no_age_is_negative() -> None:
     far = datetime.fromisoformat("9999-12-31T23:59:59-14:00")
     near = NOW + timedelta(seconds=MAX_CLOCK_SKEW_S / 2)  # clocks that merely disagree
     sync, cache = synced(ListApi([node("far", ["GPU-f"], heartbeat=far),
                                   node("near", ["GPU-n"], heartbeat=near)]))
     # Was: accepted, the node never went stale, and its age read -2.5e11 s.
     assert usable(cache) == {"far": [], "near": ["GPU-n"]}
-    assert "ahead of this clock" in quarantined(sync)[("node", "far")]
-    assert sync.inventory_ages() == {"far": None, "near": 0.0}
+    assert "is not a plausible time" in quarantined(sync)[("node", "far")]
+    assert sync.inventory_ages() == {"far": None, "near": pytest.approx(0.0, abs=5.0)}  # just seen
+    assert sync.clock_skews() == {"near": MAX_CLOCK_SKEW_S / 2}
+
+
+class Clocks:
+    """A replica's wall clock ``offset_s`` from the agents', and its monotonic clock."""
+
+    def __init__(self, offset_s: float) -> None:
+        self.agents = NOW
+        self.offset_s = offset_s
+        self.mono = 1000.0
+
+    def wall(self) -> datetime:
+        return self.agents + timedelta(seconds=self.offset_s)
+
+    def advance(self, seconds: float) -> None:
+        self.agents += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+@pytest.mark.parametrize("offset_s", [-600.0, 0.0, 600.0])
+def test_freshness_is_judged_by_when_the_heartbeat_changes_not_by_either_clock(offset_s: float) -> None:
+    # A replica ten minutes ahead of the agents (or behind) read every inventory as 600 s old
+    # and refused every node ("inventory stale"). Now the age is the time since this replica
+    # saw the heartbeat change, on its own monotonic clock; the offset only shows as skew.
+    clocks = Clocks(offset_s)
+    api = ListApi([node("a", ["GPU-a"], heartbeat=clocks.agents), node("b", ["GPU-b"], heartbeat=clocks.agents)])
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    sync = ClusterSync(api, cache, SyncOptions(inventory_stale_after_s=180), now=clocks.wall,
+                       quarantine=Quarantine(), monotonic=lambda: clocks.mono)
+    with pytest.raises(ConnectionError):
+        sync._list_and_watch_nodes()
+    assert usable(cache) == {"a": ["GPU-a"], "b": ["GPU-b"]}
+    assert sync.clock_skews() == {"a": -offset_s, "b": -offset_s}
+    # 170 s on: a's agent beat again, b's did not.
+    clocks.advance(170)
+    sync._nodes.apply("MODIFIED", node("a", ["GPU-a"], heartbeat=clocks.agents))
+    assert sync.inventory_ages() == {"a": 0.0, "b": 170.0}
+    # 20 s more: b has not changed for 190 s > 180: stale, whatever the clocks say.
+    clocks.advance(20)
+    cache.upsert_nodes(sync._nodes.specs())
+    assert usable(cache) == {"a": ["GPU-a"], "b": []}
+    # b beats again (a heartbeat value its agent has not written before): fresh at once.
+    sync._nodes.apply("MODIFIED", node("b", ["GPU-b"], heartbeat=clocks.agents))
+    cache.upsert_nodes(sync._nodes.specs())
+    assert usable(cache) == {"a": ["GPU-a"], "b": ["GPU-b"]}
 
 
 # -- row 6: nodes and pods deleted while no watch ran --------------------------------------------
