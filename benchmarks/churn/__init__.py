@@ -17,18 +17,24 @@ without lifetimes (``multigpu*``) borrows them from the default list
 
 ``--tuning-seeds``: the seeds a default was tuned on; the report then has a table for those and
 one for the others (held out), besides all together.
+
+``--merge DIR ...``: one report (``churn.md``, ``churn.png``, and a ``churn.json`` of every run
+without the series the picture draws) from the ``churn.json`` of several runs of this command,
+e.g. one per load; nothing is replayed.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from benchmarks import trace
 from benchmarks.churn import report
@@ -37,9 +43,9 @@ from benchmarks.churn.workload import borrow_lifetimes, offered_arrivals
 from benchmarks.replay import (
     DEFAULT_SCHEDULER_CONFIG,
     InProcessClient,
+    json_safe,
     parse_seeds,
     source_commit,
-    write_json,
 )
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
@@ -121,6 +127,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--terms", action="store_true",
                    help="the first policy's runs also read what each strategy takes from the running and the "
                         "arrival mix of the learned workload (benchmarks/churn/terms.py)")
+    p.add_argument("--no-picture", action="store_true", help="write no churn.png")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="DIR",
+                   help="instead of replaying: one report from the churn.json of these earlier --out folders")
     p.add_argument("--out", type=Path, default=Path("churn-out"))
 
 
@@ -177,8 +186,60 @@ def _said(r: RunResult) -> RunResult:
     return r
 
 
+def _results(record: dict[str, Any]) -> list[RunResult]:
+    """The runs of a ``churn.json`` as ``RunResult`` (their series are not kept there)."""
+    return [RunResult(**{**r, "series": {}}) for r in record["runs"]]
+
+
+def merge(args: argparse.Namespace) -> int:
+    """``--merge``: one report from several ``churn.json`` (module notes)."""
+    records = [json.loads((d / "churn.json").read_text()) for d in args.merge]
+    base = records[0]
+    keys = ("nodes", "gpus", "quick")
+    for d, r in zip(args.merge, records, strict=True):
+        same = {k: r[k] for k in keys} == {k: base[k] for k in keys} and all(
+            r["command"][k] == base["command"][k] for k in ("pods", "node_stride", "hours", "warmup_hours",
+                                                             "lifetime_cap_hours"))
+        if not same:
+            raise ValueError(f"--merge: {d} replayed another cluster, pod list or window than {args.merge[0]}")
+    results = [x for r in records for x in _results(r)]
+    series = {k: v for r in records for k, v in r.get("series", {}).items()}
+    command = {**base["command"], "loads": sorted({x.load for x in results}),
+               "presets": list(dict.fromkeys(p for r in records for p in r["command"]["presets"])),
+               "merged": [str(d) for d in args.merge]}
+    record = {**{k: base[k] for k in keys}, "command": command,
+              "commits": sorted({r["commit"] for r in records}), "commit": base["commit"],
+              "dates": sorted({r["date"] for r in records}), "wall_seconds": sum(r["wall_seconds"] for r in records),
+              "runs": [r for rec in records for r in rec["runs"]], "series": series}
+    _write(args, results, record, base["command"].get("tuning_seeds"), keep_series=False)
+    print(f"merged {len(results)} runs of {len(args.merge)} folders; wrote {args.out}/churn.json, churn.md, churn.png")
+    return 0
+
+
+def _write(args: argparse.Namespace, results: list[RunResult], record: dict[str, Any],
+           tuned: list[int] | None, keep_series: bool = True) -> str:
+    """churn.json (compact; the series the picture draws kept unless ``keep_series`` is False),
+    churn.md (with the tuning and held-out seeds apart when ``tuned``) and churn.png under
+    ``--out``; the markdown."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    kept = record if keep_series else {k: v for k, v in record.items() if k != "series"}
+    (args.out / "churn.json").write_text(json.dumps(json_safe(kept), separators=(",", ":"), allow_nan=False))
+    table = report.markdown(results, record, "All seeds" if tuned else "")
+    if tuned:
+        for title, held_out in (("Tuning seeds", False), ("Held-out seeds", True)):
+            part = [r for r in results if (r.seed in set(tuned)) != held_out]
+            if part:
+                table += "\n" + report.markdown(part, record, title)
+    (args.out / "churn.md").write_text(table)
+    if not args.no_picture:
+        report.plot(args.out / "churn.png", record)
+    return table
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every (load, preset, seed); write churn.json, churn.md, churn.png under ``--out``."""
+    if args.merge:
+        return merge(args)
     if args.quick:
         for k, v in QUICK.items():
             setattr(args, k, v)
@@ -210,16 +271,7 @@ def run(args: argparse.Namespace) -> int:
         "runs": [{k: v for k, v in asdict(r).items() if k != "series"} for r in results],
         "series": {f"{r.preset}@{r.load:g}": r.series for r in results if r.seed == args.seeds[0]},
     }
-    write_json(args.out / "churn.json", record)
-    table = report.markdown(results, record, "All seeds" if args.tuning_seeds else "")
-    if args.tuning_seeds:
-        tuned = set(args.tuning_seeds)
-        for title, held_out in (("Tuning seeds", False), ("Held-out seeds", True)):
-            part = [r for r in results if (r.seed in tuned) != held_out]
-            if part:
-                table += "\n" + report.markdown(part, record, title)
-    (args.out / "churn.md").write_text(table)
-    report.plot(args.out / "churn.png", record)
+    table = _write(args, results, record, args.tuning_seeds)
     print(table)
     print(f"\n{len(cells)} runs in {wall:.0f} s wall; wrote {args.out}/churn.json, churn.md, churn.png")
     return 0

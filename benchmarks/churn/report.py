@@ -195,7 +195,7 @@ def plot(out: Path, record: dict[str, Any]) -> None:
 
     series: dict[str, dict[str, list[float]]] = record["series"]
     loads = sorted({float(k.rsplit("@", 1)[1]) for k in series})
-    fig, axes = plt.subplots(len(loads), 2, figsize=(11, 3.4 * len(loads)), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(len(loads), 2, figsize=(11, 3.4 * len(loads)), dpi=80, squeeze=False)
     warm = record["command"]["warmup_hours"]
     for row, load in enumerate(loads):
         for key, s in series.items():

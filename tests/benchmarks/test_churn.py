@@ -204,6 +204,30 @@ def test_the_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFix
     md = (out / "churn.md").read_text()
     assert "### offered load 1.1 x capacity" in md and "| default |" in md and "| spread |" in md
     assert "churn.md" in capsys.readouterr().out
+    # A second load in another folder; --merge writes one report of both, replaying nothing.
+    other = tmp_path / "churn-0.6"
+    assert cli.main(["churn", "--presets", "default,spread", "--loads", "0.6", "--seeds", "42",
+                     "--hours", "0.5", "--lifetime-cap-hours", "0.25", "--warmup-hours", "0.25",
+                     "--node-stride", "48", "--jobs", "1", "--no-picture", "--out", str(other)]) == 0
+    assert not (other / "churn.png").exists()
+    merged = tmp_path / "merged"
+    assert cli.main(["churn", "--merge", str(out), str(other), "--out", str(merged)]) == 0
+    both = json.loads((merged / "churn.json").read_text())
+    assert "series" not in both and (merged / "churn.png").stat().st_size > 10_000  # drawn, not kept
+    assert sorted((r["preset"], r["load"]) for r in both["runs"]) == [
+        ("default", 0.6), ("default", 1.1), ("spread", 0.6), ("spread", 1.1)]
+    text = (merged / "churn.md").read_text()
+    assert "### offered load 0.6 x capacity" in text and "### offered load 1.1 x capacity" in text
+    assert md.split("### default against")[0].split("### offered load 1.1")[1] in text  # the same rows
+    # Runs of another cluster are not merged.
+    odd = tmp_path / "odd"
+    assert cli.main(["churn", "--presets", "default", "--loads", "0.6", "--seeds", "42", "--hours", "0.5",
+                     "--lifetime-cap-hours", "0.25", "--warmup-hours", "0.25", "--node-stride", "40",
+                     "--jobs", "1", "--no-picture", "--out", str(odd)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["churn", "--merge", str(out), str(odd), "--out", str(tmp_path / "x")])
+    assert "replayed another cluster, pod list or window" in capsys.readouterr().err
 
 
 def test_the_command_refuses_a_warm_up_past_the_run(capsys: pytest.CaptureFixture[str]) -> None:
