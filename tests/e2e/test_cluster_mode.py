@@ -108,16 +108,44 @@ def test_bad_annotation_reaches_the_pod_events(cluster: Cluster, fraction: str, 
     assert rule in msg, msg
 
 
-def test_stale_inventory_makes_the_node_infeasible(cluster: Cluster) -> None:
+def test_an_inventory_that_stops_changing_makes_the_node_infeasible(cluster: Cluster) -> None:
+    """Freshness is judged by when this replica saw the heartbeat change (issue 52), never by
+    the agent's clock: an agent two hours behind is fresh while it beats, its node turns
+    infeasible once the heartbeat stops changing for the window, and a new beat brings it back."""
     import datetime as dt
 
-    group = unique("stale")
-    old = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
-    make_nodes(cluster.api, group, count=1, gpus=1, heartbeat=old)
-    ns = new_namespace(cluster.api, group)
-    cluster.api.create_namespaced_pod(ns, gpu_pod("p", group, fraction="0.5"))
-    msg = failed_scheduling_message(cluster, ns, "p")
-    assert "inventory stale" in msg, msg
+    from harness.controlplane import LOOPBACK, free_port, inventory_annotation
+
+    window_s = 12.0
+    port = free_port()
+    proc = cluster.cp.start_gpufrac(port, extra=["--inventory-stale-after-s", str(window_s)],
+                                    name="gpufrac-short-stale-window")
+    try:
+        group = unique("stale")
+        behind = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
+        node = make_nodes(cluster.api, group, count=1, gpus=1, heartbeat=behind)[0]
+        url = f"http://{LOOPBACK}:{port}"
+        pod = {"metadata": {"name": "p", "namespace": "default", "uid": "stale-probe",
+                            "annotations": {"gpufrac.io/fraction": "0.5"}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {"gpufrac.io/gpu": "1"}}}]}}
+
+        def reason() -> str:
+            reply = httpx.post(f"{url}/filter", json={"Pod": pod, "Nodes": None, "NodeNames": [node]},
+                               timeout=10).json()
+            return "" if node in (reply.get("NodeNames") or []) else str(reply.get("FailedNodes", {}).get(node))
+
+        wait_node_known(cluster, node, url=url)
+        assert reason() == "", "a node first seen counts as fresh, whatever its agent's clock says"
+        stale = cluster.wait(lambda: "inventory stale" in (r := reason()) and r, window_s + 30,
+                             "the node to turn stale")
+        assert "inventory stale" in stale, stale
+        beat = behind + dt.timedelta(seconds=1)
+        gpus = json.loads(cluster.api.read_node(node).metadata.annotations["gpufrac.io/inventory"])["gpus"]
+        cluster.api.patch_node(node, {"metadata": {"annotations": {
+            "gpufrac.io/inventory": inventory_annotation(node, gpus, beat)}}})
+        cluster.wait(lambda: reason() == "", 30, "a changed heartbeat to make the node fresh again")
+    finally:
+        proc.stop()
 
 
 def test_deleting_a_pod_frees_its_share(cluster: Cluster) -> None:
