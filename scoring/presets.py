@@ -28,7 +28,7 @@ from scoring.workload import NO_PRIOR
 
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "default": ScoringConfig({"fgd": 1.0, "adaptive_balance": 0.2, "gap_price": 6.0, "priced_stranding": 6.0,
-                              "spare_nodes": 2.0, "consolidation": 4.0}),
+                              "spare_nodes": 2.0, "consolidation": 2.0}),
     "balance": ScoringConfig({
         "gpu_best_fit": 4.0,
         "node_packing": 0.2,

@@ -75,13 +75,16 @@ def test_the_gain_fades_where_more_waits_than_the_free_room_could_hold() -> None
     st = _state(departures=4)
     term = consolidation.cluster_term
     assert consolidation.gain(1.0, 12_000, 0) == 1.0
-    # Three 8-GPU pods wait: W = 24,000 > F: gain 12,000 / 24,000 = 0.5.
+    # Three 8-GPU pods wait: W = 24,000 = 2 F: gain 2 * 12,000 / 24,000 - 1 = 0: left out.
     for _ in range(3):
         st.workload.add((8, 1000, 64_000, 262_144, -1, 0), 1, pending=True)
     got = term(st, Memo())
-    assert got[0] == pytest.approx(0.5, abs=1e-5) and got[1:] == (128_000, 8_000)
-    # One of them is placed elsewhere (it no longer waits): W = 16,000, gain 0.75.
+    assert got[0] == 0.0 and got[1:] == (128_000, 8_000)
+    # One of them is placed elsewhere (it no longer waits): W = 16,000, gain 24 / 16 - 1 = 0.5.
     st.workload.add((8, 1000, 64_000, 262_144, -1, 0), -1, pending=True)
-    assert term(st, Memo())[0] == pytest.approx(0.75, abs=1e-5)
+    assert term(st, Memo())[0] == pytest.approx(0.5, abs=1e-5)
+    # Another: W = 8,000 <= F: the churn alone.
+    st.workload.add((8, 1000, 64_000, 262_144, -1, 0), -1, pending=True)
+    assert term(st, Memo())[0] == pytest.approx(1.0, abs=1e-5)
     # Without departures there is no churn, whatever waits: the term is off.
     assert term(_state(departures=0), Memo())[0] == 0.0
