@@ -405,10 +405,10 @@ def fragmented_on(state: ClusterState, request: PodRequest, nodes: NDArray[np.bo
     if request.gpu_count == 0:
         return 0
     ready = state.node_ready if nodes is None else state.node_ready & nodes
-    usable = state.gpu_exists & state.gpu_healthy & ready[:, None]
+    usable = state.gpu_healthy & ready[:, None]
     if request.allowed_models is not None:
         usable &= np.isin(state.gpu_model, np.fromiter(request.allowed_models, dtype=np.int64))
-    free = np.where(usable, MILLI_PER_GPU - state.gpu_used_milli, 0).clip(0)
+    free = np.where(usable, state.gpu_free_milli, 0)  # 0 on GPU columns that do not exist
     if int(free.sum()) < request.gpu_count * request.gpu_milli:
         return 0  # waits for capacity (the cheap test first)
     rows = np.flatnonzero(ready).astype(np.int64)

@@ -355,8 +355,8 @@ class WorkloadModel:
         cluster without GPUs): until then the evidence that such pods will come is no stronger
         than the prior's, and one whole-node pod seen among a thousand notebooks does not make
         the notebooks' spread over empty nodes harmless (decision 0022). The arrivals count too:
-        such a pod that arrived and fitted nowhere, or left, was evidence all the same. Kept until the counts or the node sizes change: ``cluster_terms`` asks on every
-        evaluation."""
+        such a pod that arrived and fitted nowhere, or left, was evidence all the same. Kept
+        until the counts or the node sizes change: ``cluster_terms`` asks on every evaluation."""
         if self._whole_node_seen is None:
             big = self._largest_node
             view = self._view()

@@ -106,6 +106,16 @@ def node_selector_matches(selector: tuple[tuple[str, str], ...], labels: tuple[t
     return not selector or set(selector) <= set(labels)
 
 
+def allowed_nodes(state: ClusterState, node_labels: Labels, selector: tuple[tuple[str, str], ...]) -> np.ndarray:
+    """The ready nodes a pod with ``selector`` may use, bool of shape (n_nodes,); a node whose
+    labels are unknown matches only an empty selector."""
+    rows = state.node_ready.copy()
+    if selector:
+        for r, name in enumerate(state.node_names):
+            rows[r] &= node_selector_matches(selector, node_labels.get(str(name), ()))
+    return rows
+
+
 class MoveSearch:
     """The plan's working state: the scratch arrays, the movable pods per node, the budgets
     left, the nodes already targeted."""
@@ -145,12 +155,7 @@ class MoveSearch:
         """Rows of the ready nodes a pod with ``selector`` may use, bool of shape (n_nodes,)."""
         rows = self._allowed_rows.get(selector)
         if rows is None:
-            s = self.state
-            rows = s.node_ready.copy()
-            if selector:
-                for r, name in enumerate(s.node_names):
-                    rows[r] &= node_selector_matches(selector, self.labels.get(str(name), ()))
-            self._allowed_rows[selector] = rows
+            rows = self._allowed_rows[selector] = allowed_nodes(self.state, self.labels, selector)
         return rows
 
     def step(self, uid: str, intent: PodIntent, request: PodRequest) -> tuple[Step | None, str]:

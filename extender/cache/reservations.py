@@ -30,7 +30,7 @@ import numpy as np
 
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
-from extender.cache.moves import Labels, node_selector_matches
+from extender.cache.moves import Labels, allowed_nodes
 from extender.cache.records import CandidateEvaluation, is_pending
 from extender.translate import inbound
 from podspec.pods import PodIntent
@@ -197,8 +197,7 @@ class Reservations:
         state = ledger.state
         intent = ledger.pods[uid].intent
         request = inbound.pod_request(intent, state)
-        selected = np.fromiter((node_selector_matches(intent.node_selector, node_labels.get(str(n), ()))
-                                for n in state.node_names), dtype=bool, count=state.n_nodes)
+        selected = allowed_nodes(state, node_labels, intent.node_selector)
         if not fragmented_on(state, request, selected):
             return None
         k = request.gpu_count

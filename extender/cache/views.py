@@ -6,6 +6,7 @@ they must not wait for it (``summary``, ``metrics_view``).
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -67,14 +68,8 @@ def summary(state: ClusterState, records: list[PodRecord]) -> dict[str, int]:
 def waiting_for_fragmentation(ledger: Ledger) -> int:
     """Of the oldest ``WAITING_EXAMINED`` pending GPU pods (event order), those whose request is
     free in pieces on the cluster (``scoring.fit.fragmented_on``, every node)."""
-    out = seen = 0
-    for rec in ledger.pods.values():
-        if seen >= WAITING_EXAMINED:
-            break
-        if is_pending(rec):
-            seen += 1
-            out += fragmented_on(ledger.state, inbound.pod_request(rec.intent, ledger.state)) > 0
-    return out
+    oldest = islice((rec for rec in ledger.pods.values() if is_pending(rec)), WAITING_EXAMINED)
+    return sum(fragmented_on(ledger.state, inbound.pod_request(rec.intent, ledger.state)) > 0 for rec in oldest)
 
 
 def metrics_view(ledger: Ledger, count_waiting: bool = False) -> MetricsView:

@@ -15,9 +15,13 @@ from fastapi.testclient import TestClient
 from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
+from extender.cache.reservations import StarvationPolicy
 from extender.settings import Settings
+from extender.tenants import NO_TENANTS
+from extender.verbs.pod_events import PodEvent, pod_events
+from scoring.presets import PRESETS
 from scoring.scorer import build_scorer
-from scoring.state import NodeSpec
+from scoring.state import GpuSpec, NodeSpec
 
 EVENTS_TOKEN = "test-events-token"
 """The ``events_token`` of ``client_for``'s app; its client sends it on every call."""
@@ -109,3 +113,31 @@ class ListApi:
 
     def list_namespace(self, **kw: Any) -> FakeResponse:
         return self._list([], **kw)
+
+
+def v100_node(name: str, gpus: int = 2) -> NodeSpec:
+    """A node of ``gpus`` V100M16 GPUs (20 replica slots each), 64 cores, 256 GiB."""
+    return NodeSpec(name, 64_000, 262_144, tuple(GpuSpec(i, f"GPU-{name}-{i}", "V100M16", 16_384, 20)
+                                                   for i in range(gpus)))
+
+
+def trace_pod(name: str, num_gpu: int = 1, gpu_milli: int = 1000) -> dict[str, Any]:
+    """A Pod object as the replay makes one (1 core, 1 GiB, LS)."""
+    from benchmarks.trace import TracePod
+
+    return TracePod(name, 1000, 1024, num_gpu, gpu_milli, "", "LS").pod_object(seed=0)
+
+
+def bestfit_cache(nodes: list[NodeSpec], starvation: StarvationPolicy | None = None) -> GpuCache:
+    """A cache scoring by the ``bestfit`` preset (no tenants) that holds ``nodes``; ``starvation``:
+    starvation protection (None: the cache's own, off)."""
+    scorer = build_scorer(PRESETS["bestfit"])
+    cache = GpuCache(scorer)
+    cache.set_policy(scorer, NO_TENANTS, starvation=starvation)
+    cache.set_nodes(nodes)
+    return cache
+
+
+def send_event(cache: GpuCache, kind: str, pod: dict[str, Any]) -> None:
+    """Apply one pod event (``ADDED``, ``MODIFIED``, ``DELETED``) through the verb; it must succeed."""
+    assert pod_events(cache, [PodEvent.model_validate({"type": kind, "object": pod})]).status == 200

@@ -11,14 +11,11 @@ from typing import Any
 from extender.cache import GpuCache
 from extender.cache.defrag import DefragPlan, plan
 from extender.cache.moves import DisruptionBudget
-from extender.tenants import NO_TENANTS
 from extender.translate import inbound
-from extender.verbs.pod_events import PodEvent, pod_events
 from podspec.pods import pod_intent
 from scoring.fit import fragmented_on
-from scoring.presets import PRESETS
-from scoring.scorer import build_scorer
 from scoring.state import GpuSpec, NodeSpec
+from tests.extender.helpers import bestfit_cache, send_event
 
 RS = {"kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "apiVersion": "apps/v1", "controller": True}
 
@@ -44,20 +41,8 @@ def pod(name: str, milli: int = 1000, gpus: int = 1, qos: str = "burstable", own
             "status": {"phase": "Pending"}}
 
 
-def cluster(nodes: list[NodeSpec]) -> GpuCache:
-    scorer = build_scorer(PRESETS["bestfit"])
-    cache = GpuCache(scorer)
-    cache.set_policy(scorer, NO_TENANTS)
-    cache.set_nodes(nodes)
-    return cache
-
-
-def add(cache: GpuCache, p: dict[str, Any]) -> None:
-    assert pod_events(cache, [PodEvent.model_validate({"type": "ADDED", "object": p})]).status == 200
-
-
 def place(cache: GpuCache, p: dict[str, Any], node_name: str) -> None:
-    add(cache, p)
+    send_event(cache, "ADDED", p)
     cache.bind(p["metadata"]["uid"], "team", p["metadata"]["name"], node_name)
 
 
@@ -68,7 +53,7 @@ def bound(cache: GpuCache, p: dict[str, Any], node_name: str, gpu: int) -> None:
     ann["gpufrac.io/assigned-fraction"] = ann.get("gpufrac.io/fraction", "1")
     p["spec"]["nodeName"] = node_name
     p["status"]["phase"] = "Running"
-    add(cache, p)
+    send_event(cache, "ADDED", p)
 
 
 def planned(cache: GpuCache, labels: dict[str, dict[str, str]] | None = None,
@@ -87,11 +72,11 @@ def test_fewest_moves_win_and_each_moved_pod_fits_elsewhere() -> None:
     # a: three pods 200 + 200 + 100 = 500 used; b: one pod of 500. Free in sum 500 + 500 = 1000,
     # so a whole-GPU pod waits for fragmentation. Freeing a takes 3 moves, b 1: the plan frees
     # b, and its pod (500) fits a's 500 free.
-    cache = cluster([node("a"), node("b")])
+    cache = bestfit_cache([node("a"), node("b")])
     for name, milli in (("a1", 200), ("a2", 200), ("a3", 100)):
         place(cache, pod(name, milli), "a")
     place(cache, pod("b1", 500), "b")
-    add(cache, pod("big", 1000))
+    send_event(cache, "ADDED", pod("big", 1000))
     p = planned(cache)
     assert p.waiting == ("team/big",) and p.pending == 1
     assert moves(p) == [("team/big", "b", [("team/b1", "a")])]
@@ -106,11 +91,11 @@ def test_lowest_class_moves_first_and_a_pdb_protects_it() -> None:
     # empty GPU: none (free 500 on each GPU: 1500 in sum). On a, moving either pod frees a GPU
     # (one move of 500 each): the best-effort one goes first, to b (best-effort room there:
     # 1000 - 500 = 500).
-    cache = cluster([node("a", 2), node("b")])
+    cache = bestfit_cache([node("a", 2), node("b")])
     bound(cache, pod("be", 500, qos="best-effort"), "a", 0)
     bound(cache, pod("bu", 500), "a", 1)
     bound(cache, pod("bare", 500, owner=None), "b", 0)
-    add(cache, pod("big", 1000, qos="guaranteed"))
+    send_event(cache, "ADDED", pod("big", 1000, qos="guaranteed"))
     assert moves(planned(cache)) == [("team/big", "a", [("team/be", "b")])]
     # A PodDisruptionBudget over "be" that allows no disruption: the burstable one moves instead.
     held = DisruptionBudget("team/keep-be", 0, frozenset({"uid-be"}))
@@ -129,17 +114,17 @@ def test_lowest_class_moves_first_and_a_pdb_protects_it() -> None:
 
 def test_no_pod_of_a_higher_class_or_priority_moves_for_it() -> None:
     # The same shape as above, the waiting pod best-effort: burstable pods are a higher class.
-    cache = cluster([node("a"), node("b")])
+    cache = bestfit_cache([node("a"), node("b")])
     place(cache, pod("a1", 500), "a")
     place(cache, pod("b1", 500), "b")
-    add(cache, pod("big", 1000, qos="best-effort"))
+    send_event(cache, "ADDED", pod("big", 1000, qos="best-effort"))
     p = planned(cache)
     assert p.waiting == ("team/big",) and p.steps == ()
     # And a pod of the same class but higher priority stays too.
-    cache = cluster([node("a"), node("b")])
+    cache = bestfit_cache([node("a"), node("b")])
     place(cache, pod("a1", 500, priority=100), "a")
     place(cache, pod("b1", 500, priority=100), "b")
-    add(cache, pod("big", 1000, priority=10))
+    send_event(cache, "ADDED", pod("big", 1000, priority=10))
     assert planned(cache).steps == ()
 
 
@@ -147,10 +132,10 @@ def test_a_pod_that_would_fit_nowhere_else_is_not_moved() -> None:
     # a: 600 used, b: 500 used (one pod each). Free in sum 400 + 500 = 900 >= 800 for a pod of
     # 0.8 that fits neither GPU. Freeing a pushes its 600 to b (500 free: no); freeing b pushes
     # 500 to a (400 free: no). No step.
-    cache = cluster([node("a"), node("b")])
+    cache = bestfit_cache([node("a"), node("b")])
     place(cache, pod("a1", 600), "a")
     place(cache, pod("b1", 500), "b")
-    add(cache, pod("w", 800))
+    send_event(cache, "ADDED", pod("w", 800))
     p = planned(cache)
     assert p.waiting == ("team/w",) and p.steps == ()
     assert len(p.unplanned) == 1 and p.unplanned[0][0] == "team/w"
@@ -159,10 +144,10 @@ def test_a_pod_that_would_fit_nowhere_else_is_not_moved() -> None:
 
 def test_a_pod_waiting_for_capacity_is_not_waiting_for_fragmentation() -> None:
     # a: 700 used, b: 700 used. Free in sum 600 < 1000: capacity, not fragmentation.
-    cache = cluster([node("a"), node("b")])
+    cache = bestfit_cache([node("a"), node("b")])
     place(cache, pod("a1", 700), "a")
     place(cache, pod("b1", 700), "b")
-    add(cache, pod("big", 1000))
+    send_event(cache, "ADDED", pod("big", 1000))
     p = planned(cache)
     assert p.pending == 1 and p.waiting == () and p.steps == ()
     state, records, _ = cache.defrag_snapshot()
@@ -177,11 +162,11 @@ def test_node_selectors_bound_the_target_and_the_moved_pods() -> None:
     # step frees b and moves b's pod to c.
     # An empty node d in zone w would fit the waiting pod, but its selector rules d out: it
     # still waits for fragmentation (on the nodes it may use), not for d.
-    cache = cluster([node("a"), node("b"), node("c"), node("d")])
+    cache = bestfit_cache([node("a"), node("b"), node("c"), node("d")])
     place(cache, pod("a1", 500), "a")
     place(cache, pod("b1", 500, selector={"zone": "x"}), "b")
     place(cache, pod("c1", 500, selector={"zone": "y"}), "c")
-    add(cache, pod("big", 1000, selector={"zone": "x"}))
+    send_event(cache, "ADDED", pod("big", 1000, selector={"zone": "x"}))
     labels = {"a": {"zone": "w"}, "b": {"zone": "x"}, "c": {"zone": "x", "zone-alt": "y"}, "d": {"zone": "w"}}
     assert moves(planned(cache, labels)) == [("team/big", "b", [("team/b1", "c")])]
     # Without labels known, no node matches the waiting pod's selector: no step.
@@ -191,13 +176,13 @@ def test_node_selectors_bound_the_target_and_the_moved_pods() -> None:
 def test_pods_that_do_not_come_back_or_have_rules_stay() -> None:
     # A DaemonSet's pod, a bare pod and a pod with required pod anti-affinity hold 500 each on
     # a, b, c; none may move, so the waiting whole-GPU pod gets no step.
-    cache = cluster([node("a"), node("b"), node("c")])
+    cache = bestfit_cache([node("a"), node("b"), node("c")])
     ds = {**RS, "kind": "DaemonSet"}
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "x"}]}}
     place(cache, pod("ds", 500, owner=ds), "a")
     place(cache, pod("bare", 500, owner=None), "b")
     place(cache, pod("anti", 500, affinity=anti), "c")
-    add(cache, pod("big", 1000))
+    send_event(cache, "ADDED", pod("big", 1000))
     p = planned(cache)
     assert p.steps == () and "no node it may use has pods that can be moved" in p.unplanned[0][1]
 
@@ -207,12 +192,12 @@ def test_moved_pods_must_fit_elsewhere_together() -> None:
     # waits (free 400 + 300 + 200 = 900 >= 800; no GPU has 800 free). Only a can be freed, and
     # only by moving both (one gives 700 free). Each 300 alone fits b (300 free), so each is
     # eligible; together, the first takes b's 300 and the second finds 200 on c: no step.
-    cache = cluster([node("a"), node("b"), node("c")])
+    cache = bestfit_cache([node("a"), node("b"), node("c")])
     place(cache, pod("a1", 300), "a")
     place(cache, pod("a2", 300), "a")
     place(cache, pod("b1", 700, owner=None), "b")
     place(cache, pod("c1", 800, owner=None), "c")
-    add(cache, pod("w", 800))
+    send_event(cache, "ADDED", pod("w", 800))
     p = planned(cache)
     assert p.waiting == ("team/w",) and p.steps == ()
     assert p.unplanned == (("team/w", "the pods that would free a node for it do not all fit elsewhere together"),)
@@ -223,11 +208,11 @@ def test_two_waiting_pods_get_two_nodes_and_the_second_sees_the_first() -> None:
     # of equal cost) and puts a1 on b (b full now); step 2 may not use a, and b is full of
     # pods... b1 and a1 (500 each) could both move, but 2 moves cost more than freeing c
     # (c1 to d: d full). So: big1 on a, big2 on c.
-    cache = cluster([node("a"), node("b"), node("c"), node("d")])
+    cache = bestfit_cache([node("a"), node("b"), node("c"), node("d")])
     for n in "abcd":
         place(cache, pod(f"{n}1", 500), n)
-    add(cache, pod("big1", 1000))
-    add(cache, pod("big2", 1000))
+    send_event(cache, "ADDED", pod("big1", 1000))
+    send_event(cache, "ADDED", pod("big2", 1000))
     p = planned(cache)
     assert moves(p) == [("team/big1", "a", [("team/a1", "b")]), ("team/big2", "c", [("team/c1", "d")])]
     assert p.moves == 2

@@ -12,7 +12,8 @@ from extender.cache.defrag import DefragPolicy
 from extender.cache.moves import DisruptionBudget, Move
 from extender.cluster.defrag import Defragmenter, budget_of, label_selector_matches
 from extender.verbs.filter import ExtenderArgs, filter
-from tests.extender.test_defrag import add, bound, cluster, node, pod
+from tests.extender.helpers import bestfit_cache, send_event
+from tests.extender.test_defrag import bound, node, pod
 
 PODS = [("u1", {"app": "a", "tier": "x"}), ("u2", {"app": "b"}), ("u3", {})]
 
@@ -74,10 +75,10 @@ def test_a_budget_without_a_name_is_skipped_and_garbage_is_not_an_error() -> Non
 def fragmented() -> GpuCache:
     # a: 500 used (movable burstable), b: 500 used (bare, not movable). A whole-GPU guaranteed
     # pod waits for fragmentation (1000 free in sum); the plan frees a, moving a1 to b.
-    cache = cluster([node("a"), node("b")])
+    cache = bestfit_cache([node("a"), node("b")])
     bound(cache, pod("a1", 500), "a", 0)
     bound(cache, pod("b1", 500, owner=None), "b", 0)
-    add(cache, pod("big", 1000, qos="guaranteed"))
+    send_event(cache, "ADDED", pod("big", 1000, qos="guaranteed"))
     return cache
 
 

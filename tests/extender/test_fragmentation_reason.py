@@ -4,40 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.trace import TracePod
 from extender.cache import GpuCache
 from extender.metrics import Metrics
-from extender.tenants import NO_TENANTS
 from extender.verbs.filter import ExtenderArgs, filter
-from extender.verbs.pod_events import PodEvent, pod_events
-from scoring.presets import PRESETS
-from scoring.scorer import build_scorer
-from scoring.state import GpuSpec, NodeSpec
-
-
-def node(name: str, gpus: int = 2) -> NodeSpec:
-    return NodeSpec(name, 64_000, 262_144, tuple(GpuSpec(i, f"GPU-{name}-{i}", "V100M16", 16_384, 20)
-                                                   for i in range(gpus)))
-
-
-def pod(name: str, num_gpu: int = 1, gpu_milli: int = 1000) -> dict[str, Any]:
-    return TracePod(name, 1000, 1024, num_gpu, gpu_milli, "", "LS").pod_object(seed=0)
-
-
-def cache_with(nodes: list[NodeSpec]) -> GpuCache:
-    scorer = build_scorer(PRESETS["bestfit"])
-    cache = GpuCache(scorer)
-    cache.set_policy(scorer, NO_TENANTS)
-    cache.set_nodes(nodes)
-    return cache
-
-
-def event(cache: GpuCache, kind: str, p: dict[str, Any]) -> None:
-    assert pod_events(cache, [PodEvent.model_validate({"type": kind, "object": p})]).status == 200
+from tests.extender.helpers import bestfit_cache, send_event, trace_pod, v100_node
 
 
 def place(cache: GpuCache, p: dict[str, Any], node_name: str) -> None:
-    event(cache, "ADDED", p)
+    send_event(cache, "ADDED", p)
     m = p["metadata"]
     cache.bind(m["uid"], m["namespace"], m["name"], node_name)
 
@@ -52,11 +26,11 @@ def test_filter_says_the_request_is_free_in_pieces_and_the_gauge_counts_the_pod(
     # a and b: 2 GPUs each, one GPU of each holds 600. Free: 400 + 1000 on each, 2800 in sum.
     # A pod of 2 whole GPUs (2000) fits neither, yet its request is free in sum on both:
     # fragmentation, on 2 nodes.
-    cache = cache_with([node("a"), node("b")])
-    place(cache, pod("on-a", 1, 600), "a")
-    place(cache, pod("on-b", 1, 600), "b")
-    big = pod("big", 2, 1000)
-    event(cache, "ADDED", big)
+    cache = bestfit_cache([v100_node("a"), v100_node("b")])
+    place(cache, trace_pod("on-a", 1, 600), "a")
+    place(cache, trace_pod("on-b", 1, 600), "b")
+    big = trace_pod("big", 2, 1000)
+    send_event(cache, "ADDED", big)
     body = filter(cache, ExtenderArgs(Pod=big, NodeNames=["a", "b"]), True).body
     assert body["NodeNames"] == []
     for name in ("a", "b"):
@@ -66,27 +40,27 @@ def test_filter_says_the_request_is_free_in_pieces_and_the_gauge_counts_the_pod(
     # Standalone mode (no defragmentation plan runs): /metrics counts it at scrape time.
     assert waiting_gauge(cache) == 1.0
     # One of the pods leaves: big fits b now, it waits for nothing.
-    event(cache, "DELETED", pod("on-b", 1, 600))
+    send_event(cache, "DELETED", trace_pod("on-b", 1, 600))
     assert waiting_gauge(cache) == 0.0
     assert filter(cache, ExtenderArgs(Pod=big, NodeNames=["a", "b"]), True).body["NodeNames"] == ["b"]
 
 
 def test_a_pod_waiting_for_capacity_gets_the_plain_reason_and_is_not_counted() -> None:
     # Free in sum: 400 + 1000 = 1400 < 2000: the room is not there at all.
-    cache = cache_with([node("a")])
-    place(cache, pod("on-a", 1, 600), "a")
-    big = pod("big", 2, 1000)
-    event(cache, "ADDED", big)
+    cache = bestfit_cache([v100_node("a")])
+    place(cache, trace_pod("on-a", 1, 600), "a")
+    big = trace_pod("big", 2, 1000)
+    send_event(cache, "ADDED", big)
     body = filter(cache, ExtenderArgs(Pod=big, NodeNames=["a"]), True).body
     assert body["FailedNodes"]["a"] == "gpufrac: insufficient GPU share: pod needs 2 GPU(s) with a whole unshared GPU"
     assert waiting_gauge(cache) == 0.0
 
 
 def test_in_cluster_mode_the_gauge_is_the_last_plans() -> None:
-    cache = cache_with([node("a"), node("b")])
-    place(cache, pod("on-a", 1, 600), "a")
-    place(cache, pod("on-b", 1, 600), "b")
-    event(cache, "ADDED", pod("big", 2, 1000))
+    cache = bestfit_cache([v100_node("a"), v100_node("b")])
+    place(cache, trace_pod("on-a", 1, 600), "a")
+    place(cache, trace_pod("on-b", 1, 600), "b")
+    send_event(cache, "ADDED", trace_pod("big", 2, 1000))
     cache.count_waiting = False  # what the app sets in cluster mode
     metrics = Metrics(cache.summary, cache.metrics_view)
     text = metrics.exposition().decode()

@@ -4,35 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.trace import TracePod
 from extender.cache import GpuCache
 from extender.cache.reservations import CANDIDATES_PER_PASS, Reservation, StarvationPolicy
 from extender.metrics import Metrics
-from extender.tenants import NO_TENANTS
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.pod_events import PodEvent, pod_events
-from scoring.presets import PRESETS
-from scoring.scorer import build_scorer
-from scoring.state import GpuSpec, NodeSpec
+from scoring.state import NodeSpec
+from tests.extender.helpers import bestfit_cache, send_event, trace_pod, v100_node
 
 POLICY = StarvationPolicy(reserve_after_s=600, max_reserved_nodes=1, reservation_ttl_s=3600)
 
 
-def node(name: str, gpus: int = 2) -> NodeSpec:
-    return NodeSpec(name, 64_000, 262_144, tuple(GpuSpec(i, f"GPU-{name}-{i}", "V100M16", 16_384, 20)
-                                                   for i in range(gpus)))
-
-
-def pod(name: str, num_gpu: int = 1, gpu_milli: int = 1000) -> dict[str, Any]:
-    return TracePod(name, 1000, 1024, num_gpu, gpu_milli, "", "LS").pod_object(seed=0)
-
-
 def cache_with(nodes: list[NodeSpec], starvation: StarvationPolicy = POLICY) -> GpuCache:
-    scorer = build_scorer(PRESETS["bestfit"])
-    cache = GpuCache(scorer)
-    cache.set_policy(scorer, NO_TENANTS, starvation=starvation)
-    cache.set_nodes(nodes)
-    return cache
+    return bestfit_cache(nodes, starvation)
 
 
 def sweep(cache: GpuCache, now_s: float) -> list[Reservation]:
@@ -40,12 +24,8 @@ def sweep(cache: GpuCache, now_s: float) -> list[Reservation]:
     return made
 
 
-def add(cache: GpuCache, p: dict[str, Any]) -> None:
-    assert pod_events(cache, [PodEvent.model_validate({"type": "ADDED", "object": p})]).status == 200
-
-
 def place(cache: GpuCache, p: dict[str, Any], node_name: str) -> None:
-    add(cache, p)
+    send_event(cache, "ADDED", p)
     m = p["metadata"]
     cache.bind(m["uid"], m["namespace"], m["name"], node_name)
 
@@ -58,11 +38,11 @@ def filtered(cache: GpuCache, p: dict[str, Any], names: list[str]) -> dict[str, 
 def half_full_cluster(starvation: StarvationPolicy = POLICY) -> tuple[GpuCache, dict[str, Any]]:
     # a: GPUs used 500 / 0; b: 300 / 0. A 2-GPU pod fits neither; to drain for it: a's two
     # emptiest GPUs hold 500 + 0 = 500, b's 300 + 0 = 300: b is the node to reserve.
-    cache = cache_with([node("a"), node("b")], starvation)
-    place(cache, pod("on-a", 1, 500), "a")
-    place(cache, pod("on-b", 1, 300), "b")
-    big = pod("big", 2, 1000)
-    add(cache, big)
+    cache = cache_with([v100_node("a"), v100_node("b")], starvation)
+    place(cache, trace_pod("on-a", 1, 500), "a")
+    place(cache, trace_pod("on-b", 1, 300), "b")
+    big = trace_pod("big", 2, 1000)
+    send_event(cache, "ADDED", big)
     return cache, big
 
 
@@ -73,7 +53,7 @@ def test_a_pod_waiting_past_the_bound_gets_the_node_cheapest_to_drain() -> None:
     made = sweep(cache, 600)
     assert [(r.node, r.pod, r.since_s) for r in made] == [("b", "openb/big", 600)]
     # Another pod that fits both nodes is kept off b, with the reason kube-scheduler shows.
-    body = filtered(cache, pod("small", 1, 200), ["a", "b"])
+    body = filtered(cache, trace_pod("small", 1, 200), ["a", "b"])
     assert body["NodeNames"] == ["a"]
     assert "reserved for pod openb/big" in body["FailedNodes"]["b"]
     # The waiting pod itself is judged on b as ever (it does not fit yet: share, not the hold).
@@ -88,7 +68,7 @@ def test_the_reservation_ends_when_its_pod_is_bound() -> None:
     sweep(cache, 0)
     sweep(cache, 600)
     # The pod on b leaves; big fits b and is bound there; b is open to everyone again.
-    on_b = pod("on-b", 1, 300)
+    on_b = trace_pod("on-b", 1, 300)
     assert pod_events(cache, [PodEvent.model_validate({"type": "DELETED", "object": on_b})]).status == 200
     m = big["metadata"]
     cache.bind(m["uid"], m["namespace"], m["name"], "b")
@@ -112,22 +92,22 @@ def test_no_reservation_when_off_when_the_pod_fits_or_fits_no_empty_node() -> No
     for t in (0, 10_000):
         assert sweep(cache, t) == []
     # A pod that fits now needs no room held: kube-scheduler's next retry places it.
-    cache2 = cache_with([node("a")])
-    add(cache2, pod("fits", 1, 500))
+    cache2 = cache_with([v100_node("a")])
+    send_event(cache2, "ADDED", trace_pod("fits", 1, 500))
     # A pod that no node could hold even empty (3 GPUs on 2-GPU nodes) holds none either.
-    add(cache2, pod("too-big", 3, 1000))
+    send_event(cache2, "ADDED", trace_pod("too-big", 3, 1000))
     for t in (0, 10_000):
         assert sweep(cache2, t) == []
 
 
 def test_oldest_first_and_at_most_the_limit() -> None:
-    cache = cache_with([node("a"), node("b"), node("c")], StarvationPolicy(600, max_reserved_nodes=2))
+    cache = cache_with([v100_node("a"), v100_node("b"), v100_node("c")], StarvationPolicy(600, max_reserved_nodes=2))
     for n in ("a", "b", "c"):
-        place(cache, pod(f"on-{n}", 1, 100 * (ord(n) - 96)), n)  # 100, 200, 300 on one GPU each
-    first, second = pod("first", 2, 1000), pod("second", 2, 1000)
-    add(cache, first)
+        place(cache, trace_pod(f"on-{n}", 1, 100 * (ord(n) - 96)), n)  # 100, 200, 300 on one GPU each
+    first, second = trace_pod("first", 2, 1000), trace_pod("second", 2, 1000)
+    send_event(cache, "ADDED", first)
     sweep(cache, 0)
-    add(cache, second)
+    send_event(cache, "ADDED", second)
     sweep(cache, 100)
     made = sweep(cache, 700)
     # Both waited 600 s: the older gets the cheapest node (a, 100 to drain), the other the next.
@@ -140,10 +120,10 @@ def test_oldest_first_and_at_most_the_limit() -> None:
 def test_a_pod_waiting_for_capacity_not_fragmentation_gets_none() -> None:
     # Four 0.8 pods on two 2-GPU nodes leave 4 x 200 = 800 free in sum: a 2-GPU pod waits for
     # capacity, which no drained node would give sooner than the pods' own ends; none held.
-    cache = cache_with([node("a"), node("b")])
+    cache = cache_with([v100_node("a"), v100_node("b")])
     for i, n in enumerate("aabb"):
-        place(cache, pod(f"p{i}", 1, 800), n)
-    add(cache, pod("big", 2, 1000))
+        place(cache, trace_pod(f"p{i}", 1, 800), n)
+    send_event(cache, "ADDED", trace_pod("big", 2, 1000))
     assert sweep(cache, 0) == [] and sweep(cache, 10_000) == []
 
 
@@ -155,9 +135,9 @@ def test_a_pass_looks_at_the_oldest_waiting_pods_only() -> None:
         cache, big = half_full_cluster()
         pod_events(cache, [PodEvent.model_validate({"type": "DELETED", "object": big})])
         for i in range(ahead):
-            add(cache, pod(f"huge-{i}", 3, 1000))
+            send_event(cache, "ADDED", trace_pod(f"huge-{i}", 3, 1000))
         sweep(cache, 0)
-        add(cache, big)
+        send_event(cache, "ADDED", big)
         sweep(cache, 1)
         assert [r.pod for r in sweep(cache, 700)] == held
 
@@ -167,13 +147,13 @@ def test_the_node_held_is_one_the_pods_node_selector_matches() -> None:
     # holding 600 each (free 3 * 400 + 1000 = 2200 >= 2000, one whole GPU: fragmentation);
     # b: 300 on one of 2. b is the cheaper to drain (300 against 0 + 600), yet a is held,
     # the node the pod may run on.
-    cache = cache_with([node("a", 4), node("b")])
+    cache = cache_with([v100_node("a", 4), v100_node("b")])
     for i in range(3):
-        place(cache, pod(f"on-a{i}", 1, 600), "a")
-    place(cache, pod("on-b", 1, 300), "b")
-    big = pod("big", 2, 1000)
+        place(cache, trace_pod(f"on-a{i}", 1, 600), "a")
+    place(cache, trace_pod("on-b", 1, 300), "b")
+    big = trace_pod("big", 2, 1000)
     big["spec"]["nodeSelector"] = {"zone": "x"}
-    add(cache, big)
+    send_event(cache, "ADDED", big)
     labels = {"a": (("zone", "x"),), "b": (("zone", "y"),)}
     assert cache.reserve_for_waiting(0, labels) == ([], [])
     made, _ = cache.reserve_for_waiting(600, labels)
@@ -181,11 +161,11 @@ def test_the_node_held_is_one_the_pods_node_selector_matches() -> None:
 
 
 def test_no_node_is_held_where_the_node_selector_matches_none_or_labels_are_unknown() -> None:
-    cache = cache_with([node("a"), node("b")])
-    place(cache, pod("on-a", 1, 500), "a")
-    big = pod("big", 2, 1000)
+    cache = cache_with([v100_node("a"), v100_node("b")])
+    place(cache, trace_pod("on-a", 1, 500), "a")
+    big = trace_pod("big", 2, 1000)
     big["spec"]["nodeSelector"] = {"zone": "z"}
-    add(cache, big)
+    send_event(cache, "ADDED", big)
     # b is empty and would fit the pod, but is in zone y; a in zone x: the pod waits for
     # nodes that do not exist, not for fragmentation.
     labels = {"a": (("zone", "x"),), "b": (("zone", "y"),)}
