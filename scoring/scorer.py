@@ -52,12 +52,15 @@ class Ties(enum.StrEnum):
     ROW = "row"
 
 
-KEEP_WHOLE_BAND = 1e-3
+KEEP_WHOLE_BAND = 2e-3
 """Score distance (of the [0, 1] node score) within which ``Ties.KEEP_WHOLE`` prefers a used
 node to breaking an empty one, while ``ClusterTerms.whole_node_unseen``. On the cold-start
 benchmark the balance terms put an empty node 1e-4 to 5e-4 ahead of a used one, which
 spread 2,000 one-GPU pods over 463 of 500 nodes (an 8-GPU pod then fitted on 37); 1e-3
-keeps 250 whole (``benchmarks/README.md``, "Cold start")."""
+kept 250 whole. After one 8-GPU pod, half-GPU pods to 50 % put an empty node 1.01e-3 ahead
+(``adaptive_balance`` with one multi-GPU pod in the learned mix): 1e-3 touched 468 nodes
+against bestfit's 251, 2e-3 touches as many as bestfit (``benchmarks/README.md``, "Cold
+start"; decision record 0022)."""
 
 BREAKS_EMPTY_SHIFT = 40
 """Bit of ``keep_whole_rank`` that says the node holds no GPU share yet."""

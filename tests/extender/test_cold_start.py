@@ -44,6 +44,18 @@ def test_half_full_of_one_gpu_pods_keeps_half_the_nodes_whole() -> None:
     assert default.nodes_touched == 25 and default.fits_next == bestfit.fits_next
 
 
+def test_half_gpu_pods_after_one_whole_node_pod_keep_nodes_whole() -> None:
+    # One 8-GPU pod, then half-GPU pods to 50 % of 100 x 8 GPUs. With the learned mix
+    # holding one multi-GPU pod, adaptive_balance put an empty node 1.01e-3 ahead of a node
+    # of 8 half-GPU pods: with a band of 1e-3 the default touched 68 nodes (bestfit 51) and
+    # an 8-GPU pod then fitted on 32 (bestfit 49); on 500 nodes 468 against 251.
+    default = cold_start.run_one("default", 0.5, 0.5, n_nodes=100, gpus_per_node=8, first_gpu=8)
+    bestfit = cold_start.run_one("bestfit", 0.5, 0.5, n_nodes=100, gpus_per_node=8, first_gpu=8)
+    assert default.placed == bestfit.placed == 800
+    assert bestfit.nodes_touched == 51 and bestfit.fits_next["8"] == 49
+    assert default.nodes_touched == bestfit.nodes_touched and default.fits_next == bestfit.fits_next
+
+
 def test_four_gpu_pods_pair_up_on_nodes() -> None:
     # 60 % of 50 x 8 GPUs in 4-GPU pods: 60 pods, two per node = 30 nodes. spare_nodes
     # counts 4-GPU slots (floor(free / 4) per node): a second pod on a half-used node closes
