@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,6 +26,7 @@ from extender.bodies import (
 )
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
+from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
 from extender.fence import ClaimFence, default_instance_id
 from extender.metrics import Metrics
@@ -126,6 +128,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     metrics = Metrics(cache.summary, cache.metrics_view)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())
     sync: ClusterSync | None = None
+    stall: StallWatch | None = None
     if settings.mode == "cluster":
         if kube_api is None:
             raise ValueError("cluster mode needs a Kubernetes API client")
@@ -145,6 +148,12 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         nodes_skew, replica_skew = sync.clock_skews, (fence.skews if fence is not None else dict)
         metrics.cluster.clock_skews = lambda: {**{("node", n): s for n, s in nodes_skew().items()},
                                                **{("replica", r): s for r, s in replica_skew().items()}}
+        lease = settings.scheduler_lease
+        stall = StallWatch(kube_api, StallOptions(
+            scheduler_name=settings.scheduler_name, after_s=settings.stall_after_s,
+            lease=None if lease is None else (lease.split("/", 1)[0], lease.split("/", 1)[1]),
+            scheduler_pod_selector=settings.scheduler_pod_selector, poll_s=min(5.0, settings.stall_after_s / 2)))
+        metrics.cluster.scheduler_stall = lambda: stall.report if stall is not None else None
         cache.count_waiting = False  # the defragmentation plan counts them, with the nodes' labels
         binder: Binder = kube_binder.bind
     else:
@@ -153,6 +162,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     watcher = (None if settings.config_file is None else
                ConfigWatcher(settings.config_file, apply_policy, metrics, settings.config_poll_s))
 
+    stall_stop = threading.Event()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if watcher is not None:
@@ -160,7 +171,12 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         if sync is not None:
             sync.start()
             app.state.ready = lambda: sync.synced and not sync.silent_watches()
-            app.state.ready_detail = lambda: {"silent_watches": {w: round(s, 1) for w, s in sync.silent_watches().items()}}
+            app.state.ready_detail = lambda: {
+                "silent_watches": {w: round(s, 1) for w, s in sync.silent_watches().items()},
+                "watch_silence_s": {w: round(s, 1) for w, s in sync.watch_silences().items()},
+                **({} if stall is None else {"scheduler": stall.report.as_dict()})}
+            if stall is not None:
+                threading.Thread(target=stall.loop, args=(stall_stop,), name="gpufrac-stall", daemon=True).start()
         else:
             if own_cache and settings.cluster_file is not None:
                 cache.set_nodes(load_cluster_file(settings.cluster_file,
@@ -172,6 +188,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             watcher.stop()
         if sync is not None:
             sync.stop()
+        if stall is not None:
+            stall_stop.set()
 
     app = ExtenderApp(title="gpufrac extender", lifespan=lifespan)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_body_bytes)

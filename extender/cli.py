@@ -36,6 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
         "fence_namespace": args.fence_namespace, "claim_ttl_s": args.claim_ttl_s,
         "bind_api_timeout_s": args.bind_api_timeout_s,
         "scheduler_name": args.scheduler_name, "requeue_max_pods": args.requeue_max_pods,
+        "stall_after_s": args.stall_after_s, "scheduler_lease": args.scheduler_lease,
+        "scheduler_pod_selector": args.scheduler_pod_selector,
         "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
         "tls_client_ca_file": args.tls_client_ca_file,
         "events_token": (args.events_token_file.read_text().strip() if args.events_token_file
@@ -282,6 +284,16 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     serve.add_argument("--requeue-max-pods", type=int,
                        help=f"cluster mode: pending GPU pods requeued per release of GPU share, 0 turns requeueing "
                             f"off ($GPUFRAC_REQUEUE_MAX_PODS) {_default('requeue_max_pods')}")
+    serve.add_argument("--stall-after-s", type=float,
+                       help=f"cluster mode: report pending GPU pods of --scheduler-name that no scheduler has "
+                            f"attempted for this long (/readyz, a metric, the log, an Event) "
+                            f"{_default('stall_after_s')}")
+    serve.add_argument("--scheduler-lease", metavar="NAMESPACE/NAME",
+                       help="cluster mode: the Lease kube-scheduler elects its leader with; a stall report "
+                            "names its holder (unset: not read)")
+    serve.add_argument("--scheduler-pod-selector", metavar="SELECTOR",
+                       help="cluster mode: label selector of the release's kube-scheduler pods in the Lease's "
+                            "namespace (is the holder one of them?)")
     serve.add_argument("--host", help=f"address of the verb listener {_default('host')}")
     serve.add_argument("--port", type=int, help=f"port of the verb listener {_default('port')}")
     serve.add_argument("--health-port", type=int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -14,6 +15,33 @@ from extender.cache import MetricsView
 from extender.cache.defrag import DefragPlan
 from extender.cache.records import EMPTY_VIEW
 from scoring.request import MILLI_PER_GPU
+
+
+class LeaseView(Protocol):
+    """What the metrics read of ``extender.cluster.stall.LeaseState``."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def holder(self) -> str: ...
+    @property
+    def renew_age_s(self) -> float | None: ...
+    @property
+    def holder_in_release(self) -> bool | None: ...
+
+
+class StallView(Protocol):
+    """What the metrics read of ``extender.cluster.stall.StallReport`` (the cluster package sits
+    above the metrics in the layers: it is not imported here)."""
+
+    @property
+    def pods(self) -> tuple[str, ...]: ...
+    @property
+    def oldest_s(self) -> float: ...
+    @property
+    def lease(self) -> LeaseView | None: ...
 
 _BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -31,6 +59,7 @@ class _Cluster(Collector):
         self.planned_waiting = 0  # the last defragmentation plan's count (cluster mode)
         self.clock_skews: Callable[[], dict[tuple[str, str], float]] = dict  # (kind, name) -> s
         self.watch_silences: Callable[[], dict[str, float]] = dict  # watch -> s since a sign of life
+        self.scheduler_stall: Callable[[], StallView | None] = lambda: None  # cluster mode
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         view = self._view()
@@ -97,6 +126,34 @@ class _Cluster(Collector):
         for name, seconds in sorted(self.watch_silences().items()):
             silence.add_metric([name], seconds)
         yield silence
+        yield from self._stall()
+
+    def _stall(self) -> Iterator[GaugeMetricFamily]:
+        report = self.scheduler_stall()
+        if report is None:
+            return
+        yield GaugeMetricFamily(
+            "gpufrac_pods_not_attempted",
+            "Pending GPU pods of gpufrac's scheduler profile that no scheduler has attempted (no "
+            "PodScheduled condition) for --stall-after-s or longer since this replica first saw them "
+            "(cluster mode; of the first 500 pending). Above 0: the scheduler is stalled; /readyz's "
+            "scheduler detail says what holds its Lease.", value=len(report.pods))
+        yield GaugeMetricFamily(
+            "gpufrac_pods_not_attempted_oldest_seconds",
+            "Seconds the longest-waiting of gpufrac_pods_not_attempted has waited since this replica first "
+            "saw it (0 when none).", value=report.oldest_s)
+        lease = report.lease
+        if lease is not None:
+            fam = GaugeMetricFamily(
+                "gpufrac_scheduler_lease_renew_age_seconds",
+                "Seconds since this replica saw the scheduler Lease's renewTime change (--scheduler-lease), "
+                "with its holder and whether the holder is one of the release's kube-scheduler pods "
+                "(true, false, unknown). NaN: no Lease or no renewTime.",
+                labels=["lease", "holder", "holder_in_release"])
+            whose = {True: "true", False: "false", None: "unknown"}[lease.holder_in_release]
+            fam.add_metric([f"{lease.namespace}/{lease.name}", lease.holder[:128], whose],
+                           float("nan") if lease.renew_age_s is None else lease.renew_age_s)
+            yield fam
 
 
 class Metrics:

@@ -58,6 +58,17 @@ class Settings(BaseSettings):
     new one within ``watch_timeout_s + 15`` s, and ``/readyz`` names it silent past that."""
     scheduler_name: str = "gpufrac-scheduler"
     """Cluster mode: the kube-scheduler profile calling this extender (its pods are requeued)."""
+    stall_after_s: float = Field(30.0, gt=0, le=86400)
+    """Cluster mode: a pending GPU pod of ``scheduler_name`` that no scheduler has attempted
+    (no ``PodScheduled`` condition) this long after gpufrac first saw it is reported: in
+    ``/readyz``'s ``scheduler`` detail, ``gpufrac_pods_not_attempted``, the log and a Warning
+    Event on the pod (``extender.cluster.stall``)."""
+    scheduler_lease: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$")
+    """Cluster mode: ``namespace/name`` of the Lease the profile's kube-scheduler elects its
+    leader with; its holder is the cause a stall report names. Unset: not read."""
+    scheduler_pod_selector: str | None = Field(None, min_length=1, max_length=1024)
+    """Cluster mode: label selector of the release's kube-scheduler pods (in the Lease's
+    namespace), to say whether the Lease's holder is one of them."""
     requeue_max_pods: int = Field(100, ge=0)
     """Cluster mode: pending GPU pods requeued when GPU share is freed (0: off)."""
     fence_namespace: str | None = Field(None, min_length=1, max_length=63)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -468,10 +468,11 @@ class ControlPlane:
         return kubeconfig(self.workdir / f"{slug}.kubeconfig", self.server, self.pki, user, groups)
 
     def start_gpufrac(self, port: int, kubeconfig_path: Path | None = None,
-                      extra: Iterable[str] = (), name: str = "gpufrac") -> Proc:
-        """Start ``gpufrac serve --mode cluster`` on ``port`` and wait for ``/readyz``."""
+                      extra: Iterable[str] = (), name: str = "gpufrac", wrapper: Sequence[str] = ()) -> Proc:
+        """Start ``gpufrac serve --mode cluster`` on ``port`` and wait for ``/readyz``
+        (``wrapper``: a command to run it under, e.g. ``faketime -f +600s``)."""
         proc = self.track(start(name, [
-            sys.executable, "-m", "extender", "serve", "--mode", "cluster",
+            *wrapper, sys.executable, "-m", "extender", "serve", "--mode", "cluster",
             "--kubeconfig", str(kubeconfig_path or self.admin_kubeconfig),
             "--host", LOOPBACK, "--port", str(port), "--log-level", "info", *extra], self.workdir))
         wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"), 60, "gpufrac /readyz", proc)
@@ -481,7 +482,7 @@ class ControlPlane:
                         config: Path = ROOT / "scheduler-config.yaml",
                         kubeconfig_path: Path | None = None, qps: int = 0,
                         drop_verbs: Iterable[str] = (), profile: str | None = None,
-                        leader_lease_s: float | None = None) -> Proc:
+                        leader_lease_s: float | None = None, lease: tuple[str, str] | None = None) -> Proc:
         """Start kube-scheduler with the project's config, only the extender URL rewritten.
 
         Parameters
@@ -500,6 +501,9 @@ class ControlPlane:
             Run with leader election on (Lease ``kube-system/<profile>``) with this lease
             duration; renew deadline 3/4 of it, retry period 1/4. Off otherwise (the
             project's config has it on, for deploy's replicas).
+        lease : tuple of (str, str), optional
+            With ``leader_lease_s``: the Lease's ``(namespace, name)`` instead of
+            ``kube-system/<profile>`` (deploy's is ``gpufrac-system/gpufrac-scheduler``).
         """
         cfg = yaml.safe_load(config.read_text())
         # One scheduler per profile in tests unless asked: no Lease to wait for between runs.
@@ -508,8 +512,8 @@ class ControlPlane:
             cfg["profiles"][0]["schedulerName"] = profile
         if leader_lease_s is not None:
             cfg["leaderElection"] = {
-                "leaderElect": True, "resourceNamespace": "kube-system",
-                "resourceName": profile or cfg["profiles"][0]["schedulerName"],
+                "leaderElect": True, "resourceNamespace": lease[0] if lease else "kube-system",
+                "resourceName": lease[1] if lease else profile or cfg["profiles"][0]["schedulerName"],
                 "leaseDuration": f"{leader_lease_s}s", "renewDeadline": f"{0.75 * leader_lease_s}s",
                 "retryPeriod": f"{0.25 * leader_lease_s}s"}
         if extender_url is None:

@@ -41,6 +41,9 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("docs/admin.md", "gpufrac config validate --helm-values"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "helm upgrade gpufrac"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "gpufrac inspect --defrag"): "tests/e2e/test_defrag_e2e.py",
+    ("docs/troubleshooting.md", "kubectl -n gpufrac-system get lease gpufrac-scheduler"): "tests/e2e/test_stall_e2e.py",
+    ("docs/troubleshooting.md", "kubectl -n gpufrac-system delete lease gpufrac-scheduler"):
+        "tests/e2e/test_stall_e2e.py",
 }
 """(doc, the start of a command) -> the file that runs it."""
 

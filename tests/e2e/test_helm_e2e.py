@@ -41,10 +41,13 @@ EXTENDER_MAY = [
     ("watch", "nodes", "", "", ""), ("list", "pods", "", "", ""), ("watch", "namespaces", "", "", ""),
     ("create", "pods", "binding", "team-a", ""), ("patch", "pods", "", "team-a", ""),
     ("create", "configmaps", "", CLAIMS, ""), ("update", "configmaps", "", CLAIMS, "gpufrac-claims-n1"),
+    ("create", "events", "", "team-a", ""), ("get", "leases", "", NS, "gpufrac-scheduler"),
 ]
 EXTENDER_MAY_NOT = [
     ("create", "configmaps", "", NS, ""), ("update", "configmaps", "", "kube-system", "x"),
     ("get", "secrets", "", NS, ""), ("delete", "pods", "", "team-a", ""), ("patch", "nodes", "", "", ""),
+    ("update", "leases", "", NS, "gpufrac-scheduler"), ("create", "leases", "", NS, ""),
+    ("get", "leases", "", "kube-system", "kube-scheduler"),
 ]
 AGENT_MAY = [("get", "nodes", "", "", ""), ("patch", "nodes", "", "", ""), ("list", "pods", "", "", "")]
 AGENT_MAY_NOT = [("delete", "pods", "", "team-a", ""), ("get", "secrets", "", NS, ""),
@@ -104,6 +107,9 @@ def test_chart_values_switch_the_optional_parts() -> None:
     (board,) = [d for d in full if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpufrac-dashboard"]
     assert board["data"]["gpufrac.json"] == (CHART / "dashboards" / "gpufrac.json").read_text().rstrip("\n")
     assert any(d["kind"] == "ServiceMonitor" for d in full)
+    assert "PrometheusRule" not in {d["kind"] for d in full}
+    (rule,) = [d for d in render("metrics.prometheusRule.enabled=true") if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load((CHART / "rules" / "gpufrac-rules.yaml").read_text())
     bare = {d["kind"] for d in render("agent.enabled=false", "admissionPolicy.enabled=false")}
     assert "DaemonSet" not in bare and "ValidatingAdmissionPolicy" not in bare
 

@@ -65,18 +65,27 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     # bound to gpufrac's own service account only; kube-scheduler's roles to kube-scheduler's
     subjects = {(b["roleRef"]["name"], s["name"]) for b in rbac if b["kind"].endswith("Binding")
                 for s in b["subjects"]}
-    extender_roles = {"gpufrac-extender", "gpufrac-extender-claims"}
+    extender_roles = {"gpufrac-extender", "gpufrac-extender-claims", "gpufrac-extender-lease-reader"}
     assert {s for r, s in subjects if r in extender_roles} == {"gpufrac-extender"}
     assert {s for r, s in subjects if r not in extender_roles} == {"gpufrac-scheduler"}
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     # extender/cluster/: list/watch nodes and pods, read a pod at bind, create the Binding
     # (which carries the allocation annotations), patch pending pods' requeue annotation,
     # list/watch namespaces (tenant_label), list PodDisruptionBudgets (the defragmentation
-    # plan); no pods/eviction: acting on the plan is off by default.
+    # plan), create Events (a Warning on GPU pods no scheduler attempted, extender/cluster/stall.py);
+    # no pods/eviction: acting on the plan is off by default.
     assert granted == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "patch"),
                        ("pods/binding", "create"), ("namespaces", "list"), ("namespaces", "watch"),
-                       ("poddisruptionbudgets", "list")}
+                       ("poddisruptionbudgets", "list"), ("events", "create")}
+    # the scheduler's Lease: the extender may read that one, in its namespace, and write none
+    (reader,) = [d for d in rbac if d["kind"] == "Role" and d["metadata"]["name"] == "gpufrac-extender-lease-reader"]
+    assert reader["metadata"]["namespace"] == "gpufrac-system"
+    assert reader["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                "resourceNames": ["gpufrac-scheduler"], "verbs": ["get"]}]
+    lease_writers = {s["name"] for b in rbac if b["kind"] == "RoleBinding"
+                     and b["roleRef"]["name"] == "gpufrac-scheduler-leader-election" for s in b["subjects"]}
+    assert lease_writers == {"gpufrac-scheduler"}
 
 
 def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None:

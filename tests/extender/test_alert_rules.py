@@ -1,0 +1,93 @@
+"""The chart's alerting rules (deploy/helm/gpufrac/rules/gpufrac-rules.yaml) through Prometheus'
+own ``promtool``: the file is valid, and each alert fires on the series the extender exports
+when its condition holds, and not otherwise (``promtool test rules``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from harness.controlplane import ROOT, ensure_debian
+
+RULES = ROOT / "deploy" / "helm" / "gpufrac" / "rules" / "gpufrac-rules.yaml"
+
+LEASE = 'gpufrac_scheduler_lease_renew_age_seconds{lease="gpufrac-system/gpufrac-scheduler",holder="%s",holder_in_release="%s"}'
+
+CASES = {
+    "rule_files": [str(RULES)],
+    "evaluation_interval": "15s",
+    "tests": [{
+        "interval": "15s",
+        "input_series": [
+            # a stall that lasts (pods wait unattempted from minute 1), a stranger's Lease from the start
+            {"series": "gpufrac_pods_not_attempted", "values": "0 0 0 0 3x20"},
+            {"series": LEASE % ("stranger", "false"), "values": "0+15x24"},
+            {"series": LEASE % ("gpufrac-scheduler-6f7c-x_1b2c", "true"), "values": "0+1x24"},
+            {"series": 'gpufrac_watch_silence_seconds{watch="pod"}', "values": "0+15x24"},
+            {"series": 'gpufrac_watch_silence_seconds{watch="node"}', "values": "1x24"},
+            {"series": 'gpufrac_clock_skew_seconds{kind="node",name="n1"}', "values": "-600x40"},
+            {"series": 'gpufrac_clock_skew_seconds{kind="node",name="n2"}', "values": "2x40"},
+            {"series": "gpufrac_config_valid", "values": "1x40"},
+        ],
+        "alert_rule_test": [
+            {"eval_time": "1m", "alertname": "GpufracGpuPodsNotAttempted", "exp_alerts": []},
+            {"eval_time": "3m", "alertname": "GpufracGpuPodsNotAttempted", "exp_alerts": [{
+                "exp_labels": {"severity": "critical"},
+                "exp_annotations": {
+                    "summary": "GPU pods of gpufrac's scheduler wait and no scheduler attempts them",
+                    "description": "3 GPU pod(s) of gpufrac's scheduler profile have no scheduling attempt after "
+                                   "--stall-after-s. The scheduler's Lease holder is in "
+                                   "gpufrac_scheduler_lease_renew_age_seconds and in /readyz's scheduler detail; "
+                                   "docs/troubleshooting.md, \"GPU pods pending, no scheduler attempt\"."}}]},
+            {"eval_time": "3m", "alertname": "GpufracSchedulerLeaseHeldByStranger", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "lease": "gpufrac-system/gpufrac-scheduler",
+                               "holder": "stranger"},
+                "exp_annotations": {
+                    "summary": "The scheduler's Lease gpufrac-system/gpufrac-scheduler is held by stranger, "
+                               "not a gpufrac scheduler pod",
+                    "description": "While someone else holds it, no gpufrac kube-scheduler leads and no GPU pod "
+                                   "of the profile is scheduled; docs/troubleshooting.md, \"GPU pods pending, no "
+                                   "scheduler attempt\"."}}]},
+            {"eval_time": "1m45s", "alertname": "GpufracWatchSilent", "exp_alerts": []},
+            {"eval_time": "5m", "alertname": "GpufracWatchSilent", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "watch": "pod"},
+                "exp_annotations": {"summary": "gpufrac's pod watch has shown no sign of life for 300 s",
+                                    "description": "The replica's view of the cluster is going stale; its "
+                                                   "/readyz says 503 meanwhile."}}]},
+            {"eval_time": "6m", "alertname": "GpufracClockSkew", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "kind": "node", "name": "n1"},
+                "exp_annotations": {"summary": "The clock of node n1 is 600 s off this replica's",
+                                    "description": "gpufrac judges freshness by its own clock only, but logs and "
+                                                   "Events disagree; fix NTP."}}]},
+            {"eval_time": "9m", "alertname": "GpufracConfigInvalid", "exp_alerts": []},
+        ],
+    }],
+}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ensure_debian("promtool", "prometheus")), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_rules_file_is_valid_prometheus() -> None:
+    proc = promtool("check", "rules", str(RULES))
+    assert proc.returncode == 0 and "SUCCESS: 5 rules found" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_each_alert_fires_when_its_condition_holds_and_not_before(tmp_path: Path) -> None:
+    cases = tmp_path / "gpufrac-rules-test.yaml"
+    cases.write_text(yaml.safe_dump(CASES, sort_keys=False))
+    proc = promtool("test", "rules", str(cases))
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_broken_expectation_fails(tmp_path: Path) -> None:
+    # The check above can fail: the same series, the stall alert expected at one minute.
+    broken = yaml.safe_load(yaml.safe_dump(CASES))
+    broken["tests"][0]["alert_rule_test"][0]["exp_alerts"] = [{"exp_labels": {"severity": "critical"}}]
+    cases = tmp_path / "broken.yaml"
+    cases.write_text(yaml.safe_dump(broken, sort_keys=False))
+    assert promtool("test", "rules", str(cases)).returncode != 0
