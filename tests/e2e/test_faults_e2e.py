@@ -216,3 +216,55 @@ def test_a_replica_killed_between_its_claim_and_the_binding_holds_nothing_after_
     assert "orphan" not in faults.allocations(ns)
     pods = [p for p in faults.api.list_namespaced_pod(ns).items if p.spec.node_name]
     faults.consistent(ns, pods)
+
+
+def test_black_holed_connections_a_new_node_and_a_freed_share_are_seen_within_60s(faults: Faults) -> None:
+    """gpufrac's API connections black-holed (no FIN, no RST; new connections pass, as after a
+    NAT dropped the flows) while a node is added and a bound pod deleted: each watch gives up
+    its silent connection at its read deadline (watch timeout 30 s + 15 s) and resumes on a new
+    one; meanwhile /readyz and gpufrac_watch_silence_seconds show the silence growing."""
+    group = "hole"
+    make_nodes(faults.api, group, 1, gpus=2)
+    ns = new_namespace(faults.api, "hole")
+    api_port = int(faults.cp.server.rsplit(":", 1)[1])
+    with LatencyProxy(api_port, delay_s=0.0) as proxy:
+        kc = yaml.safe_load(faults.cp.admin_kubeconfig.read_text())
+        kc["clusters"][0]["cluster"]["server"] = f"https://{LOOPBACK}:{proxy.port}"
+        via = faults.cp.workdir / "hole.kubeconfig"
+        via.write_text(yaml.safe_dump(kc))
+        faults.gpufrac.stop()
+        faults.start_gpufrac(via)
+        try:
+            create_pods(faults.api, ns, group, ["h0"], gpus=2)
+            faults.bound(ns, 1, 60)
+            wait_until(lambda: "h0" in faults.allocations(ns), 30, "h0 in gpufrac's cache")
+            time.sleep(2)  # every watch is on its connection
+            holed = proxy.black_hole()
+            started = time.monotonic()
+            assert holed >= 3  # the node, pod and namespace watches at least
+            (added,) = make_nodes(faults.api, f"{group}-new", 1, gpus=1)
+            faults.api.delete_namespaced_pod("h0", ns, grace_period_seconds=0)
+            silences: list[float] = []
+
+            def seen() -> bool:
+                detail = httpx.get(f"{faults.url}/readyz", timeout=10).json()
+                silences.append(max(detail["watch_silence_s"].values()))
+                metric = httpx.get(f"{faults.url}/metrics", timeout=10).text
+                assert 'gpufrac_watch_silence_seconds{watch="node"}' in metric
+                probe = {"metadata": {"name": "probe", "namespace": "default", "uid": "probe"},
+                         "spec": {"containers": [{"name": "c", "resources": {"limits": {"gpufrac.io/gpu": "1"}}}]}}
+                reply = httpx.post(f"{faults.url}/filter", json={"Pod": probe, "Nodes": None, "NodeNames": [added]},
+                                   timeout=10).json()
+                known = "not in gpufrac's cache" not in str(reply.get("FailedNodes", {}).get(added, ""))
+                return known and "h0" not in faults.allocations(ns)
+            wait_until(seen, 60, "the new node known and h0's share freed", interval_s=1)
+            took = time.monotonic() - started
+            print(f"\nblack hole: node known and share freed after {took:.1f} s; longest silence seen "
+                  f"{max(silences):.1f} s")
+            assert took <= 60
+            assert max(silences) >= 20  # the silence grew visibly before the watches gave up
+        except Exception:
+            raise AssertionError(f"--- gpufrac ---\n{faults.gpufrac.tail(4000)}") from None
+        finally:
+            faults.gpufrac.stop()
+            faults.start_gpufrac()
