@@ -22,6 +22,7 @@ for the other (docs/agent.md, "Device plugin").
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,10 +95,12 @@ def pick(n_devices: int, pods: Sequence[PodAssignment], done: Mapping[str, int])
 class Matcher:
     """Consumes pod assignments container by container (kubelet's Allocate sequence).
 
-    Not thread-safe: the plugin holds a lock around ``take_all`` and ``snapshot``.
+    Not thread-safe: the plugin holds ``lock`` around ``take_all`` and ``snapshot`` (one lock
+    per matcher, so servers that share a matcher share it).
     """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self._done: dict[str, int] = {}
         """Pod UID -> GPU containers already allocated."""
 

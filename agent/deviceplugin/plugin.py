@@ -170,7 +170,8 @@ class PodReader:
 
 def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Sequence[Mapping[str, Any]]],
                   node: str, changed: threading.Event, stop: threading.Event,
-                  mps_pipe_dir: str | None = None, on_allocate: Callable[[str], object] = lambda result: None) -> Any:
+                  mps_pipe_dir: str | None = None, on_allocate: Callable[[str], object] = lambda result: None,
+                  matcher: assign.Matcher | None = None) -> Any:
     """The DevicePlugin servicer (a class built on the generated base, which is loaded lazily).
 
     Every call is checked against the devices advertised (``check_ids``: unknown, duplicated,
@@ -196,10 +197,16 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
         below a whole GPU (``assign.container_mps``).
     on_allocate : callable, optional
         Called once per Allocate with its result (``"ok"`` per container, ``"no_pod"``, ``"invalid"``).
+    matcher : assign.Matcher, optional
+        The containers allocated so far. A server started again (kubelet restarted, the plugin
+        registers anew) must be given the one before it had: a pod admitted before the restart
+        whose containers have not started is still a candidate, and a fresh matcher would hand
+        its record to the next pod's Allocate (a GPU the pod was not given). Its calls are
+        serialised by the matcher's own lock.
     """
     pb, pb_grpc = load()
-    matcher = assign.Matcher()
-    lock = threading.Lock()
+    allocated = matcher if matcher is not None else assign.Matcher()
+    lock = allocated.lock
     reader = PodReader(pods)
     newest: list[threading.Event] = [threading.Event()]
     streams = threading.Lock()
@@ -266,7 +273,7 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
                 raise RuntimeError("grpc context.abort returned") from exc  # it raises
             cands = candidates(None, context)
             with lock:
-                done = matcher.snapshot()
+                done = allocated.snapshot()
             out = []
             for creq in request.container_requests:
                 found = assign.pick(creq.allocation_size, cands, done)
@@ -296,7 +303,7 @@ def make_servicer(gpus: Callable[[], Sequence[GpuSlots]], pods: Callable[[], Seq
             for since in (None, began):  # the cached read first; the pod may be newer than it
                 cands = candidates(since, context)
                 with lock:
-                    found = matcher.take_all(sizes, cands)
+                    found = allocated.take_all(sizes, cands)
                 if found is not None:
                     break
             if found is None:
@@ -353,6 +360,7 @@ class PluginServer:
         self._stop = threading.Event()
         self._stream_stop = threading.Event()
         self._server: grpc.Server | None = None
+        self._matcher = assign.Matcher()  # outlives each server: see make_servicer
         self.registrations = 0
 
     def _serve(self) -> None:
@@ -366,7 +374,7 @@ class PluginServer:
         _, pb_grpc = load()
         pb_grpc.add_DevicePluginServicer_to_server(
             make_servicer(self._gpus, self._pods, self._node, self.changed, self._stream_stop, self._mps,
-                          self._on_allocate), server)
+                          self._on_allocate, self._matcher), server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server

@@ -274,3 +274,19 @@ def test_the_pod_reader_serves_a_window_and_a_miss_gets_a_newer_read_at_most_so_
     assert r.get(since=1.0) == [{"n": 3}]  # a read after it began exists: shared
     now[0] = 3.5
     assert r.get() == [{"n": 4}] and reads == [0.0, 1.0, pytest.approx(1.2), 3.5]
+
+
+def test_a_server_started_again_remembers_what_was_allocated(world: World) -> None:
+    # kubelet restarted: the plugin serves and registers anew (PluginServer._serve). A pod it
+    # allocated before, whose container has not started, is still a candidate; the next
+    # Allocate is for the next pod (its GPU B), not the first pod's record again (GPU A). Seen
+    # on the real kubelet (tests/e2e/test_real_node_e2e.py): a pod ran on a GPU it was not given.
+    first, second = quarter("first", A), quarter("second", B)
+    second["metadata"]["creationTimestamp"] = "2026-11-22T12:00:01Z"
+    world.pods += [first, second]
+    assert world.allocate([f"{A}::0"]).container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == A
+    world.channel.close()
+    world.plugin.start_once()
+    world.channel = grpc.insecure_channel(f"unix://{world.plugin.socket}")
+    world.stub = world.stub.__class__(world.channel)
+    assert world.allocate([f"{B}::0"]).container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == B

@@ -263,3 +263,54 @@ def checkpointed_pods() -> set[str]:
     """Pod UIDs holding devices in kubelet's device-manager checkpoint."""
     data = json.loads((DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint").read_text())
     return {e["PodUID"] for e in data["Data"]["PodDeviceEntries"] or []}
+
+
+def test_kubelet_restarted_while_pods_are_admitted_no_pod_runs_on_a_gpu_it_was_not_given(
+        cluster: Cluster, node: RealNode, agent: Agent) -> None:
+    """Six quarter-GPU pods created a second apart and kubelet restarted as soon as the first is
+    bound, so admissions (and their Allocate calls) straddle the restart. (A second apart: kubelet
+    admits pods in creationTimestamp order, whole seconds; of two created in the same second it
+    may admit either first, and Allocate does not say which: agent/deviceplugin/assign.py.)
+    Each pod either runs with
+    exactly the GPU gpufrac assigned it, or kubelet failed its admission and said why (a pod
+    admitted before the plugin registered again); a failed pod's share is freed in gpufrac,
+    and the node takes a new pod afterwards."""
+    cl = cluster
+    ns = ready(cl, agent)
+    names = [f"adm{i}" for i in range(6)]
+    try:
+        for n in names:
+            cl.api.create_namespaced_pod(ns, workload(n))
+            if n == names[1]:
+                wait_until(lambda: any(p.spec.node_name for p in cl.api.list_namespaced_pod(ns).items), 60,
+                           "a pod bound", agent.proc)
+                node.restart_kubelet()
+            time.sleep(1.05)
+
+        def some_bound() -> bool:
+            return any(p.spec.node_name for p in cl.api.list_namespaced_pod(ns).items)
+        assert some_bound()
+
+        def settled() -> dict[str, dict[str, Any]] | None:
+            pods = {p["metadata"]["name"]: p for p in json.loads(
+                cl.cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]}
+            done = all(p["status"].get("phase") == "Failed" or (
+                p["status"].get("phase") == "Running" and "END-OF-ENV" in logs(cl, ns, n, "c0"))
+                for n, p in pods.items())
+            return pods if len(pods) == len(names) and done else None
+        pods = cl.wait(settled, 180, "every pod running or failed by kubelet")
+        running = [n for n, p in pods.items() if p["status"]["phase"] == "Running"]
+        failed = {n: p["status"].get("reason", "") for n, p in pods.items() if p["status"]["phase"] == "Failed"}
+        print(f"\nkubelet restart during admission: {len(running)} running, failed: {failed}")
+        for n in running:
+            assert env_of(cl, ns, n, "c0")["NVIDIA_VISIBLE_DEVICES"] == \
+                pods[n]["metadata"]["annotations"]["gpufrac.io/assigned-gpus"], n
+        assert all(reason for reason in failed.values()), failed  # kubelet named why
+        uids = {pods[n]["metadata"]["uid"] for n in failed}
+        cl.wait(lambda: not uids & {a["uid"] for a in cl.allocations()}, 60, "failed pods' share freed in gpufrac")
+        wait_until(lambda: capacity(cl) == str(GPUS * REPLICAS), 60, "allocatable after the restart", agent.proc)
+        after = run(cl, ns, workload("after"))
+        assert env_of(cl, ns, "after", "c0")["NVIDIA_VISIBLE_DEVICES"] == \
+            after["metadata"]["annotations"]["gpufrac.io/assigned-gpus"]
+    finally:
+        cl.cp.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false", check=False)
