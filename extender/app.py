@@ -144,6 +144,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             quarantine=quarantine, binder=kube_binder, on_plan=metrics.planned,
             count_eviction=lambda result: metrics.defrag_evictions.labels(result).inc())
         metrics.cluster.inventory_ages = sync.inventory_ages
+        metrics.cluster.inventory_stale_after_s = settings.inventory_stale_after_s
         metrics.cluster.watch_silences = sync.watch_silences
         nodes_skew, replica_skew = sync.clock_skews, (fence.skews if fence is not None else dict)
         metrics.cluster.clock_skews = lambda: {**{("node", n): s for n, s in nodes_skew().items()},

@@ -60,6 +60,7 @@ class _Cluster(Collector):
         self.clock_skews: Callable[[], dict[tuple[str, str], float]] = dict  # (kind, name) -> s
         self.watch_silences: Callable[[], dict[str, float]] = dict  # watch -> s since a sign of life
         self.scheduler_stall: Callable[[], StallView | None] = lambda: None  # cluster mode
+        self.inventory_stale_after_s = float("inf")  # cluster mode: --inventory-stale-after-s
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         view = self._view()
@@ -107,9 +108,15 @@ class _Cluster(Collector):
                                 "(cluster mode); a node past --inventory-stale-after-s gets no GPU pods. NaN: no "
                                 "valid inventory.",
                                 labels=["node"])
+        stale = GaugeMetricFamily("gpufrac_node_inventory_stale",
+                                  "1 when this replica refuses the node GPU pods because its gpufrac.io/inventory "
+                                  "is stale (unchanged for --inventory-stale-after-s) or missing, else 0 "
+                                  "(cluster mode).", labels=["node"])
         for node, seconds in sorted(self.inventory_ages().items()):
             age.add_metric([node], float("nan") if seconds is None else seconds)
+            stale.add_metric([node], float(seconds is None or seconds > self.inventory_stale_after_s))
         yield age
+        yield stale
         skew = GaugeMetricFamily("gpufrac_clock_skew_seconds",
                                  "Another machine's clock minus this replica's, seconds (cluster mode): a node's "
                                  "agent (kind=node, from its heartbeat when it changed) or another gpufrac "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.controlplane import (
     LOOPBACK,
@@ -37,6 +38,7 @@ from tests.e2e.helpers import gpu_pod, new_namespace
 pytestmark = pytest.mark.e2e
 
 DASHBOARD = ROOT / "deploy" / "helm" / "gpufrac" / "dashboards" / "gpufrac.json"
+RULES = ROOT / "deploy" / "helm" / "gpufrac" / "rules" / "gpufrac-rules.yaml"
 TENANT_NS = unique("prom")
 
 
@@ -84,11 +86,18 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     second = cluster.cp.start_gpufrac(second_port, name="gpufrac-second", extra=[
         "--config", str(config), "--inventory-stale-after-s", str(STALE_AFTER_S)])
 
+    # The chart's alerting rules, each rule's `for` cut to 2 s (promtool's unit tests check the
+    # durations: tests/extender/test_alert_rules.py): loaded and evaluated by the real server.
+    rules = yaml.safe_load(RULES.read_text())
+    for rule in rules["groups"][0]["rules"]:
+        rule["for"] = "2s"
+    (work / "rules.yml").write_text(yaml.safe_dump(rules))
     proms, urls = [], []
     for name, extenders in (("one", [cluster.gpufrac_port]), ("both", [cluster.gpufrac_port, second_port])):
         port = free_port()
         (work / f"{name}.yml").write_text(json.dumps({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(work / "rules.yml")],
             "scrape_configs": [
                 {"job_name": "gpufrac-extender",
                  "static_configs": [{"targets": [f"{LOOPBACK}:{p}" for p in extenders]}]},
@@ -191,3 +200,20 @@ def test_the_committed_dashboard_is_the_generators_output() -> None:
     module = runpy.run_path(str(ROOT / "deploy" / "grafana" / "dashboard.py"))
     assert DASHBOARD.read_text() == module["render"]()
 
+
+def test_the_alerting_rules_load_and_fire_on_a_stale_inventory(cluster: Cluster, prometheus: Scrapes) -> None:
+    """The chart's rules in the real Prometheus: all loaded, and GpufracInventoryStale fires for
+    a node whose agent never wrote an inventory (and not for the agent's node)."""
+    with urllib.request.urlopen(f"{prometheus.one}/api/v1/rules", timeout=10) as r:
+        groups = json.loads(r.read())["data"]["groups"]
+    loaded = {rule["name"] for g in groups for rule in g["rules"]}
+    assert loaded == {rule["alert"] for rule in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]}
+    assert all(rule["health"] == "ok" for g in groups for rule in g["rules"])
+    silent = unique("noagent")
+    add_fake_node(cluster.api, silent, fake_node_gpus(silent, 1), publish_inventory=False)
+    try:
+        firing = f'ALERTS{{alertname="GpufracInventoryStale",alertstate="firing",node="{silent}"}}'
+        cluster.wait(lambda: query(prometheus.one, firing), 60, "GpufracInventoryStale firing for the node")
+        assert not query(prometheus.one, f'ALERTS{{alertname="GpufracInventoryStale",node="{TENANT_NS}-000"}}')
+    finally:
+        cluster.api.delete_node(silent)

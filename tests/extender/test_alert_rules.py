@@ -30,6 +30,11 @@ CASES = {
             {"series": 'gpufrac_clock_skew_seconds{kind="node",name="n1"}', "values": "-600x40"},
             {"series": 'gpufrac_clock_skew_seconds{kind="node",name="n2"}', "values": "2x40"},
             {"series": "gpufrac_config_valid", "values": "1x40"},
+            {"series": 'gpufrac_node_inventory_stale{node="n1"}', "values": "0 0 0 0 1x36"},
+            {"series": 'gpufrac_node_inventory_stale{node="n2"}', "values": "0x40"},
+            {"series": 'gpufrac_bind_total{result="error"}', "values": "0+0x8 0+3x32"},
+            {"series": 'gpufrac_bind_total{result="conflict"}', "values": "0+1x100"},
+            {"series": "gpufrac_pods_waiting_for_fragmentation", "values": "2x200"},
         ],
         "alert_rule_test": [
             {"eval_time": "1m", "alertname": "GpufracGpuPodsNotAttempted", "exp_alerts": []},
@@ -62,6 +67,34 @@ CASES = {
                                     "description": "gpufrac judges freshness by its own clock only, but logs and "
                                                    "Events disagree; fix NTP."}}]},
             {"eval_time": "9m", "alertname": "GpufracConfigInvalid", "exp_alerts": []},
+            {"eval_time": "2m30s", "alertname": "GpufracInventoryStale", "exp_alerts": []},
+            {"eval_time": "3m15s", "alertname": "GpufracInventoryStale", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "node": "n1"},
+                "exp_annotations": {
+                    "summary": "Node n1 gets no GPU pods: its gpufrac.io/inventory is stale or missing",
+                    "description": "The node's agent has not changed its heartbeat within --inventory-stale-after-s, "
+                                   "or never wrote a valid inventory; docs/troubleshooting.md, \"Stale inventory\"."}}]},
+            {"eval_time": "4m", "alertname": "GpufracBindsFailing", "exp_alerts": []},
+            {"eval_time": "9m", "alertname": "GpufracBindsFailing", "exp_alerts": [{
+                "exp_labels": {"severity": "warning"},
+                "exp_annotations": {"summary": "gpufrac's binds are failing",
+                                    "description": "Binds answered with an error for 5 minutes (0.2 a second): the "
+                                                   "API server or the claim ledgers cannot be written; the extender's "
+                                                   "log names the error."}}]},
+            {"eval_time": "9m", "alertname": "GpufracFenceConflicts", "exp_alerts": []},
+            {"eval_time": "19m", "alertname": "GpufracFenceConflicts", "exp_alerts": [{
+                "exp_labels": {"severity": "warning"},
+                "exp_annotations": {"summary": "gpufrac replicas keep losing binds to each other",
+                                    "description": "A steady rate of fenced conflicts (0.06666666666666667 a second) "
+                                                   "means the replicas' caches lag the API: check the API server's "
+                                                   "latency; docs/troubleshooting.md, \"A pod stays Pending\"."}}]},
+            {"eval_time": "29m", "alertname": "GpufracPodsWaitingForFragmentation", "exp_alerts": []},
+            {"eval_time": "31m", "alertname": "GpufracPodsWaitingForFragmentation", "exp_alerts": [{
+                "exp_labels": {"severity": "info"},
+                "exp_annotations": {"summary": "2 GPU pod(s) wait for room that is free only in pieces",
+                                    "description": "Their request is free in sum but on no single node; `gpufrac "
+                                                   "inspect --defrag` shows which moves would make room (docs/admin.md, "
+                                                   "\"Defragmentation plan\")."}}]},
         ],
     }],
 }
@@ -74,7 +107,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_rules_file_is_valid_prometheus() -> None:
     proc = promtool("check", "rules", str(RULES))
-    assert proc.returncode == 0 and "SUCCESS: 5 rules found" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "SUCCESS: 9 rules found" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_each_alert_fires_when_its_condition_holds_and_not_before(tmp_path: Path) -> None:
