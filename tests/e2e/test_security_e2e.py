@@ -66,6 +66,21 @@ def test_poison_pods_elsewhere_do_not_stop_readiness_scheduling_or_the_restart(c
         cluster.api.delete_namespace(mallory)
 
 
+MISTAKES: list[tuple[dict[str, str], bool, str]] = [
+    ({"gpufrac.io/fractoin": "0.5"}, True, "did you mean gpufrac.io/fraction?"),
+    ({"gpufrac.io/memroy": "8Gi"}, True, "did you mean gpufrac.io/memory?"),
+    ({"gpufrac.io/gpu-modle": "A10"}, True, "did you mean gpufrac.io/gpu-model?"),
+    ({"gpufrac.io/gpu": "1"}, True, "gpufrac.io/gpu is a container resource, set it in resources.limits"),
+    ({"gpufrac.io/fraction": "0.5"}, False, "add resources.limits gpufrac.io/gpu: 1 to the container"),
+    ({"gpufrac.io/fraction": "1.5"}, True, "must be a decimal in [0.001, 1]"),
+    ({"gpufrac.io/fraction": "0.0001"}, True, "at most 3 decimal places"),
+    ({"gpufrac.io/fraction": "half"}, True, "(the share of one GPU)"),
+    ({"gpufrac.io/memory": "8 GB"}, True, "must be a positive Kubernetes quantity of GPU memory"),
+    ({"gpufrac.io/qos": "gold"}, True, "use guaranteed, burstable or best-effort"),
+]
+"""(annotations, whether the container asks for gpufrac.io/gpu, what the refusal must say)."""
+
+
 def _apply_policy(cluster: Cluster, action: str) -> None:
     cluster.cp.kubectl(action, "-f", str(BASE / "admission-policy.yaml"), *(["--wait=true"] if action == "delete" else []))
 
@@ -120,6 +135,20 @@ def test_shipped_admission_policy_keeps_the_allocation_record_gpufracs(cluster: 
         cpu_only = gpu_pod("cpu-only", group, scheduler="nobody")
         cpu_only.spec.containers[0].resources.limits = {}
         cluster.api.create_namespaced_pod(ns, cpu_only)
+
+        # Mistakes refused when made, each with its fix (issue 53); the honest spellings pass.
+        for i, (annotations, gpus, fix) in enumerate(MISTAKES):
+            wrong = gpu_pod(f"mistake-{i}", group, scheduler="gpufrac-scheduler", extra_annotations=annotations)
+            if not gpus:
+                wrong.spec.containers[0].resources.limits = {}
+            assert fix in _refused(cluster.api.create_namespaced_pod, ns, wrong), (annotations, fix)
+        fine = gpu_pod("fine", group, fraction="0.5", memory="8Gi", qos="best-effort", model="A10|T4")
+        fine.spec.node_selector = {"gpufrac.io/test-group": f"{group}-none"}
+        cluster.api.create_namespaced_pod(ns, fine)
+        for value in ("1", "0.001", ".25", "0.2500"):
+            ok = gpu_pod(unique("frac"), group, fraction=value)
+            ok.spec.node_selector = {"gpufrac.io/test-group": f"{group}-none"}
+            cluster.api.create_namespaced_pod(ns, ok)
 
         # gpufrac, running as its own service account, binds with the record.
         kubeconfig = cluster.cp.user_kubeconfig(EXTENDER_SA, ["system:serviceaccounts",
