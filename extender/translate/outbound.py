@@ -23,6 +23,10 @@ MAX_EXTENDER_PRIORITY = 10
 UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.GPU_UNHEALTHY])
 """Reasons preemption cannot fix: kube-scheduler gets them in ``FailedAndUnresolvableNodes``."""
 
+MEMORY_ABOVE_EVERY_GPU = len(Reason)
+"""A message code beside ``Reason``'s: the pod's ``gpufrac.io/memory`` exceeds every GPU of the
+node (reported in place of the share, memory or slot check that failed first)."""
+
 NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
 
 
@@ -56,17 +60,23 @@ def filter_result(evaluation: Evaluation, intent: PodIntent, names: Sequence[str
     """
     ev = evaluation
     codes = ev.reason.astype(np.int64)
-    table = np.empty(len(Reason), dtype=object)  # messages of the reasons present only
+    if ev.request.gpu_memory_mib is not None:
+        # The binding constraint first: GPU memory no GPU of the node has fails the pod there
+        # whatever the share, so say that rather than the share check that ran before it.
+        larger = ev.request.gpu_memory_mib > ev.gpu_mem_max_mib
+        codes = np.where(larger & ~ev.node_fits & (codes >= Reason.INSUFFICIENT_GPU_SHARE), MEMORY_ABOVE_EVERY_GPU,
+                         codes)
+    table = np.empty(len(Reason) + 1, dtype=object)  # messages of the reasons present only
     for code in np.unique(codes).tolist():
-        table[code] = reason_message(Reason(code), ev.request, intent)
+        table[code] = (reason_message(Reason(code), ev.request, intent) if code != MEMORY_ABOVE_EVERY_GPU else
+                       f"gpufrac: insufficient GPU memory: pod needs {ev.request.gpu_memory_mib}Mi "
+                       f"({ann.MEMORY}) on one GPU, more than any GPU of the node has")
     if pieces and table[Reason.INSUFFICIENT_GPU_SHARE] is not None:
         table[Reason.INSUFFICIENT_GPU_SHARE] += (f"; the {ev.request.gpu_count * ev.request.gpu_milli} milli-GPU "
                                                  f"it asks is free in pieces on {pieces} nodes: fragmentation")
     arr = names if isinstance(names, np.ndarray) else np.asarray(names, dtype=object)
-    unres = np.isin(codes, UNRESOLVABLE)
-    if ev.request.gpu_memory_mib is not None:
-        # More memory than any GPU of the node has: no preemption can make room there.
-        unres |= (codes == Reason.INSUFFICIENT_GPU_MEMORY) & (ev.request.gpu_memory_mib > ev.gpu_mem_max_mib)
+    # More memory than any GPU of the node has: no preemption can make room there.
+    unres = np.isin(codes, UNRESOLVABLE) | (codes == MEMORY_ABOVE_EVERY_GPU)
     fail = ~ev.node_fits & ~unres
     return (
         arr[ev.node_fits].tolist(),

@@ -76,6 +76,18 @@ def test_model_constraint_and_unresolvable_message() -> None:
     assert 'gpufrac.io/gpu-model "H100"' in f["FailedAndUnresolvableNodes"]["a"]
 
 
+def test_memory_no_gpu_of_the_node_has_is_the_reason_given_whatever_failed_first() -> None:
+    # a's only T4 (16 GiB) holds a half-GPU pod: a whole GPU of 20 GiB fails there on share
+    # first, but no share could ever make room for 20 GiB on a 16 GiB GPU: that is the reason.
+    with client_for(NODES) as (client, _):
+        assert schedule(client, pod_json("half", annotations={"gpufrac.io/fraction": "0.5"}), ["a"]) == "a"
+        f = client.post("/filter", json={"Pod": pod_json("whole", annotations={"gpufrac.io/memory": "20Gi"}),
+                                         "NodeNames": ["a", "c"]}).json()
+    assert f["NodeNames"] == ["c"] and f["FailedNodes"] == {}
+    assert f["FailedAndUnresolvableNodes"]["a"] == ("gpufrac: insufficient GPU memory: pod needs 20480Mi "
+                                                   "(gpufrac.io/memory) on one GPU, more than any GPU of the node has")
+
+
 def test_memory_headroom_is_respected() -> None:
     with client_for(NODES) as (client, _):
         # T4 has 16384 MiB: 20Gi fits only on the V100M32
