@@ -182,6 +182,10 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             if own_cache and settings.cluster_file is not None:
                 cache.set_nodes(load_cluster_file(settings.cluster_file,
                                                   replicas_per_gpu=settings.replicas_per_gpu))
+            elif own_cache:
+                log.warning("standalone mode without --cluster-file: no nodes are known, so filter fails "
+                            "every pod on every node; give --cluster-file (a YAML node list or an openb CSV) "
+                            "or --mode cluster")
             app.state.ready = lambda: True
         yield
         app.state.ready = lambda: False

@@ -260,3 +260,21 @@ def test_config_schema_command_rewrites_the_charts_config_value(tmp_path: Path) 
     target.write_text(json.dumps(stale))
     assert main(["config", "schema", "--values-schema", str(target)]) == 0
     assert json.loads(target.read_text()) == json.loads(chart_schema.read_text())
+
+
+def test_standalone_without_a_cluster_file_says_it_knows_no_nodes(caplog: pytest.LogCaptureFixture,
+                                                                   tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from extender.app import create_app
+    from extender.settings import Settings
+
+    with caplog.at_level("WARNING", logger="extender.app"), TestClient(create_app(Settings())):
+        pass
+    assert "standalone mode without --cluster-file: no nodes are known" in caplog.text
+    caplog.clear()
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("nodes:\n- name: a\n  cpu_milli: 8000\n  memory_mib: 32768\n  gpus: []\n")
+    with caplog.at_level("WARNING", logger="extender.app"), TestClient(create_app(Settings(cluster_file=nodes))):
+        pass
+    assert "no nodes are known" not in caplog.text
