@@ -114,6 +114,11 @@ def test_chart_values_switch_the_optional_parts() -> None:
     assert "DaemonSet" not in bare and "ValidatingAdmissionPolicy" not in bare
 
 
+def test_the_chart_accepts_global_values_as_a_dependency_does() -> None:
+    # A parent chart passes `global` to its dependencies: the schema must not refuse it.
+    assert any(d["kind"] == "Deployment" for d in render("global.imageRegistry=registry.example"))
+
+
 def test_the_claims_namespace_is_kept_by_helm_uninstall() -> None:
     # docs/install.md: "the claim ledgers (created by the chart, kept by helm uninstall)".
     (ns,) = [d for d in render() if d["kind"] == "Namespace" and d["metadata"]["name"] == "gpufrac-claims"]
