@@ -29,3 +29,9 @@ def test_the_license_is_the_one_the_package_declares() -> None:
     assert declared == "Apache-2.0"
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
+def test_install_md_names_the_helm_version_the_tests_run() -> None:
+    pinned = next(line.split()[-1] for line in (REPO / "harness" / "helm" / "go.mod").read_text().splitlines()
+                  if line.startswith("require helm.sh/helm/v3 "))
+    assert f"the tests run Helm {pinned.removeprefix('v')}" in " ".join((REPO / "docs" / "install.md").read_text().split())
