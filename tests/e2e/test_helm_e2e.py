@@ -114,6 +114,30 @@ def test_chart_values_switch_the_optional_parts() -> None:
     assert "DaemonSet" not in bare and "ValidatingAdmissionPolicy" not in bare
 
 
+def test_cert_manager_mode_renders_the_same_objects_every_time() -> None:
+    # GitOps tools render with `helm template`: generated certificates change on every render,
+    # cert-manager's Certificates do not.
+    on = ("extender.tls.generate=false", "extender.tls.certManager.enabled=true")
+    first, second = render(*on), render(*on)
+    assert first == second
+    certs = {d["metadata"]["name"]: d["spec"] for d in first if d["kind"] == "Certificate"}
+    assert set(certs) == {"gpufrac-ca", "gpufrac-extender", "gpufrac-scheduler-client"}
+    assert certs["gpufrac-extender"]["secretName"] == "gpufrac-extender-tls"
+    assert "gpufrac-extender.gpufrac-system.svc" in certs["gpufrac-extender"]["dnsNames"]
+    assert certs["gpufrac-scheduler-client"]["secretName"] == "gpufrac-scheduler-client-tls"
+    assert certs["gpufrac-extender"]["issuerRef"] == certs["gpufrac-scheduler-client"]["issuerRef"] == {
+        "name": "gpufrac-ca", "kind": "Issuer"}
+    assert not [d for d in first if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-tls")]
+    generated = ("extender.tls.generate=true",)
+    assert [d for d in render(*generated) if d["kind"] == "Secret"] != [d for d in render(*generated)
+                                                                       if d["kind"] == "Secret"]
+    theirs = render(*on, "extender.tls.certManager.issuerRef.name=corp",
+                    "extender.tls.certManager.issuerRef.kind=ClusterIssuer")
+    assert {d["spec"]["issuerRef"]["name"] for d in theirs if d["kind"] == "Certificate"} == {"corp"}
+    assert not [d for d in theirs if d["kind"] == "Issuer"]
+    assert "needs extender.tls.generate=false" in render_error("--set", "extender.tls.certManager.enabled=true")
+
+
 def test_the_chart_accepts_global_values_as_a_dependency_does() -> None:
     # A parent chart passes `global` to its dependencies: the schema must not refuse it.
     assert any(d["kind"] == "Deployment" for d in render("global.imageRegistry=registry.example"))
