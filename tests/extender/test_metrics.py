@@ -106,3 +106,22 @@ def test_inventory_ages_are_exposed_per_node() -> None:
     assert value(text, "gpufrac_node_inventory_age_seconds", node="n1") == 12.5
     assert value(text, "gpufrac_node_inventory_age_seconds", node="n2") != value(
         text, "gpufrac_node_inventory_age_seconds", node="n2")  # NaN: no valid inventory
+
+
+def test_every_metric_the_extender_exposes_is_in_the_endpoints_table() -> None:
+    import re
+
+    from extender.cluster.stall import LeaseState, StallReport
+
+    m = Metrics(lambda: {"nodes": 0, "gpus": 0, "gpu_allocated_milli": 0, "pods_bound": 0, "pods_overcommitted": 0})
+    m.cluster.inventory_ages = lambda: {"n": 1.0}
+    m.cluster.clock_skews = lambda: {("node", "n"): 1.0}
+    m.cluster.watch_silences = lambda: {"pod": 1.0}
+    m.cluster.scheduler_stall = lambda: StallReport(("ns/p",), 40.0, LeaseState("ns", "l", True, "h", 1.0))
+    samples = [line.split("{")[0].split(" ")[0] for line in m.exposition().decode().splitlines()
+               if line and not line.startswith("#")]
+    exposed = {re.sub(r"_(bucket|count|sum)$", "", s) for s in samples if not s.endswith("_created")}
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "endpoints.md").read_text()
+    wildcards = [w.removesuffix("*") for w in re.findall(r"`(gpufrac_[a-z_]+\*)`", doc)]
+    missing = [n for n in sorted(exposed) if f"`{n}`" not in doc and not any(n.startswith(w) for w in wildcards)]
+    assert len(exposed) >= 20 and missing == []
