@@ -51,12 +51,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper())
     scheme = "https" if settings.tls_cert_file is not None else "http"
-    logging.getLogger("extender").warning(
+    logging.getLogger("extender").info(
         "gpufrac %s: verbs on %s://%s:%d%s%s", settings.mode, scheme, settings.host, settings.port,
         " (client certificates required)" if settings.tls_client_ca_file is not None else "",
         f"; health and metrics on http://{settings.health_host}:{settings.health_port}"
         if settings.health_port is not None else "")
-    logging.getLogger("extender").warning(
+    logging.getLogger("extender").info(
         "gpufrac config: %s", f"{settings.config_file} (reloaded on change)" if settings.config_file is not None
         else f"preset {settings.preset!r}, no admin config file (no tenants)")
     serve(app, settings)

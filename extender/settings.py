@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     feasible node passes ``filter`` and ``prioritize`` gives the chosen one 10 (with the
     extender weight of ``scheduler-config.yaml`` kube-scheduler's scores cannot overturn it,
     but break gpufrac's ties among nodes it gave equal rank). Same placements either way."""
-    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Start-up, watch restarts, evictions and refused neighbours are logged at info (never
+    one line per request); warnings are what needs a look."""
     kubeconfig: Path | None = None
     """Cluster mode: kubeconfig file; the in-cluster service account when absent."""
     inventory_stale_after_s: float = Field(180.0, gt=0)
