@@ -175,8 +175,9 @@ def _config_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _helm_config_value(path: Path) -> str:
-    """The ``config`` value of a Helm values file, as admin config YAML.
+def _helm_config_value(path: Path) -> str | None:
+    """The ``config`` value of a Helm values file, as admin config YAML; None when the file
+    sets no ``config`` (the chart's default applies).
 
     Raises
     ------
@@ -191,10 +192,14 @@ def _helm_config_value(path: Path) -> str:
         values = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    config = values.get("config") if isinstance(values, dict) else None
+    if values is None or isinstance(values, dict) and "config" not in values:
+        return None
+    config = values.get("config") if isinstance(values, dict) else values
     if not isinstance(config, dict):
-        raise ConfigError(f"config: a Helm values file needs a `config:` mapping (the admin config), "
-                          f"got {type(config).__name__}")
+        kind = {type(None): "null", str: "a string", list: "a list", int: "a number", float: "a number",
+                bool: "true or false"}.get(type(config), "not a mapping")
+        where = "config" if isinstance(values, dict) else "the file"
+        raise ConfigError(f"{where}: must be a mapping (the admin config, docs/admin.md), not {kind}")
     return str(yaml.safe_dump(config))
 
 
@@ -205,7 +210,11 @@ def _config_validate(args: argparse.Namespace) -> int:
 
     try:
         if args.helm_values:
-            policy = parse_admin_config(_helm_config_value(args.file), f"{args.file} (its config value)")
+            text = _helm_config_value(args.file)
+            if text is None:
+                print(f"{args.file}: no `config:` value: the chart's default admin config applies")
+                return 0
+            policy = parse_admin_config(text, f"{args.file} (its config value)")
         else:
             policy = load_admin_config(args.file)
         build_scorer(policy.scoring)

@@ -278,3 +278,17 @@ def test_standalone_without_a_cluster_file_says_it_knows_no_nodes(caplog: pytest
     with caplog.at_level("WARNING", logger="extender.app"), TestClient(create_app(Settings(cluster_file=nodes))):
         pass
     assert "no nodes are known" not in caplog.text
+
+
+def test_config_validate_of_helm_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("agent: {enabled: true}\n")  # no config: the chart's default applies
+    assert main(["config", "validate", "--helm-values", str(values)]) == 0
+    assert "no `config:` value: the chart's default admin config applies" in capsys.readouterr().out
+    for text, said in (("config: 3\n", "not a number"), ("config:\n", "not null"), ("config: [a]\n", "not a list")):
+        values.write_text(text)
+        assert main(["config", "validate", "--helm-values", str(values)]) == 2
+        err = capsys.readouterr().err
+        assert f"config: must be a mapping (the admin config, docs/admin.md), {said}" in err and "NoneType" not in err
+    values.write_text("config:\n  scoring: {preset: bestfit}\n")
+    assert main(["config", "validate", "--helm-values", str(values)]) == 0
