@@ -36,6 +36,7 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("docs/install.md", "kubectl -n gpufrac-system rollout status deploy/"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "buildah build -f deploy/Dockerfile"): "harness/images.py",
     ("docs/install.md", "helm uninstall gpufrac"): "tests/e2e/test_install_e2e.py",
+    ("docs/install.md", "helm package deploy/helm/gpufrac"): "tests/e2e/test_helm_e2e.py",
     ("docs/install.md", "kubectl delete namespace gpufrac-claims"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl annotate nodes --all gpufrac.io/inventory-"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "gpufrac config validate --helm-values"): "tests/e2e/test_install_e2e.py",
@@ -51,6 +52,8 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("README.md", 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[bench]"'):
         "ten minutes of replay: tests/benchmarks/test_replay.py runs the same `python -m benchmarks replay` "
         "on --limit smoke runs",
+    ("docs/install.md", "helm push"): "no registry here: tests/e2e/test_helm_e2e.py packages the chart with the "
+                                      "doc's command and renders the package",
     ("docs/install.md", "buildah push"): "no registry here: the suite writes the images to Docker archives for "
                                          "containerd (harness/images.py, archive)",
     ("deploy/README.md", "kubectl -n gpufrac-system rollout status deploy/"):

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from harness import docs
 from harness.controlplane import ROOT
-from harness.helm import helm
+from harness.helm import build_helm, helm
 from tests.e2e.conftest import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -136,6 +137,24 @@ def test_cert_manager_mode_renders_the_same_objects_every_time() -> None:
     assert {d["spec"]["issuerRef"]["name"] for d in theirs if d["kind"] == "Certificate"} == {"corp"}
     assert not [d for d in theirs if d["kind"] == "Issuer"]
     assert "needs extender.tls.generate=false" in render_error("--set", "extender.tls.certManager.enabled=true")
+
+
+def test_the_packaged_chart_renders_what_the_folder_does(tmp_path: Path) -> None:
+    # docs/install.md's packaging command as written, run where deploy/ is the repository's
+    # (a link) so that its dist/ lands in the test's directory; the package lints and renders
+    # exactly what the folder does.
+    (tmp_path / "deploy").symlink_to(ROOT / "deploy")
+    command = docs.command("docs/install.md", "helm package deploy/helm/gpufrac")
+    docs.run(command, tmp_path / "no-kubeconfig", (build_helm(),), cwd=tmp_path)
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    package = tmp_path / "dist" / f"gpufrac-{version}.tgz"
+    assert package.is_file()
+    lint = helm("lint", str(package), "--strict", "--kube-version", "1.36.3", check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    on = ("--set", "extender.tls.generate=false", "--set", "extender.tls.certManager.enabled=true")
+    from_package = helm("template", "gpufrac", str(package), "--namespace", NS, "--kube-version", "1.36.3", *on)
+    from_folder = helm("template", "gpufrac", str(CHART), "--namespace", NS, "--kube-version", "1.36.3", *on)
+    assert from_package.stdout == from_folder.stdout
 
 
 def test_the_chart_accepts_global_values_as_a_dependency_does() -> None:
