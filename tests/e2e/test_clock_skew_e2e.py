@@ -52,9 +52,11 @@ def start_pair(cl: Cluster, fence_ns: str, name: str, offset_s: int) -> tuple[Pr
     return gpufrac, sched, url
 
 
-def node_skews(url: str) -> list[float]:
+def node_skews(url: str, nodes: list[str]) -> list[float]:
+    """The exported skew of each of ``nodes`` (the session's cluster holds other tests' nodes too)."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    return [float(v) for v in re.findall(r'^gpufrac_clock_skew_seconds\{kind="node",name="[^"]+"\} (\S+)$', text, re.M)]
+    found = dict(re.findall(r'^gpufrac_clock_skew_seconds\{kind="node",name="([^"]+)"\} (\S+)$', text, re.M))
+    return [float(found[n]) for n in nodes if n in found]
 
 
 def test_replicas_ten_minutes_off_either_way_schedule_every_pod_through_a_failover(cluster: Cluster) -> None:
@@ -80,7 +82,8 @@ def test_replicas_ten_minutes_off_either_way_schedule_every_pod_through_a_failov
             url = pairs[name][2]
 
             def exported(u: str = url) -> list[float] | None:
-                return node_skews(u) or None
+                got = node_skews(u, nodes)
+                return got if len(got) == len(nodes) else None
             skews = cl.wait(exported, 30, f"{name}: node clock skews exported")
             assert len(skews) == len(nodes) and all(abs(s - sign * SKEW_S) < 30 for s in skews), (name, skews)
 

@@ -116,6 +116,25 @@ def health_probe(url: str) -> Iterator[list[str]]:
         t.join(5)
 
 
+@contextmanager
+def gpufrac_through(faults: Faults, delay_s: float, name: str) -> Iterator[LatencyProxy]:
+    """gpufrac restarted to reach the API server through a ``LatencyProxy`` (``delay_s``), and
+    restarted on the direct path afterwards."""
+    api_port = int(faults.cp.server.rsplit(":", 1)[1])
+    with LatencyProxy(api_port, delay_s=delay_s) as proxy:
+        kc = yaml.safe_load(faults.cp.admin_kubeconfig.read_text())
+        kc["clusters"][0]["cluster"]["server"] = f"https://{LOOPBACK}:{proxy.port}"
+        via = faults.cp.workdir / f"{name}.kubeconfig"
+        via.write_text(yaml.safe_dump(kc))
+        faults.gpufrac.stop()
+        faults.start_gpufrac(via)
+        try:
+            yield proxy
+        finally:
+            faults.gpufrac.stop()
+            faults.start_gpufrac()
+
+
 def create_pods(api: client.CoreV1Api, ns: str, group: str, names: list[str], **kw: Any) -> None:
     for name in names:
         wait_until(lambda n=name: api.create_namespaced_pod(ns, gpu_pod(n, group, **kw)), 60,
@@ -171,23 +190,12 @@ def test_a_slow_api_server_still_binds_every_pod(faults: Faults) -> None:
     group = "slow"
     make_nodes(faults.api, group, 3, gpus=2)
     ns = new_namespace(faults.api, "slow")
-    api_port = int(faults.cp.server.rsplit(":", 1)[1])
-    with LatencyProxy(api_port, delay_s=0.15) as proxy:
-        kc = yaml.safe_load(faults.cp.admin_kubeconfig.read_text())
-        kc["clusters"][0]["cluster"]["server"] = f"https://{LOOPBACK}:{proxy.port}"
-        slow = faults.cp.workdir / "slow.kubeconfig"
-        slow.write_text(yaml.safe_dump(kc))
-        faults.gpufrac.stop()
-        faults.start_gpufrac(slow)
-        try:
-            with health_probe(faults.url) as failures:
-                create_pods(faults.api, ns, group, [f"s{i}" for i in range(8)], fraction="0.5")
-                pods = faults.bound(ns, 8, 120)
-            assert failures == []
-            faults.consistent(ns, pods)
-        finally:
-            faults.gpufrac.stop()
-            faults.start_gpufrac()
+    with gpufrac_through(faults, 0.15, "slow"):
+        with health_probe(faults.url) as failures:
+            create_pods(faults.api, ns, group, [f"s{i}" for i in range(8)], fraction="0.5")
+            pods = faults.bound(ns, 8, 120)
+        assert failures == []
+        faults.consistent(ns, pods)
 
 
 def test_a_replica_killed_between_its_claim_and_the_binding_holds_nothing_after_the_ttl(faults: Faults) -> None:
@@ -226,14 +234,7 @@ def test_black_holed_connections_a_new_node_and_a_freed_share_are_seen_within_60
     group = "hole"
     make_nodes(faults.api, group, 1, gpus=2)
     ns = new_namespace(faults.api, "hole")
-    api_port = int(faults.cp.server.rsplit(":", 1)[1])
-    with LatencyProxy(api_port, delay_s=0.0) as proxy:
-        kc = yaml.safe_load(faults.cp.admin_kubeconfig.read_text())
-        kc["clusters"][0]["cluster"]["server"] = f"https://{LOOPBACK}:{proxy.port}"
-        via = faults.cp.workdir / "hole.kubeconfig"
-        via.write_text(yaml.safe_dump(kc))
-        faults.gpufrac.stop()
-        faults.start_gpufrac(via)
+    with gpufrac_through(faults, 0.0, "hole") as proxy:
         try:
             create_pods(faults.api, ns, group, ["h0"], gpus=2)
             faults.bound(ns, 1, 60)
@@ -265,6 +266,3 @@ def test_black_holed_connections_a_new_node_and_a_freed_share_are_seen_within_60
             assert max(silences) >= 20  # the silence grew visibly before the watches gave up
         except Exception:
             raise AssertionError(f"--- gpufrac ---\n{faults.gpufrac.tail(4000)}") from None
-        finally:
-            faults.gpufrac.stop()
-            faults.start_gpufrac()
