@@ -149,12 +149,12 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         nodes_skew, replica_skew = sync.clock_skews, (fence.skews if fence is not None else dict)
         metrics.cluster.clock_skews = lambda: {**{("node", n): s for n, s in nodes_skew().items()},
                                                **{("replica", r): s for r, s in replica_skew().items()}}
-        lease = settings.scheduler_lease
-        stall = StallWatch(kube_api, StallOptions(
+        lease_ns, _, lease_name = (settings.scheduler_lease or "").partition("/")
+        stall = watch = StallWatch(kube_api, StallOptions(
             scheduler_name=settings.scheduler_name, after_s=settings.stall_after_s,
-            lease=None if lease is None else (lease.split("/", 1)[0], lease.split("/", 1)[1]),
+            lease=(lease_ns, lease_name) if settings.scheduler_lease else None,
             scheduler_pod_selector=settings.scheduler_pod_selector, poll_s=min(5.0, settings.stall_after_s / 2)))
-        metrics.cluster.scheduler_stall = lambda: stall.report if stall is not None else None
+        metrics.cluster.scheduler_stall = lambda: watch.report
         cache.count_waiting = False  # the defragmentation plan counts them, with the nodes' labels
         binder: Binder = kube_binder.bind
     else:

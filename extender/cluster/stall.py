@@ -273,7 +273,8 @@ class StallWatch:
                 log.exception("scheduler stall check failed")
 
     def check(self) -> StallReport:
-        """One pass: list, judge, read the Lease when something waits, tell (module notes)."""
+        """One pass: list, judge, read the Lease (every pass, so that its renewals are seen
+        changing), tell (module notes)."""
         opts, now = self._opts, self._monotonic()
         try:
             pending = self._pending()
@@ -282,10 +283,9 @@ class StallWatch:
                                             f"{_api_error(exc)}", lease=self.report.lease)
             return self.report
         first = self._seen.first_seen
-        waiting = pending
-        self._seen.first_seen = {uid: first.get(uid, now) for uid in waiting}
-        self._seen.told = {uid: c for uid, c in self._seen.told.items() if uid in waiting}
-        late = sorted(((now - t, waiting[uid], uid) for uid, t in self._seen.first_seen.items()
+        self._seen.first_seen = {uid: first.get(uid, now) for uid in pending}
+        self._seen.told = {uid: c for uid, c in self._seen.told.items() if uid in pending}
+        late = sorted(((now - t, pending[uid], uid) for uid, t in self._seen.first_seen.items()
                        if now - t >= opts.after_s), key=lambda item: (-item[0], item[1]))
         lease = self._lease(now) if opts.lease is not None else None
         report = StallReport(tuple(key for _, key, _ in late), late[0][0] if late else 0.0, lease)

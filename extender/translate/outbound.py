@@ -25,7 +25,8 @@ UNRESOLVABLE = np.array([Reason.TOO_FEW_GPUS, Reason.GPU_MODEL_MISMATCH, Reason.
 
 MEMORY_ABOVE_EVERY_GPU = len(Reason)
 """A message code beside ``Reason``'s: the pod's ``gpufrac.io/memory`` exceeds every GPU of the
-node (reported in place of the share, memory or slot check that failed first)."""
+node (reported in place of the QoS isolation, share, memory or slot check that failed first:
+every ``Reason`` from ``INSUFFICIENT_GPU_SHARE`` on)."""
 
 NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
 
