@@ -10,7 +10,9 @@ that documents it (its module notes give the formula's source):
 - ``packing``: ``scoring.strategies.node_packing`` (GPU share used);
 - ``tightness``: ``scoring.strategies.gpu_best_fit`` (per GPU);
 - ``multi_gpu_share``: the multi-GPU share of the learned demand
-  (``scoring.strategies.multi_gpu_reserve``, ``scoring.strategies.adaptive_balance``).
+  (``scoring.strategies.multi_gpu_reserve``, ``scoring.strategies.adaptive_balance``);
+- ``room_for_waiting``: how much of what waits the free GPU share could hold
+  (``scoring.strategies.consolidation``, ``scoring.strategies.adaptive_balance``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes
 from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU
+from scoring.state import ClusterState
 
 
 def utilizations(ctx: FitContext) -> tuple[NDArray[np.bool_], NDArray[np.float64],
@@ -96,3 +99,31 @@ def multi_gpu_share(tasks: TaskTypes | None) -> float:
     demand = tasks.popularity * tasks.gpu_count * tasks.gpu_milli
     total = float(demand.sum())
     return float(demand[tasks.gpu_count >= 2].sum()) / total if total > 0 else 0.0
+
+
+def room_for_waiting(state: ClusterState) -> float:
+    """``clip(2 F / W - 1, 0, 1)``, 1 while ``W <= F``: whether the free room could hold what waits.
+
+    ``W`` is the GPU share the waiting GPU pods ask for together
+    (``WorkloadModel.pending_share``), ``F`` the free share of the healthy GPUs of ready
+    nodes, each GPU's counted up to one whole GPU (``scoring.strategies.consolidation``'s
+    notes: 0 once twice the room waits, the cluster past its capacity).
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1 when nothing waits (the free share is then not summed).
+    """
+    waiting = state.workload.pending_share()
+    if waiting <= 0:
+        return 1.0
+    usable = state.gpu_healthy & state.node_ready[:, None]
+    free = int(clip(np.where(usable, state.gpu_free_milli, 0), 0, MILLI_PER_GPU).sum())
+    if waiting <= free:
+        return 1.0
+    return min(max(2.0 * free / waiting - 1.0, 0.0), 1.0)

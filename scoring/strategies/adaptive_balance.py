@@ -35,9 +35,28 @@ below 0.9. Balance at twice the weight is what pays on cpu250 (ten seeds: 6.77 %
 6.95 %), and default is untouched (k = 1 there: the same placements); cpu200 and
 gpushare100 come out slightly lower (``benchmarks/README.md``, "CPU pressure"). No
 per-GPU preference.
+
+Past capacity where pods leave, the weight fades: with ``churn`` the learned workload's
+(``WorkloadModel.churn``) and ``room = clip(2 F / W - 1, 0, 1)``
+(``scoring.utilization.room_for_waiting``, consolidation's measure of whether the free room
+could hold what waits)::
+
+    gain = 1 - churn * (1 - room)                   (the factor on the weight: ``weight_gain``)
+
+1 where no GPU pod has left (the arrivals-only replay, cold start: placements unchanged) or
+while the room holds what waits; 0 where pods leave as fast as they come and twice the room
+waits. Why: there every freed GPU is taken at once and the balance's pull toward nodes whose
+host use matches the GPUs outweighs the gap terms that serve the most pods (churn replay at
+1.2 x capacity, 76 nodes, 2 h, seeds 42-46: without ``adaptive_balance`` +0.35 points of
+allocation on average over the default, and it was 0.16 below ``fgd`` on seeds 47-51 of
+the full replay; faded so, 94.61 / 95.68 / 95.06 / 95.02 / 94.87 % against 94.21 / 95.22 /
+94.61 / 95.08 / 94.60 before and ``fgd`` 94.56 / 95.32 / 94.62 / 95.24 / 94.77;
+``docs/decisions/0022-churn-default.md``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,7 +64,7 @@ from numpy.typing import NDArray
 from scoring.fit import FitContext
 from scoring.memo import Memo
 from scoring.state import ClusterState
-from scoring.utilization import balance, host_lead, multi_gpu_share
+from scoring.utilization import balance, host_lead, multi_gpu_share, room_for_waiting
 
 NAME = "adaptive_balance"
 
@@ -86,8 +105,9 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         In [0, 1]; 0 for a node without GPUs or without allocatable CPU or memory.
     """
     lam = min(1.0, multi_gpu_share(ctx.tasks) / S_ONE_SIDED)
-    pressure = ctx.terms.get(TERM, 0.0)
-    k = 1.0 + (PRESSURE_GAIN - 1.0) * pressure_ramp(pressure if isinstance(pressure, float) else 0.0)
+    term = ctx.terms.get(TERM)
+    pressure = float(term[0]) if isinstance(term, tuple) else 0.0
+    k = 1.0 + (PRESSURE_GAIN - 1.0) * pressure_ramp(pressure)
     two = balance(ctx)
     one = host_lead(ctx)
     return ((1.0 - lam) * k * two + ONE_SIDED_GAIN * lam * one) / 2.0
@@ -137,14 +157,42 @@ def cpu_pressure(state: ClusterState) -> float:
     return int(state.cpu_used_milli[gpu_nodes].sum()) / cpu_alloc / max(u_gpu, PRESSURE_GPU_FLOOR)
 
 
-def cluster_term(state: ClusterState, memo: Memo) -> float:
-    """``effective_pressure(cpu_pressure(state))``: what ``node_score`` reads as ``ctx.terms[TERM]``."""
-    return effective_pressure(cpu_pressure(state))
+Term = tuple[float, float]
+"""``(effective CPU pressure, weight gain in [0, 1])``."""
+
+
+def overload_gain(churn: float, room: float) -> float:
+    """``1 - churn * (1 - room)``: the weight's factor, in [0, 1] (module notes)."""
+    return 1.0 - churn * (1.0 - room)
+
+
+def cluster_term(state: ClusterState, memo: Memo) -> Term:
+    """``(effective_pressure(cpu_pressure(state)), overload_gain)``: what ``node_score`` and
+    ``weight_gain`` read as ``ctx.terms[TERM]``. The gain is 1 while no GPU pod has left
+    (``WorkloadModel.churn`` 0: the arrivals-only replay places as before) or while the
+    free room holds what waits (``scoring.utilization.room_for_waiting``)."""
+    pressure = effective_pressure(cpu_pressure(state))
+    churn = state.workload.churn()
+    return (pressure, overload_gain(churn, room_for_waiting(state)) if churn > 0.0 else 1.0)
+
+
+def weight_gain(terms: Mapping[str, object]) -> float:
+    """The factor on this strategy's weight: the term's gain; 1 without a term."""
+    term = terms.get(TERM)
+    return float(term[1]) if isinstance(term, tuple) else 1.0
+
+
+GAIN_DRIFT_SCALE = 0.1
+"""A change of the gain counts a tenth in ``term_drift``: the pressure's tolerance of 0.002
+is then 0.02 of the gain, consolidation's (``scoring.strategies.consolidation.TERM_TOLERANCE``)."""
 
 
 def term_drift(frozen: object, now: object) -> float:
-    """How far the term moved: the absolute change of the effective pressure."""
-    return abs(float(now) - float(frozen)) if isinstance(frozen, float) and isinstance(now, float) else float("inf")
+    """How far the term moved: the larger of the change of the effective pressure and a
+    tenth of the change of the gain (``GAIN_DRIFT_SCALE``); infinite for a term not of this shape."""
+    if not isinstance(frozen, tuple) or not isinstance(now, tuple):
+        return float("inf")
+    return max(abs(float(now[0]) - float(frozen[0])), GAIN_DRIFT_SCALE * abs(float(now[1]) - float(frozen[1])))
 
 
 TERM_TOLERANCE = 0.002

@@ -56,8 +56,8 @@ from numpy.typing import NDArray
 from scoring.fit import FitContext
 from scoring.memo import Memo
 from scoring.reduce import clip
-from scoring.request import MILLI_PER_GPU
 from scoring.state import ClusterState
+from scoring.utilization import room_for_waiting
 
 NAME = "consolidation"
 
@@ -115,16 +115,9 @@ class _Refs:
     refs: tuple[int, int] = (0, 0)
 
 
-def gain(churn: float, free_milli: int, waiting_milli: int) -> float:
-    """``churn * clip(2 F / W - 1, 0, 1)`` (module notes), in [0, 1]; ``churn`` alone while what
-    waits fits the free share."""
-    if waiting_milli <= free_milli:
-        return churn
-    return churn * min(max(2.0 * max(free_milli, 0) / waiting_milli - 1.0, 0.0), 1.0)
-
-
 def cluster_term(state: ClusterState, memo: Memo) -> Churn:
-    """``(gain, C_ref, F_ref)``: the weight's gain (``gain``), and the most CPU (milli) and GPU
+    """``(gain, C_ref, F_ref)``: the weight's gain (``churn * room_for_waiting``, module
+    notes; ``scoring.utilization.room_for_waiting``), and the most CPU (milli) and GPU
     share (milli) a node with GPUs has; ``C_ref`` and ``F_ref`` kept in ``memo`` per state.
     The free share is summed only while the churn is above 0 (an arrivals-only cluster pays
     nothing for this term)."""
@@ -137,12 +130,7 @@ def cluster_term(state: ClusterState, memo: Memo) -> Churn:
     churn = state.workload.churn()
     if churn <= 0.0:
         return (0.0, *last.refs)
-    waiting = state.workload.pending_share()
-    free = 0
-    if waiting > 0:
-        usable = state.gpu_healthy & state.node_ready[:, None]
-        free = int(clip(np.where(usable, state.gpu_free_milli, 0), 0, MILLI_PER_GPU).sum())
-    return (gain(churn, free, waiting), *last.refs)
+    return (churn * room_for_waiting(state), *last.refs)
 
 
 def term_drift(frozen: object, now: object) -> float:

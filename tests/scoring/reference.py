@@ -372,12 +372,15 @@ REFERENCE_TERMS = frozenset({
 
 def _gained(state: ClusterState, weights: Mapping[str, float]) -> dict[str, float]:
     """The weights as the scorer applies them: ``consolidation``'s times the workload's churn
-    and ``clip(2 free / waiting - 1, 0, 1)`` (``scoring.strategies.consolidation.gain``), a weight of 0 left out."""
+    and ``room = clip(2 free / waiting - 1, 0, 1)`` (``scoring.utilization.room_for_waiting``),
+    ``adaptive_balance``'s times ``1 - churn * (1 - room)``, a weight of 0 left out."""
     free = sum(min(max(int(state.gpu_free_milli[r, c]), 0), MILLI_PER_GPU) for r in range(state.n_nodes)
                for c in range(state.max_gpus) if state.gpu_healthy[r, c] and state.node_ready[r])
     waiting = state.workload.pending_share()
-    gain = state.workload.churn() * (1.0 if waiting <= free else min(max(2.0 * free / waiting - 1.0, 0.0), 1.0))
-    out = {n: w * (gain if n == "consolidation" else 1.0) for n, w in weights.items()}
+    churn = state.workload.churn()
+    room = 1.0 if waiting <= free else min(max(2.0 * free / waiting - 1.0, 0.0), 1.0)
+    gains = {"consolidation": churn * room, "adaptive_balance": 1.0 - churn * (1.0 - room)}
+    out = {n: w * gains.get(n, 1.0) for n, w in weights.items()}
     return {n: w for n, w in out.items() if w > 0}
 """Every strategy this module has a scalar version of."""
 

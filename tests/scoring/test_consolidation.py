@@ -11,6 +11,7 @@ from scoring.request import PodRequest, QoSClass
 from scoring.scorer import ScoringConfig, build_scorer
 from scoring.state import Allocation, ClusterState
 from scoring.strategies import consolidation
+from scoring.utilization import room_for_waiting
 from tests.conftest import gpu_node
 
 KEY = (1, 1000, 8000, 8192, -1, 0)
@@ -74,12 +75,12 @@ def test_the_gain_fades_where_more_waits_than_the_free_room_could_hold() -> None
     # Churn 1 (all four left); free share F = 4 GPUs on a + 8 on big = 12,000 milli.
     st = _state(departures=4)
     term = consolidation.cluster_term
-    assert consolidation.gain(1.0, 12_000, 0) == 1.0
+    assert room_for_waiting(st) == 1.0  # nothing waits
     # Three 8-GPU pods wait: W = 24,000 = 2 F: gain 2 * 12,000 / 24,000 - 1 = 0: left out.
     for _ in range(3):
         st.workload.add((8, 1000, 64_000, 262_144, -1, 0), 1, pending=True)
     got = term(st, Memo())
-    assert got[0] == 0.0 and got[1:] == (128_000, 8_000)
+    assert got[0] == 0.0 and got[1:] == (128_000, 8_000) and room_for_waiting(st) == 0.0
     # One of them is placed elsewhere (it no longer waits): W = 16,000, gain 24 / 16 - 1 = 0.5.
     st.workload.add((8, 1000, 64_000, 262_144, -1, 0), -1, pending=True)
     assert term(st, Memo())[0] == pytest.approx(0.5, abs=1e-5)
@@ -88,3 +89,22 @@ def test_the_gain_fades_where_more_waits_than_the_free_room_could_hold() -> None
     assert term(st, Memo())[0] == pytest.approx(1.0, abs=1e-5)
     # Without departures there is no churn, whatever waits: the term is off.
     assert term(_state(departures=0), Memo())[0] == 0.0
+
+
+def test_adaptive_balance_fades_where_more_waits_than_the_room_could_hold() -> None:
+    from scoring.strategies import adaptive_balance
+    # Without departures (the arrivals-only replay) the balance keeps its weight, whatever waits.
+    st = _state(departures=0)
+    for _ in range(3):
+        st.workload.add((8, 1000, 64_000, 262_144, -1, 0), 1, pending=True)
+    assert adaptive_balance.weight_gain({adaptive_balance.TERM: adaptive_balance.cluster_term(st, Memo())}) == 1.0
+    # Churn 1, room 0 (W = 2 F, as above): gain 1 - 1 * (1 - 0) = 0, the term left out.
+    st = _state(departures=4)
+    for _ in range(3):
+        st.workload.add((8, 1000, 64_000, 262_144, -1, 0), 1, pending=True)
+    assert adaptive_balance.cluster_term(st, Memo())[1] == 0.0
+    # Room 0.5 (W = 16,000): gain 0.5; nothing waiting: 1.
+    st.workload.add((8, 1000, 64_000, 262_144, -1, 0), -1, pending=True)
+    assert adaptive_balance.cluster_term(st, Memo())[1] == pytest.approx(0.5, abs=1e-5)
+    assert adaptive_balance.cluster_term(_state(departures=4), Memo())[1] == 1.0
+    assert adaptive_balance.overload_gain(0.5, 0.0) == 0.5

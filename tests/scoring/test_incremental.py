@@ -166,9 +166,10 @@ TERMS = build_scorer(PRESETS["default"]).terms
 
 
 def ct(tasks: TaskTypes, pressure: float = 0.5, spare: tuple[tuple[int, float], ...] = (),
-       unseen: bool = False) -> ClusterTerms:
+       unseen: bool = False, balance_gain: float = 1.0) -> ClusterTerms:
     """Terms as ``Scorer.cluster_terms`` makes them: the pressure as adaptive_balance keeps it."""
-    return ClusterTerms(tasks, unseen, {adaptive_balance.TERM: adaptive_balance.effective_pressure(pressure),
+    return ClusterTerms(tasks, unseen, {adaptive_balance.TERM: (adaptive_balance.effective_pressure(pressure),
+                                                                balance_gain),
                                         spare_nodes.TERM: spare})
 
 
@@ -187,6 +188,9 @@ def test_drifted_is_strict_at_zero_and_bounded_otherwise() -> None:
     assert not drifted(ct(a, 0.3), ct(a, 0.85), EXACT, TERMS)
     assert not drifted(ct(a, 1.2), ct(a, 3.0), EXACT, TERMS)
     assert drifted(ct(a, 0.85), ct(a, 0.91), tol(0.0, 0.005), TERMS)  # 0.9 -> 0.91
+    # adaptive_balance's overload gain counts a tenth: 0.002 of pressure is 0.02 of gain.
+    assert not drifted(ct(a, balance_gain=1.0), ct(a, balance_gain=0.985), tol(0.0, 0.002), TERMS)
+    assert drifted(ct(a, balance_gain=1.0), ct(a, balance_gain=0.97), tol(0.0, 0.002), TERMS)
     # The spare-node probabilities: any change at 0, past the bound otherwise; a size that
     # appears counts from probability 0.
     p1, p2 = ((8, 0.10),), ((8, 0.105),)

@@ -103,7 +103,7 @@ def test_stranding_penalises_only_host_use_ahead_of_the_gpus() -> None:
 def pressed(ctx: FitContext, pressure: float) -> FitContext:
     """``ctx`` with adaptive_balance's term at ``pressure`` (as a scorer would compute it)."""
     from scoring.strategies import adaptive_balance
-    return replace(ctx, terms={adaptive_balance.TERM: adaptive_balance.effective_pressure(pressure)})
+    return replace(ctx, terms={adaptive_balance.TERM: (adaptive_balance.effective_pressure(pressure), 1.0)})
 
 
 def test_adaptive_balance_is_two_sided_until_multi_gpu_pods_rise() -> None:
