@@ -20,7 +20,9 @@ one for the others (held out), besides all together.
 
 ``--merge DIR ...``: one report (``churn.md``, ``churn.png``, and a ``churn.json`` of every run
 without the series the picture draws) from the ``churn.json`` of several runs of this command,
-e.g. one per load; nothing is replayed.
+e.g. one per load; nothing is replayed. A later folder's run replaces an earlier folder's run of
+the same preset, load and seed (a changed policy re-run alone; the commits of every folder kept
+are recorded).
 """
 
 from __future__ import annotations
@@ -202,11 +204,17 @@ def merge(args: argparse.Namespace) -> int:
                                                              "lifetime_cap_hours"))
         if not same:
             raise ValueError(f"--merge: {d} replayed another cluster, pod list or window than {args.merge[0]}")
+    latest: dict[tuple[str, float, int], tuple[int, dict[str, Any]]] = {}
+    for i, rec in enumerate(records):
+        for run_ in rec["runs"]:
+            latest[(run_["preset"], run_["load"], run_["seed"])] = (i, run_)
+    kept = sorted({i for i, _ in latest.values()})
+    records = [{**rec, "runs": [r for j, r in latest.values() if j == i]} for i, rec in enumerate(records) if i in kept]
     results = [x for r in records for x in _results(r)]
     series = {k: v for r in records for k, v in r.get("series", {}).items()}
     command = {**base["command"], "loads": sorted({x.load for x in results}),
                "presets": list(dict.fromkeys(p for r in records for p in r["command"]["presets"])),
-               "merged": [str(d) for d in args.merge]}
+               "merged": [str(d) for i, d in enumerate(args.merge) if i in kept]}
     record = {**{k: base[k] for k in keys}, "command": command,
               "commits": sorted({r["commit"] for r in records}), "commit": base["commit"],
               "dates": sorted({r["date"] for r in records}), "wall_seconds": sum(r["wall_seconds"] for r in records),

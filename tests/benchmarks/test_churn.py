@@ -219,6 +219,21 @@ def test_the_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFix
     text = (merged / "churn.md").read_text()
     assert "### offered load 0.6 x capacity" in text and "### offered load 1.1 x capacity" in text
     assert md.split("### default against")[0].split("### offered load 1.1")[1] in text  # the same rows
+    # A policy re-run alone (here: the default at 0.6, as another commit wrote it) replaces its
+    # earlier runs; the others are kept, and both commits recorded.
+    rerun = json.loads((other / "churn.json").read_text())
+    rerun["commit"], rerun["command"]["presets"] = "rerun", ["default"]
+    rerun["runs"] = [{**r, "allocation_pct": 12.5} for r in rerun["runs"] if r["preset"] == "default"]
+    (tmp_path / "rerun").mkdir()
+    (tmp_path / "rerun" / "churn.json").write_text(json.dumps(rerun))
+    assert cli.main(["churn", "--merge", str(out), str(other), str(tmp_path / "rerun"), "--no-picture",
+                     "--out", str(tmp_path / "replaced")]) == 0
+    replaced = json.loads((tmp_path / "replaced" / "churn.json").read_text())
+    got = {(r["preset"], r["load"]): r["allocation_pct"] for r in replaced["runs"]}
+    assert len(replaced["runs"]) == 4 and got[("default", 0.6)] == 12.5
+    assert got[("spread", 0.6)] == next(r["allocation_pct"] for r in both["runs"] if r["preset"] == "spread"
+                                        and r["load"] == 0.6)
+    assert "rerun" in replaced["commits"] and len(replaced["commits"]) == 2
     # Runs of another cluster are not merged.
     odd = tmp_path / "odd"
     assert cli.main(["churn", "--presets", "default", "--loads", "0.6", "--seeds", "42", "--hours", "0.5",
