@@ -69,23 +69,41 @@ def _inspect(args: argparse.Namespace) -> int:
     from extender import inspection
     from podspec.kubeio import response_json
 
-    api = kube_api(args.kubeconfig)
+    if args.url:
+        if args.tenant or args.defrag and args.config:
+            raise SystemExit("gpufrac inspect: --url reads what that gpufrac serves; --tenant and --config "
+                             "read the API (use -n NS, or leave --url out)")
+        api: Any = None
+    else:
+        api = kube_api(args.kubeconfig)
     namespaces: list[str] | None = list(args.namespace) if args.namespace else None
     if args.tenant:
         namespaces = [*(namespaces or []), *_tenant_namespaces(args, api)]
 
+    if args.defrag and args.url:
+        print(inspection.render_defrag(_read_url(args, "/defrag")))
+        return 0
     if args.defrag:
         return _defrag(args, api)
 
     def once() -> str:
-        nodes = response_json(api.list_node(_preload_content=False))["items"]
-        pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
-        reports = inspection.select(inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s),
-                                    args.node or (), namespaces)
+        if args.url:
+            try:
+                reports = inspection.served(_read_url(args, "/nodes"), _read_url(args, "/allocations"))
+            except ValueError as exc:
+                raise SystemExit(f"gpufrac inspect: {args.url}: {exc}") from None
+            rejected = [(e.get("key", "?"), e.get("message", "")) for e in _read_url(args, "/quarantine")
+                        if isinstance(e, dict) and e.get("kind") == "Pod"]
+        else:
+            nodes = response_json(api.list_node(_preload_content=False))["items"]
+            pods = response_json(api.list_pod_for_all_namespaces(_preload_content=False))["items"]
+            reports = inspection.gather(nodes, pods, stale_after_s=args.inventory_stale_after_s)
+            rejected = inspection.rejected_pods(pods)
+        reports = inspection.select(reports, args.node or (), namespaces)
         if args.json:
             return json.dumps([r.as_dict() for r in reports], indent=2)
-        rejected = [(k, why) for k, why in inspection.rejected_pods(pods) if inspection.in_namespaces(k, namespaces)]
-        return inspection.render_table(reports, rejected)
+        return inspection.render_table(reports, [(k, why) for k, why in rejected
+                                                 if inspection.in_namespaces(k, namespaces)])
 
     if not args.watch:
         print(once())
@@ -121,6 +139,28 @@ def _defrag(args: argparse.Namespace, api: Any) -> int:
     made = plan_from_api(api, build_scorer(scoring), args.inventory_stale_after_s).as_dict()
     print(json.dumps(made, indent=2) if args.json else inspection.render_defrag(made))
     return 0
+
+
+def _read_url(args: argparse.Namespace, path: str) -> Any:
+    """GET ``path`` of the gpufrac at ``--url`` as JSON (HTTPS verified against ``--ca-file``
+    when given, else the system's CAs); exits with the endpoint's own ``Error`` on a 4xx/5xx."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
+    url = args.url.rstrip("/") + path
+    try:
+        with urllib.request.urlopen(url, timeout=10, context=ctx) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            why = json.loads(exc.read()).get("Error") or exc.reason
+        except (ValueError, AttributeError):
+            why = exc.reason
+        raise SystemExit(f"gpufrac inspect: {url}: HTTP {exc.code}: {why}") from None
+    except (OSError, ValueError) as exc:  # unreachable, TLS, not JSON
+        raise SystemExit(f"gpufrac inspect: {url}: {exc}") from None
 
 
 def _tenant_namespaces(args: argparse.Namespace, api: Any) -> list[str]:
@@ -328,7 +368,10 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     ins = sub.add_parser("inspect", help="table of nodes, GPUs and the pods on them, read from the API "
-                                          "(also: kubectl gpufrac inspect)")
+                                          "or, with --url, from a running gpufrac (also: kubectl gpufrac inspect)")
+    ins.add_argument("--url", help="read this running gpufrac instead of the API (its /nodes, /allocations, "
+                                   "/quarantine, /defrag), e.g. http://127.0.0.1:8888 for a standalone one")
+    ins.add_argument("--ca-file", type=Path, help="with an https --url: the CA that signed gpufrac's certificate")
     ins.add_argument("--kubeconfig", type=Path,
                      help="kubeconfig file (default $KUBECONFIG or ~/.kube/config; in a pod, its service account)")
     ins.add_argument("--json", action="store_true", help="JSON instead of the table")

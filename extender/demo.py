@@ -3,7 +3,8 @@
 Starts the extender (standalone mode) on a loopback port with three example nodes, sends
 it a fixed list of pods the way kube-scheduler does (pod event, ``filter``, ``prioritize``,
 highest score, ``bind``, over HTTP), prints where each went or why it could not, and ends
-with the same table ``gpufrac inspect`` prints for a cluster.
+with the table ``gpufrac inspect --url`` prints, read from the running extender's ``/nodes``
+and ``/allocations``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import socket
 import threading
 import time
 import urllib.request
-from datetime import UTC, datetime
 from typing import Any
 
 import uvicorn
@@ -22,7 +22,7 @@ import uvicorn
 from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
-from extender.inspection import gather, render_table
+from extender.inspection import render_table, served
 from extender.settings import Settings
 from podspec import annotations as ann
 from scoring.scorer import build_scorer
@@ -71,12 +71,9 @@ def _post(base: str, path: str, body: Any, token: str) -> Any:
         return json.loads(r.read())
 
 
-def _node_json(node: NodeSpec, now: datetime) -> dict[str, Any]:
-    inv = ann.NodeInventory(node=node.name, heartbeat=now, gpus=[ann.GpuInventory(
-        index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, replicas=g.replicas)
-        for g in node.gpus])
-    return {"metadata": {"name": node.name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
-            "status": {"allocatable": {"cpu": f"{node.cpu_milli}m", "memory": f"{node.memory_mib}Mi"}}}
+def _get(base: str, path: str) -> Any:
+    with urllib.request.urlopen(f"{base}{path}", timeout=10) as r:
+        return json.loads(r.read())
 
 
 def run(print_line: Any = print) -> int:
@@ -103,7 +100,6 @@ def run(print_line: Any = print) -> int:
     names = [n.name for n in NODES]
     print_line(f"gpufrac extender on {base} (standalone), nodes: "
                + ", ".join(f"{n.name} ({len(n.gpus)}x {n.gpus[0].model})" for n in NODES) + "\n")
-    pods: list[dict[str, Any]] = []
     placed = 0
     try:
         for name, gpus, annotations in PODS:
@@ -123,21 +119,13 @@ def run(print_line: Any = print) -> int:
             if b["Error"]:
                 print_line(f"  {name:<12} asks {asks:<45} -> bind refused: {b['Error']}")
                 continue
-            with urllib.request.urlopen(f"{base}/allocations", timeout=10) as r:
-                (mine,) = [a for a in json.loads(r.read()) if a["uid"] == f"uid-{name}"]
+            (mine,) = [a for a in _get(base, "/allocations") if a["uid"] == f"uid-{name}"]
             placed += 1
-            pod["spec"]["nodeName"] = host
-            pod["metadata"]["annotations"] |= {
-                ann.ASSIGNED_GPUS: ",".join(mine["gpu_uuids"]),
-                ann.ASSIGNED_FRACTION: f"{mine['gpu_milli'] / 1000:g}",
-                ann.ASSIGNED_MEMORY: ",".join(f"{m}Mi" for m in mine["gpu_memory_mib"])}
-            pods.append(pod)
             print_line(f"  {name:<12} asks {asks:<45} -> {host} GPU {','.join(map(str, mine['gpu_indices']))}")
+        print_line("\n" + render_table(served(_get(base, "/nodes"), _get(base, "/allocations"))))
     finally:
         server.should_exit = True
         thread.join(10)
-    now = datetime.now(UTC)
-    print_line("\n" + render_table(gather([_node_json(n, now) for n in NODES], pods, stale_after_s=180.0)))
-    print_line(f"\nNext: {NEXT_DOC} (the Helm chart deploy/helm/gpufrac), and "
-               "`gpufrac inspect` / `kubectl gpufrac inspect` on a real cluster.")
+    print_line(f"\nNext: {NEXT_DOC} (the Helm chart deploy/helm/gpufrac), `gpufrac inspect --url URL` on a "
+               "running gpufrac, and `gpufrac inspect` / `kubectl gpufrac inspect` on a real cluster.")
     return 0 if placed == len(PODS) - 1 else 1

@@ -3,7 +3,9 @@
 Like ``kubectl inspect gpushare``, with QoS, memory and replica slots: for every node with a
 ``gpufrac.io/inventory``, each GPU's share, memory and replica slots used and free, and the
 pods on it. Read from the API (Nodes and Pods), not from a running extender, so it shows
-what survives a restart: the allocation record gpufrac writes on pods at bind.
+what survives a restart: the allocation record gpufrac writes on pods at bind. With ``--url``
+it reads a running gpufrac instead (``/nodes`` and ``/allocations``: ``served``), what that
+replica counts: the only way to look at a standalone extender, which has no API to read.
 """
 
 from __future__ import annotations
@@ -111,6 +113,43 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
             gpu.memory_used_mib += mem
             gpu.pods.append({"pod": intent.key, "qos": intent.qos.wire_name, "milli": milli, "memory_mib": mem})
     return [reports[n] for n in sorted(reports)]
+
+
+STALE_PROBLEM = "inventory stale or missing: this gpufrac refuses the node GPU pods"
+
+
+def served(nodes: Iterable[Mapping[str, Any]], allocations: Iterable[Mapping[str, Any]]) -> list[NodeReport]:
+    """Per-GPU reports from what a running gpufrac serves: ``/nodes`` and ``/allocations``.
+
+    Each allocation counts its recorded share (``gpu_milli``) and its memory on each GPU of
+    ``gpu_uuids``, as ``gather`` counts a pod's annotations, so a record gpufrac could not
+    have made shows as ``OVERCOMMIT`` here too.
+
+    Raises
+    ------
+    ValueError
+        When either body is not the shape those endpoints serve (another service at the URL).
+    """
+    try:
+        reports = [NodeReport(str(n["name"]), bool(n["ready"]), "" if n["ready"] else STALE_PROBLEM,
+                              [GpuReport(int(g["index"]), str(g["uuid"]), str(g["model"]), bool(g["healthy"]),
+                                         int(g["memory_mib"]), int(g["replicas"])) for g in n["gpus"]])
+                   for n in nodes]
+        by_uuid = {g.uuid: g for r in reports for g in r.gpus}
+        for a in allocations:
+            for uuid, mem in zip(a["gpu_uuids"], a["gpu_memory_mib"], strict=True):
+                gpu = by_uuid.get(uuid)
+                if gpu is None:
+                    continue
+                gpu.share_used_milli += int(a["gpu_milli"])
+                if a["qos"] != QoSClass.BEST_EFFORT.wire_name:
+                    gpu.reserved_milli += int(a["gpu_milli"])
+                gpu.memory_used_mib += int(mem)
+                gpu.pods.append({"pod": f"{a['namespace']}/{a['name']}", "qos": a["qos"],
+                                 "milli": int(a["gpu_milli"]), "memory_mib": int(mem)})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not what gpufrac's /nodes and /allocations serve ({type(exc).__name__}: {exc})") from exc
+    return sorted(reports, key=lambda r: r.name)
 
 
 def in_namespaces(key: str, namespaces: Sequence[str] | None) -> bool:

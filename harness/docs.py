@@ -42,6 +42,10 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("docs/admin.md", "gpufrac config validate --helm-values"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "helm upgrade gpufrac"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "gpufrac inspect --defrag"): "tests/e2e/test_defrag_e2e.py",
+    ("docs/endpoints.md", "gpufrac serve --cluster-file"): "tests/e2e/test_docs_e2e.py",
+    ("docs/endpoints.md", "curl -s http://127.0.0.1:8888/readyz"): "tests/e2e/test_docs_e2e.py",
+    ("docs/endpoints.md", "curl -s http://127.0.0.1:8888/nodes"): "tests/e2e/test_docs_e2e.py",
+    ("docs/endpoints.md", "gpufrac inspect --url"): "tests/e2e/test_docs_e2e.py",
     ("docs/troubleshooting.md", "kubectl -n gpufrac-system get lease gpufrac-scheduler"): "tests/e2e/test_stall_e2e.py",
     ("docs/troubleshooting.md", "kubectl -n gpufrac-system delete lease gpufrac-scheduler"):
         "tests/e2e/test_stall_e2e.py",

@@ -1,4 +1,4 @@
-"""Read views of the ledger: what ``/allocations``, ``/readyz`` and ``/metrics`` show.
+"""Read views of the ledger: what ``/allocations``, ``/nodes``, ``/readyz`` and ``/metrics`` show.
 
 Pure reads; ``GpuCache`` decides when they run under its lock (``allocations``) and when
 they must not wait for it (``summary``, ``metrics_view``).
@@ -50,6 +50,33 @@ def allocations(ledger: Ledger) -> list[dict[str, Any]]:
             "memory_mib": a.memory_mib,
             "overcommit": rec.overcommit_reason,
         })
+    return out
+
+
+def node_inventory(state: ClusterState) -> list[dict[str, Any]]:
+    """Every node's GPUs as the cache counts them, for ``/nodes`` and ``gpufrac inspect --url``.
+
+    Parameters
+    ----------
+    state : ClusterState
+        Read only (a copy: ``GpuCache.state_copy``).
+
+    Returns
+    -------
+    list of dict
+        Per node, sorted by name: ``name``, ``ready`` (a fresh, valid inventory), ``cpu_milli``,
+        ``memory_mib`` (allocatable) and ``gpus``: per GPU ``index``, ``uuid``, ``model``,
+        ``healthy``, ``memory_mib`` (total) and ``replicas`` (time-slicing replica slots).
+    """
+    out = []
+    for name in sorted(state.node_names):
+        r = state.node_index[name]
+        gpus = [{"index": int(state.gpu_index[r, c]), "uuid": state.gpu_uuid[r][c],
+                 "model": state.models[int(state.gpu_model[r, c])], "healthy": bool(state.gpu_healthy[r, c]),
+                 "memory_mib": int(state.gpu_mem_total_mib[r, c]), "replicas": int(state.gpu_replicas[r, c])}
+                for c in np.flatnonzero(state.gpu_exists[r]).tolist()]
+        out.append({"name": name, "ready": bool(state.node_ready[r]), "cpu_milli": int(state.cpu_alloc_milli[r]),
+                    "memory_mib": int(state.mem_alloc_mib[r]), "gpus": gpus})
     return out
 
 

@@ -1,5 +1,6 @@
 """``/healthz`` (process up), ``/readyz`` (cache synced), ``/metrics`` (Prometheus),
-``/quarantine`` (objects skipped), ``/allocations``, ``/defrag`` (the defragmentation plan).
+``/quarantine`` (objects skipped), ``/allocations``, ``/nodes`` (each node's GPUs as counted),
+``/defrag`` (the defragmentation plan).
 
 The first four are ``async`` and never take the cache lock: they answer from the event loop
 at once, whatever a verb is doing in a worker thread.
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from extender.bodies import json_response
+from extender.cache import views
 from extender.deps import CacheDep, MetricsDep
 
 router = APIRouter()
@@ -49,6 +51,14 @@ async def quarantine(request: Request) -> Response:
 def allocations(cache: CacheDep) -> Response:
     """Every bound pod's allocation (node, GPU indices and UUIDs, share, memory, QoS)."""
     return json_response(cache.allocations())
+
+
+@router.get("/nodes")
+def nodes(cache: CacheDep) -> Response:
+    """Every node's GPUs as the cache counts them (``views.node_inventory``), from a copy of
+    the state taken under the lock and read outside it: with ``/allocations``, what
+    ``gpufrac inspect --url`` shows of any running gpufrac."""
+    return json_response(views.node_inventory(cache.state_copy()))
 
 
 @router.get("/defrag")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import socket
 import ssl
@@ -65,6 +66,25 @@ def test_the_readme_demo_command_works_in_a_fresh_checkout(tmp_path: Path) -> No
     proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "3 nodes, 10 GPUs" in proc.stdout and "Next: docs/install.md" in proc.stdout
+
+
+def test_endpoints_doc_looks_at_a_running_standalone_gpufrac() -> None:
+    """docs/endpoints.md's standalone commands as written (serve on openb's node list, curl,
+    ``inspect --url``), on a free port instead of 8888."""
+    port = str(free_port())
+    serve, ready, nodes, inspect = (docs.command("docs/endpoints.md", start).replace("8888", port) for start in (
+        "gpufrac serve --cluster-file", "curl -s http://127.0.0.1:8888/readyz", "curl -s http://127.0.0.1:8888/nodes",
+        "gpufrac inspect --url"))
+    script = (f"{serve}\ntrap 'kill %1' EXIT\n"
+              f"for i in $(seq 100); do {ready} >/dev/null && break; sleep 0.2; done\n"
+              f"{ready}; echo; {nodes}; echo; {inspect}\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    readyz, head, table = proc.stdout.split("\n", 2)
+    assert json.loads(readyz)["nodes"] == 1213 and head.startswith('[{"name":')
+    assert table.splitlines()[0].startswith("NODE") and "openb-node-0227" in table
+    assert "1 nodes, " in table and "0.000 GPUs allocated" in table
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,12 +13,14 @@ from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
+import uvicorn
 from fastapi.testclient import TestClient
 
 from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.cache.reservations import StarvationPolicy
+from extender.server import uvicorn_config
 from extender.settings import Settings
 from extender.tenants import NO_TENANTS
 from extender.verbs.pod_events import PodEvent, pod_events
@@ -141,3 +146,29 @@ def bestfit_cache(nodes: list[NodeSpec], starvation: StarvationPolicy | None = N
 def send_event(cache: GpuCache, kind: str, pod: dict[str, Any]) -> None:
     """Apply one pod event (``ADDED``, ``MODIFIED``, ``DELETED``) through the verb; it must succeed."""
     assert pod_events(cache, [PodEvent.model_validate({"type": kind, "object": pod})]).status == 200
+
+
+class LiveServer:
+    """The real app under uvicorn (with gpufrac's read deadline) on a free loopback port."""
+
+    def __init__(self, cache: GpuCache, **settings: Any) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = Settings(port=port, events_token=EVENTS_TOKEN, **settings)
+        self.server = uvicorn.Server(uvicorn_config(create_app(cfg, cache=cache), cfg))
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -17,20 +17,18 @@ from typing import Any, cast
 
 import httpx
 import pytest
-import uvicorn
 
 from extender.admin_config import scoring_config
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, SyncOptions
-from extender.server import uvicorn_config
 from extender.settings import Settings
 from podspec import annotations as ann
 from podspec.nodes import node_observation
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
-from tests.extender.helpers import EVENTS_TOKEN, ListApi, client_for
+from tests.extender.helpers import ListApi, LiveServer, client_for
 
 NODES = [gpu_node("a", 2, replicas=4), gpu_node("b", 1, replicas=4)]
 
@@ -205,32 +203,6 @@ def test_a_poison_pod_in_the_pod_list_is_quarantined_and_sync_completes() -> Non
 
 # -- nothing blocks: health answers while a long preempt runs; half-sent requests are closed --
 
-class _Server:
-    """The real app under uvicorn (with gpufrac's read deadline) on a free loopback port."""
-
-    def __init__(self, cache: GpuCache, **settings: Any) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        cfg = Settings(port=port, events_token=EVENTS_TOKEN, **settings)
-        self.server = uvicorn.Server(uvicorn_config(create_app(cfg, cache=cache), cfg))
-        self.url = f"http://127.0.0.1:{port}"
-        self.port = port
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 def crowded_cache(victims: int) -> tuple[GpuCache, dict[str, Any]]:
     """One 8-GPU node full of ``victims`` tiny best-effort pods, and a guaranteed preemptor
     that needs a whole GPU (the issue's 800-victim preempt held the cache lock for 67 s)."""
@@ -259,7 +231,7 @@ def test_health_answers_while_a_big_preempt_runs() -> None:
     assert cache.summary()["pods_bound"] == 800
     waits: list[float] = []
     probes = 0
-    with _Server(cache) as srv, httpx.Client(timeout=30) as http:
+    with LiveServer(cache) as srv, httpx.Client(timeout=30) as http:
         done: dict[str, Any] = {}
 
         def run_preempt() -> None:
@@ -298,7 +270,7 @@ def test_health_answers_while_a_big_preempt_runs() -> None:
 
 def test_a_half_sent_request_is_closed_by_the_read_deadline() -> None:
     cache = GpuCache(build_scorer(scoring_config("default")))
-    with _Server(cache, request_read_timeout_s=0.5) as srv:
+    with LiveServer(cache, request_read_timeout_s=0.5) as srv:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
             sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"Pod\":")
             start = time.monotonic()
