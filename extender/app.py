@@ -26,6 +26,7 @@ from extender.bodies import (
 )
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
+from extender.cluster.models import GpuModelsPublisher, ModelsOptions
 from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
 from extender.fence import ClaimFence, default_instance_id
@@ -129,6 +130,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())
     sync: ClusterSync | None = None
     stall: StallWatch | None = None
+    models: GpuModelsPublisher | None = None
     if settings.mode == "cluster":
         if kube_api is None:
             raise ValueError("cluster mode needs a Kubernetes API client")
@@ -155,6 +157,11 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             lease=(lease_ns, lease_name) if settings.scheduler_lease else None,
             scheduler_pod_selector=settings.scheduler_pod_selector, poll_s=min(5.0, settings.stall_after_s / 2)))
         metrics.cluster.scheduler_stall = lambda: watch.report
+        if settings.gpu_models_configmap:
+            cm_ns, _, cm_name = settings.gpu_models_configmap.partition("/")
+            synced = sync
+            models = GpuModelsPublisher(kube_api, lambda: (g[2] for g in cache.metrics_view().gpus),
+                                        ModelsOptions(cm_ns, cm_name), ready=lambda: synced.synced)
         cache.count_waiting = False  # the defragmentation plan counts them, with the nodes' labels
         binder: Binder = kube_binder.bind
     else:
@@ -163,7 +170,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     watcher = (None if settings.config_file is None else
                ConfigWatcher(settings.config_file, apply_policy, metrics, settings.config_poll_s))
 
-    stall_stop = threading.Event()
+    loops_stop = threading.Event()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -177,7 +184,10 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
                 "watch_silence_s": {w: round(s, 1) for w, s in sync.watch_silences().items()},
                 **({} if stall is None else {"scheduler": stall.report.as_dict()})}
             if stall is not None:
-                threading.Thread(target=stall.loop, args=(stall_stop,), name="gpufrac-stall", daemon=True).start()
+                threading.Thread(target=stall.loop, args=(loops_stop,), name="gpufrac-stall", daemon=True).start()
+            if models is not None:
+                threading.Thread(target=models.loop, args=(loops_stop,), name="gpufrac-gpu-models",
+                                 daemon=True).start()
         else:
             if own_cache and settings.cluster_file is not None:
                 cache.set_nodes(load_cluster_file(settings.cluster_file,
@@ -193,8 +203,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             watcher.stop()
         if sync is not None:
             sync.stop()
-        if stall is not None:
-            stall_stop.set()
+        loops_stop.set()
 
     app = ExtenderApp(title="gpufrac extender", lifespan=lifespan)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_body_bytes)

@@ -37,7 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
         "bind_api_timeout_s": args.bind_api_timeout_s,
         "scheduler_name": args.scheduler_name, "requeue_max_pods": args.requeue_max_pods,
         "stall_after_s": args.stall_after_s, "scheduler_lease": args.scheduler_lease,
-        "scheduler_pod_selector": args.scheduler_pod_selector,
+        "scheduler_pod_selector": args.scheduler_pod_selector, "gpu_models_configmap": args.gpu_models_configmap,
         "tls_cert_file": args.tls_cert_file, "tls_key_file": args.tls_key_file,
         "tls_client_ca_file": args.tls_client_ca_file,
         "events_token": (args.events_token_file.read_text().strip() if args.events_token_file
@@ -343,6 +343,9 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
     serve.add_argument("--scheduler-pod-selector", metavar="SELECTOR",
                        help="cluster mode: label selector of the release's kube-scheduler pods in the Lease's "
                             "namespace (is the holder one of them?)")
+    serve.add_argument("--gpu-models-configmap", metavar="NAMESPACE/NAME",
+                       help="cluster mode: write the nodes' GPU models to this ConfigMap, which the admission "
+                            "policy reads to refuse unknown gpufrac.io/gpu-model names (unset: not written)")
     serve.add_argument("--host", help=f"address of the verb listener {_default('host')}")
     serve.add_argument("--port", type=int, help=f"port of the verb listener {_default('port')}")
     serve.add_argument("--health-port", type=int,

@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     scheduler_lease: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$")
     """Cluster mode: ``namespace/name`` of the Lease the profile's kube-scheduler elects its
     leader with; its holder is the cause a stall report names. Unset: not read."""
+    gpu_models_configmap: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$")
+    """Cluster mode: ``namespace/name`` of the ConfigMap the ``gpufrac-gpu-models`` admission
+    policy reads; the GPU models of the nodes are written there (``extender.cluster.models``).
+    Unset: not written."""
     scheduler_pod_selector: str | None = Field(None, min_length=1, max_length=1024)
     """Cluster mode: label selector of the release's kube-scheduler pods (in the Lease's
     namespace), to say whether the Lease's holder is one of them."""

@@ -80,6 +80,10 @@ def test_extender_runs_with_the_deployed_least_privilege_role(cluster: Cluster) 
     assert all(can_in(v, "configmaps", "gpufrac-claims") for v in ("get", "list", "watch", "create", "update"))
     assert not any(can_in(v, "configmaps", "gpufrac-system") for v in ("create", "update", "delete"))
     assert not can_in("delete", "configmaps", "gpufrac-claims")
+    # The admission policy's list of GPU models: that one ConfigMap, never the admin config.
+    assert can_in("get", "configmap/gpufrac-gpu-models", "gpufrac-system")
+    assert can_in("patch", "configmap/gpufrac-gpu-models", "gpufrac-system")
+    assert not can_in("patch", "configmap/gpufrac-config", "gpufrac-system")
     # None of kube-scheduler's rights: gpufrac does not delete preemption victims.
     for verb, resource in [("delete", "nodes"), ("patch", "nodes"), ("get", "secrets"), ("create", "pods"),
                            ("delete", "pods"), ("update", "pods/status"), ("update", "events")]:

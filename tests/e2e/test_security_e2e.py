@@ -13,15 +13,18 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from kubernetes import client
+from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
 
-from harness.controlplane import free_port
+from harness.controlplane import ControlPlane, free_port, wait_until
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
 
@@ -184,6 +187,84 @@ def test_shipped_admission_policy_keeps_the_allocation_record_gpufracs(cluster: 
             return True
         cluster.wait(lifted, 60, "the admission policy lifted")
         cluster.api.delete_namespace(ns)
+
+
+@pytest.fixture(scope="module")
+def own_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane no other test has created and deleted admission policies on: up to at
+    least v1.36, kube-apiserver stops resolving a ConfigMap parameter for good once the last
+    binding using that kind is deleted (kubernetes/kubernetes#130887; docs/pod-api.md)."""
+    cp = ControlPlane.up(Path(tmp_path_factory.mktemp("models-kube")))
+    yield cp
+    cp.down()
+
+
+def test_gpu_models_no_node_has_are_refused_at_create(own_control_plane: ControlPlane, tmp_path: Path) -> None:
+    """deploy/base's gpufrac-gpu-models policy with the list the extender keeps, as its own
+    service account: a model in the wrong case gets a did-you-mean, one no node has the list;
+    a known one passes; Warn instead of Deny lets the pod in with kubectl's warning."""
+    cp = own_control_plane
+    api = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cp.admin_kubeconfig)))
+    for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+        cp.kubectl("apply", "-f", str(BASE / name))
+    group = unique("models")
+    make_nodes(api, group, count=1, gpus=2, model="A10")
+    make_nodes(api, group + "-t4", count=1, gpus=1, model="T4")
+    ns = new_namespace(api, group)
+    kubeconfig = cp.user_kubeconfig(EXTENDER_SA, ["system:serviceaccounts", "system:serviceaccounts:gpufrac-system"])
+    proc = cp.start_gpufrac(free_port(), kubeconfig, name="gpufrac-models", extra=[
+        "--inventory-stale-after-s", "3600", "--gpu-models-configmap", "gpufrac-system/gpufrac-gpu-models"])
+    try:
+        def published() -> str | None:
+            cm = api.read_namespaced_config_map("gpufrac-gpu-models", "gpufrac-system")
+            return (cm.data or {}).get("models") or None
+        assert wait_until(published, 60, "the extender publishes the nodes' GPU models", proc) == "A10,T4"
+
+        def asking(model: str) -> client.V1Pod:
+            pod = gpu_pod(unique("m"), group, model=model)
+            pod.spec.node_selector = {"gpufrac.io/test-group": f"{group}-none"}
+            return pod
+
+        # The policy is compiled a moment after it is created: poll for the first refusal.
+        def refused_case() -> str | None:
+            try:
+                api.create_namespaced_pod(ns, asking("a10"))
+            except ApiException as exc:
+                return str(exc.body)
+            return None
+        msg = wait_until(refused_case, 60, "the gpu-model policy in force", proc)
+        assert "no node of this cluster has a GPU of model" in msg and "a10" in msg, msg
+        assert "did you mean A10? (model names are case-sensitive)" in msg, msg
+        msg = _refused(api.create_namespaced_pod, ns, asking("A10|H100-typo"))
+        assert "H100-typo" in msg and "the models its nodes have: A10, T4 (docs/pod-api.md)" in msg, msg
+        api.create_namespaced_pod(ns, asking("A10"))
+        api.create_namespaced_pod(ns, asking(" T4 | A10 "))
+        # A node of a new model: the list follows within a pass (10 s).
+        make_nodes(api, group + "-l4", count=1, gpus=1, model="L4")
+        assert wait_until(lambda: published() == "A10,L4,T4" or None, 60, "L4 published", proc)
+        wait_until(lambda: _created(api, ns, asking("L4")), 30, "an L4 pod admitted", proc)
+        # Where nodes of a model come later (autoscaling): the chart's action Warn.
+        cp.kubectl("patch", "validatingadmissionpolicybinding", "gpufrac-gpu-models", "--type=merge",
+                   "-p", '{"spec": {"validationActions": ["Warn"]}}')
+        manifest = tmp_path / "warned.yaml"
+        manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "Pod",
+                                        **client.ApiClient().sanitize_for_serialization(asking("H100-typo"))}))
+
+        def warned() -> str | None:
+            r = cp.kubectl("create", "-n", ns, "-f", str(manifest), check=False)
+            return r.stderr if r.returncode == 0 else None
+        out = wait_until(warned, 60, "the Warn action in force", proc)
+        assert "Warning:" in out and "H100-typo" in out, out
+    finally:
+        proc.stop()
+
+
+def _created(api: client.CoreV1Api, ns: str, pod: client.V1Pod) -> bool:
+    try:
+        api.create_namespaced_pod(ns, pod)
+    except ApiException:
+        return False
+    return True
 
 
 def _config(kubeconfig: Path) -> client.Configuration:

@@ -55,7 +55,9 @@ def test_admission_policy_names_the_deployed_identities() -> None:
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs("admission-policy.yaml")}
     assert kinds == {("ValidatingAdmissionPolicy", "gpufrac-pods"), ("ValidatingAdmissionPolicyBinding", "gpufrac-pods"),
                      ("ValidatingAdmissionPolicy", "gpufrac-bindings"),
-                     ("ValidatingAdmissionPolicyBinding", "gpufrac-bindings")}
+                     ("ValidatingAdmissionPolicyBinding", "gpufrac-bindings"),
+                     ("ValidatingAdmissionPolicy", "gpufrac-gpu-models"),
+                     ("ValidatingAdmissionPolicyBinding", "gpufrac-gpu-models"), ("ConfigMap", "gpufrac-gpu-models")}
     assert "admission-policy.yaml" in yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"]
 
 
@@ -65,7 +67,8 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     # bound to gpufrac's own service account only; kube-scheduler's roles to kube-scheduler's
     subjects = {(b["roleRef"]["name"], s["name"]) for b in rbac if b["kind"].endswith("Binding")
                 for s in b["subjects"]}
-    extender_roles = {"gpufrac-extender", "gpufrac-extender-claims", "gpufrac-extender-lease-reader"}
+    extender_roles = {"gpufrac-extender", "gpufrac-extender-claims", "gpufrac-extender-lease-reader",
+                      "gpufrac-extender-gpu-models"}
     assert {s for r, s in subjects if r in extender_roles} == {"gpufrac-extender"}
     assert {s for r, s in subjects if r not in extender_roles} == {"gpufrac-scheduler"}
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
@@ -83,6 +86,11 @@ def test_extender_role_grants_only_what_cluster_mode_calls() -> None:
     assert reader["metadata"]["namespace"] == "gpufrac-system"
     assert reader["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                                 "resourceNames": ["gpufrac-scheduler"], "verbs": ["get"]}]
+    # the admission policy's list of GPU models: that one ConfigMap, read and patched
+    (models,) = [d for d in rbac if d["kind"] == "Role" and d["metadata"]["name"] == "gpufrac-extender-gpu-models"]
+    assert models["metadata"]["namespace"] == "gpufrac-system"
+    assert models["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                                "resourceNames": ["gpufrac-gpu-models"], "verbs": ["get", "patch"]}]
     lease_writers = {s["name"] for b in rbac if b["kind"] == "RoleBinding"
                      and b["roleRef"]["name"] == "gpufrac-scheduler-leader-election" for s in b["subjects"]}
     assert lease_writers == {"gpufrac-scheduler"}
