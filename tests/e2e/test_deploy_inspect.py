@@ -28,7 +28,9 @@ def test_deploy_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
             "deployment.apps/gpufrac-scheduler", "deployment.apps/gpufrac-extender",
             "service/gpufrac-extender", "networkpolicy.networking.k8s.io/gpufrac-extender",
             "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-pods",
-            "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-bindings"} <= created, out.stdout
+            "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-bindings",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/gpufrac-gpu-models",
+            "configmap/gpufrac-gpu-models"} <= created, out.stdout
 
 
 def test_kustomize_keeps_every_object_in_its_own_namespace(cluster: Cluster) -> None:

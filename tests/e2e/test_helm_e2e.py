@@ -87,7 +87,8 @@ def clean_admission(cluster: Cluster) -> Iterator[None]:
     as the admin, which they refuse: remove them afterwards."""
     yield
     for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-        cluster.cp.kubectl("delete", kind, "gpufrac-pods", "gpufrac-bindings", "--ignore-not-found")
+        cluster.cp.kubectl("delete", kind, "gpufrac-pods", "gpufrac-bindings", "gpufrac-gpu-models",
+                           "--ignore-not-found")
 
 
 def render(*values: str) -> list[dict[str, Any]]:
