@@ -190,6 +190,12 @@ def test_scheduler_config_and_rbac_rules_are_the_same_as_kustomizes() -> None:
         return d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"), json.dumps(body, sort_keys=True)
     kinds = ("ClusterRoleBinding", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     assert sorted(same(d) for d in docs if d["kind"] in kinds) == sorted(same(d) for d in base if d["kind"] in kinds)
+    # The PodDisruptionBudgets: the same names and budgets (the chart's selector adds the
+    # release's instance label, which kustomize has no counterpart of).
+    base_pdbs = {d["metadata"]["name"]: d["spec"]["maxUnavailable"]
+                 for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "pdb.yaml").read_text()) if d}
+    assert {d["metadata"]["name"]: d["spec"]["maxUnavailable"] for d in docs
+            if d["kind"] == "PodDisruptionBudget"} == base_pdbs
 
 
 def test_helm_chart_installs_into_the_real_api_server(cluster: Cluster, tmp_path: Path,

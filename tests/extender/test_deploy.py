@@ -163,3 +163,26 @@ def test_agent_runs_as_root_without_capabilities_for_kubelets_socket_directory()
     assert ctx["capabilities"] == {"drop": ["ALL"]} and ctx["allowPrivilegeEscalation"] is False
     assert {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"} in agent["volumeMounts"]
 
+
+
+def test_kustomize_base_behaves_as_the_chart() -> None:
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    generated = {g["name"]: g for g in kustomization["configMapGenerator"]}
+    # The admin config keeps its name, so an edit is reloaded in place (the chart's
+    # behaviour); the scheduler config is hashed: kube-scheduler reads it only at start.
+    assert generated["gpufrac-config"].get("options", {}).get("disableNameSuffixHash") is True
+    assert "options" not in generated["gpufrac-scheduler-config"]
+    # kube-scheduler's tag is one `images:` entry to set to the cluster's version, the same
+    # as the manifest's, and within the chart's support matrix (kubeVersion >= 1.30).
+    (image,) = kustomization["images"]
+    deployments = {d["metadata"]["name"]: d for d in docs("deployment.yaml") if d["kind"] == "Deployment"}
+    (container,) = deployments["gpufrac-scheduler"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{image['name']}:{image['newTag']}"
+    major, minor = (int(x) for x in image["newTag"].lstrip("v").split(".")[:2])
+    assert (major, minor) >= (1, 30)
+    # A PodDisruptionBudget per Deployment of two replicas, as the chart renders them.
+    pdbs = {d["metadata"]["name"]: d["spec"] for d in docs("pdb.yaml")}
+    assert set(pdbs) == {f"gpufrac-{c}" for c in ("scheduler", "extender")} and "pdb.yaml" in kustomization["resources"]
+    for name, spec in pdbs.items():
+        assert spec["maxUnavailable"] == 1 and deployments[name]["spec"]["replicas"] == 2
+        assert spec["selector"]["matchLabels"] == deployments[name]["spec"]["selector"]["matchLabels"]
