@@ -249,35 +249,35 @@ def scoring_config(preset: str, overrides: dict[str, Any] | None = None) -> Scor
         ties=Ties(overrides.get("ties", base.ties)),
         learning=overrides.get("learning", base.learning),
     )
-    errors = validate_config(cfg)
-    if errors:
+    if errors := validate_config(cfg):
         raise ConfigError("\n".join(errors))
     return cfg
 
 
 def _tenant_policy(tenant_files: Mapping[str, TenantFile], default_tenant: str | None,
-                   tenant_label: str | None, names: Iterable[str], errors: list[str]) -> TenantPolicy:
+                   tenant_label: str | None, raw: Mapping[Any, Any], errors: list[str]) -> TenantPolicy:
     """The tenants that validated, and the errors between them (a namespace in two tenants,
-    an unknown default) appended to ``errors``; ``names``: every tenant the file names."""
+    an unknown default) appended to ``errors``; ``raw``: the file's ``tenants`` mapping, whose
+    namespace lists are compared even where a tenant has errors of its own."""
     qos = {q.wire_name: q for q in QoSClass}
     tenants = {
         name: Tenant(name, qos[t.qos_ceiling], t.quota.gpu_milli, t.quota.gpu_memory_mib)
         for name, t in tenant_files.items()
     }
-    by_ns: dict[str, Tenant] = {}
-    for name, t in tenant_files.items():
-        for i, ns in enumerate(t.namespaces):
-            if ns in by_ns:
-                errors.append(f"tenants.{name}.namespaces.{i}: namespace {ns!r} already belongs "
-                              f"to tenant {by_ns[ns].name!r}")
-            by_ns[ns] = tenants[name]
-    default = None
-    known = sorted(set(names))
-    if default_tenant is not None:
-        default = tenants.get(default_tenant)
-        if default_tenant not in known:
-            errors.append(f"default_tenant: unknown tenant {default_tenant!r}; {_did_you_mean(default_tenant, known)}"
-                          f"known: {', '.join(known) or '(none)'}")
+    owner: dict[str, str] = {}
+    for name, value in raw.items():
+        listed = value.get("namespaces") if isinstance(value, Mapping) else None
+        for i, ns in enumerate(listed if isinstance(listed, list) else []):
+            if isinstance(ns, str) and ns in owner:
+                errors.append(f"tenants.{name}.namespaces.{i}: namespace {ns!r} already belongs to tenant {owner[ns]!r}")
+            elif isinstance(ns, str):
+                owner[ns] = str(name)
+    by_ns = {ns: tenants[t] for ns, t in owner.items() if t in tenants}
+    known = sorted(str(n) for n in raw)
+    default = tenants.get(default_tenant) if default_tenant is not None else None
+    if default_tenant is not None and default_tenant not in known:
+        errors.append(f"default_tenant: unknown tenant {default_tenant!r}; {_did_you_mean(default_tenant, known)}"
+                      f"known: {', '.join(known) or '(none)'}")
     return TenantPolicy(by_ns, default, tenant_label, tenants)
 
 
@@ -407,8 +407,7 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
                     if (t := _valid(_TENANT, value)) is not None}
     default_tenant = section.get("default_tenant")
     tenants = _tenant_policy(tenant_files, default_tenant if isinstance(default_tenant, str) else None,
-                             parsed.tenant_label if parsed is not None else None,
-                             (str(n) for n in raw_tenants), errors)
+                             parsed.tenant_label if parsed is not None else None, raw_tenants, errors)
     if errors or parsed is None or scoring is None:
         raise ConfigError("\n".join(errors))
     policy = QoSPolicy(parsed.qos.isolate_guaranteed,

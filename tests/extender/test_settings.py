@@ -240,6 +240,19 @@ def test_config_validate_reports_every_mistake_in_one_run(tmp_path: Path, capsys
     assert len([line for line in err.splitlines() if ": " in line and not line.startswith("gpufrac:")]) == len(expected)
 
 
+def test_a_namespace_in_two_tenants_is_reported_beside_their_own_errors(tmp_path: Path) -> None:
+    # Issue 53: the clash was found only between tenants that validated, so a file whose
+    # tenants both had a mistaken key needed a second run to show it.
+    path = write(tmp_path, "tenants:\n  a: {namespaces: [team-x], quota_gpu_milli: 5}\n"
+                           "  b: {namespaces: [team-x], max_qos: gold}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_admin_config(path)
+    assert str(exc.value).splitlines() == [
+        "tenants.a.quota_gpu_milli: unknown key; allowed here: namespaces, qos_ceiling, quota",
+        "tenants.b.max_qos: unknown key; allowed here: namespaces, qos_ceiling, quota",
+        "tenants.b.namespaces.0: namespace 'team-x' already belongs to tenant 'a'"]
+
+
 def test_a_yaml_error_names_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "scoring: [\n")
     with pytest.raises(ConfigError) as exc:
