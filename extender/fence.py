@@ -24,7 +24,7 @@ was deciding without the first one's claim and is refused.
 
 A claim is needed only until every instance's pod watch shows the pod bound. So a writer
 also drops the claims whose pods its own pod watch already shows bound with those GPUs
-(any owner's), and raises the ledger's **watermark** (``seenRV``, ``Ledger.watermark``) to
+(any owner's), and raises the ledger's **watermark** (``seenRV``, ``ClaimLedger.watermark``) to
 the latest revision of the pod events that showed them bound. An instance may count on the
 ledger, and commit to it, only once its own pod watch has applied events up to the
 watermark (``extender.cluster.KubeBinder`` waits briefly, else the bind is refused and
@@ -42,7 +42,7 @@ by ``ClaimFence.observe`` from a watch, never trusted beyond its shape and bound
 holds at most ``MAX_GPUS_PER_NODE`` GPUs, a share of 0-1000 milli and at most
 ``MAX_GPU_MEMORY_MIB`` per GPU (the bounds of the ``assigned-*`` annotations), a ledger is
 read up to ``MAX_LEDGER_BYTES`` and its newest ``MAX_CLAIMS`` claims; anything else is
-skipped and named in ``Ledger.problem`` (quarantined by the claims watch). A claim's
+skipped and named in ``ClaimLedger.problem`` (quarantined by the claims watch). A claim's
 ``at`` is written for people and never read as a time: its ``ttl_s`` runs from when this
 instance first saw it, so neither a clock ahead nor a forged ``at`` can keep a claim alive
 longer (after a restart a claim counts for at most one more ``ttl_s``).
@@ -184,7 +184,7 @@ def _is_int(value: Any) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Ledger:
+class ClaimLedger:
     """A node's ledger as last seen: its ``resourceVersion`` (None: not created yet) and the
     claims that passed the bounds (``ClaimFence.live`` says which still count)."""
 
@@ -211,7 +211,7 @@ def ledger_name(node: str) -> str:
     return f"gpufrac-claims-{hashlib.sha256(node.encode()).hexdigest()[:32]}"
 
 
-def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
+def parse_ledger(obj: Mapping[str, Any]) -> ClaimLedger | None:
     """A ledger from its ConfigMap JSON; None when it names no node. Malformed claims are
     skipped (logged), so one bad entry never hides the others."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
@@ -236,12 +236,12 @@ def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
         problems.append(f"{WATERMARK_KEY}: not a decimal integer of at most {MAX_WATERMARK_DIGITS} digits")
     if isinstance(raw, str) and len(raw) > MAX_LEDGER_BYTES:
         problems.append(f"{DATA_KEY}: {len(raw)} characters, over {MAX_LEDGER_BYTES}; read as empty")
-        return Ledger(node, rv, (), "; ".join(problems), watermark)
+        return ClaimLedger(node, rv, (), "; ".join(problems), watermark)
     try:
         items = json.loads(raw) if isinstance(raw, str) else []
     except (ValueError, RecursionError):
         problems.append(f"{DATA_KEY}: not JSON; read as empty")
-        return Ledger(node, rv, (), "; ".join(problems), watermark)
+        return ClaimLedger(node, rv, (), "; ".join(problems), watermark)
     items = items if isinstance(items, list) else []
     if len(items) > MAX_CLAIMS:
         problems.append(f"{DATA_KEY}: {len(items)} claims, over {MAX_CLAIMS}; the newest {MAX_CLAIMS} read")
@@ -257,7 +257,7 @@ def parse_ledger(obj: Mapping[str, Any]) -> Ledger | None:
                 problems.append(f"{DATA_KEY}[]: {exc}")
     if skipped > 1:
         problems.append(f"{skipped} claims skipped in all")
-    return Ledger(node, rv, tuple(claims), "; ".join(problems), watermark)
+    return ClaimLedger(node, rv, tuple(claims), "; ".join(problems), watermark)
 
 
 class ClaimFence:
@@ -291,7 +291,7 @@ class ClaimFence:
         self.ttl_s = ttl_s
         self._clock = clock
         self._wall = wall
-        self._ledgers: dict[str, Ledger] = {}
+        self._ledgers: dict[str, ClaimLedger] = {}
         self._first_seen: dict[str, dict[tuple[Any, ...], float]] = {}
         self._skews: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -306,34 +306,34 @@ class ClaimFence:
         with self._lock:
             return dict(self._skews)
 
-    def view(self, node: str) -> Ledger:
+    def view(self, node: str) -> ClaimLedger:
         """The node's ledger as last seen (read from the API when never seen)."""
         with self._lock:
             got = self._ledgers.get(node)
         return got if got is not None else self.refresh(node)
 
-    def refresh(self, node: str) -> Ledger:
+    def refresh(self, node: str) -> ClaimLedger:
         """Read the node's ledger from the API (after a conflict, or the first time)."""
         try:
             obj = response_json(self._api.read_namespaced_config_map(
                 ledger_name(node), self.namespace, _preload_content=False, _request_timeout=self._timeout_s))
-            ledger = parse_ledger(obj) or Ledger(node, None)
+            ledger = parse_ledger(obj) or ClaimLedger(node, None)
         except ApiException as exc:
             if exc.status != HTTP_NOT_FOUND:
                 raise
-            ledger = Ledger(node, None)
+            ledger = ClaimLedger(node, None)
         return self._keep(ledger)
 
-    def observe(self, kind: str, obj: Mapping[str, Any]) -> Ledger | None:
+    def observe(self, kind: str, obj: Mapping[str, Any]) -> ClaimLedger | None:
         """Apply a watch or list event of a ledger ConfigMap; the ledger it shows now."""
         ledger = parse_ledger(obj)
         if ledger is None:
             return None
         if kind == "DELETED":
-            ledger = Ledger(ledger.node, None)
+            ledger = ClaimLedger(ledger.node, None)
         return self._keep(ledger)
 
-    def _keep(self, ledger: Ledger) -> Ledger:
+    def _keep(self, ledger: ClaimLedger) -> ClaimLedger:
         now = self.now_s()
         with self._lock:
             old = self._ledgers.get(ledger.node)
@@ -348,7 +348,7 @@ class ClaimFence:
                     self._skews[c.owner] = c.at_s - self._wall()
             return ledger
 
-    def live(self, ledger: Ledger) -> list[tuple[Claim, float]]:
+    def live(self, ledger: ClaimLedger) -> list[tuple[Claim, float]]:
         """The claims of ``ledger`` that still count, with the seconds each has left:
         ``ttl_s`` from when this instance first saw the claim (never from its ``at``)."""
         now = self.now_s()
@@ -357,13 +357,13 @@ class ClaimFence:
             left = [(c, self.ttl_s - (now - seen.get(_claim_key(c), now))) for c in ledger.claims]
         return [(c, s) for c, s in left if s > 0]
 
-    def commit(self, seen: Ledger, claim: Claim,
-               bound_rv: Callable[[Claim], int | None] | None = None) -> Ledger:
+    def commit(self, seen: ClaimLedger, claim: Claim,
+               bound_rv: Callable[[Claim], int | None] | None = None) -> ClaimLedger:
         """``commit_all(seen, [claim], bound_rv)``."""
         return self.commit_all(seen, [claim], bound_rv)
 
-    def commit_all(self, seen: Ledger, new: Sequence[Claim],
-                   bound_rv: Callable[[Claim], int | None] | None = None) -> Ledger:
+    def commit_all(self, seen: ClaimLedger, new: Sequence[Claim],
+                   bound_rv: Callable[[Claim], int | None] | None = None) -> ClaimLedger:
         """Write the claims ``new`` (all of one node) into its ledger, if the ledger is
         still ``seen``: one compare-and-swap for all of them.
 
@@ -374,7 +374,7 @@ class ClaimFence:
 
         Parameters
         ----------
-        seen : Ledger
+        seen : ClaimLedger
             The ledger the choice was made against (``view``), its watermark reached.
         new : sequence of Claim
             At least one; this instance's, all for ``seen.node``.
@@ -384,7 +384,7 @@ class ClaimFence:
 
         Returns
         -------
-        Ledger
+        ClaimLedger
             The ledger as written.
 
         Raises
@@ -427,7 +427,7 @@ class ClaimFence:
                 raise FenceConflict(f"node {node}'s claim ledger moved past version "
                                     f"{seen.resource_version or '(none)'}") from None
             raise
-        written = parse_ledger(got) or Ledger(node, None, claims, watermark=watermark)
+        written = parse_ledger(got) or ClaimLedger(node, None, claims, watermark=watermark)
         return self._keep(written)
 
     def claim_of(self, uid: str, namespace: str, name: str, node: str, gpu_uuids: Iterable[str],

@@ -3,9 +3,10 @@
 kube-scheduler's cache, without its lock (``GpuCache`` holds the one lock around every
 call): node events (``set_nodes``, ``upsert_nodes``, ``remove_node``) rebuild or patch the
 ``ClusterState``; pod events (``apply_pod_event``, ``set_pods``, ``remove_pod``) account
-bound pods and remember pending ones; ``hold`` is the one writer of an allocation into the
-arrays and the tenant usage. Assume, forget and expiry (``extender.cache.assume``) and
-claims (the same module) write through ``store`` and ``hold`` too. Every change bumps
+bound pods and remember pending ones; ``apply_allocation`` is the one writer of an
+allocation into the arrays and the tenant usage. Assume, forget and expiry
+(``extender.cache.assume``) and claims (the same module) write through ``store`` and
+``apply_allocation`` too. Every change bumps
 ``generation``, which is what an evaluation's memo (``extender.cache.evaluation``) keys on.
 """
 
@@ -83,7 +84,7 @@ class Ledger:
         self.tenancy.apply(intent.namespace, alloc, sign)
 
     def apply_record(self, rec: PodRecord, sign: int = 1) -> None:
-        """``hold`` each allocation of the record (an over-commit may hold several)."""
+        """``apply_allocation`` each allocation of the record (an over-commit may hold several)."""
         for alloc in rec.held:
             self.apply_allocation(rec.intent, alloc, sign)
 

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
-from extender.fence import Claim, ClaimFence, FenceConflict, Ledger
+from extender.fence import Claim, ClaimFence, ClaimLedger, FenceConflict
 from podspec.kubeio import core_path, response_json, write_json
 from podspec.pods import allocation_annotations, pod_intent
 
@@ -157,7 +157,7 @@ class KubeBinder:
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
 
-    def _unseen_claims(self, ledger: Ledger) -> list[ClaimedAllocation]:
+    def _unseen_claims(self, ledger: ClaimLedger) -> list[ClaimedAllocation]:
         """Live foreign claims of pods neither the cache knows nor a read found absent."""
         now = time.monotonic()
         return [c for c in self._claimed(ledger)
@@ -202,7 +202,7 @@ class KubeBinder:
                     self._absent = {u: t for u, t in list(self._absent.items()) if t > time.monotonic()}
                 self._absent[c.uid] = time.monotonic() + c.ttl_s
 
-    def _reached(self, ledger: Ledger) -> bool:
+    def _reached(self, ledger: ClaimLedger) -> bool:
         """True when this instance's pod watch has applied every pod event up to the
         ledger's watermark, so the claims dropped below it are counted by the pods."""
         if ledger.watermark == 0:
@@ -218,7 +218,7 @@ class KubeBinder:
             return None
         return rv
 
-    def _live_claims(self, node: str) -> tuple[Ledger, list[ClaimedAllocation]]:
+    def _live_claims(self, node: str) -> tuple[ClaimLedger, list[ClaimedAllocation]]:
         """Under the node lock, no API call: ``node``'s ledger as last seen, and its live
         claims by other instances, for ``GpuCache.assume`` to count under its lock.
 
@@ -241,14 +241,14 @@ class KubeBinder:
                             "not seen yet; kube-scheduler retries the pod")
         return ledger, self._claimed(ledger)
 
-    def _claimed(self, ledger: Ledger) -> list[ClaimedAllocation]:
+    def _claimed(self, ledger: ClaimLedger) -> list[ClaimedAllocation]:
         """The live claims of ``ledger`` made by other instances (ours are held by our own
         assume, or were given back when their Binding failed)."""
         fence = self.fence
         assert fence is not None
         return [c.counted(left) for c, left in fence.live(ledger) if c.owner != fence.identity]
 
-    def fold(self, ledger: Ledger) -> None:
+    def fold(self, ledger: ClaimLedger) -> None:
         """Count other instances' live claims of ``ledger`` in the cache now (the claims
         watch), so that filter and prioritize see them before any bind re-counts them."""
         for c in self._claimed(ledger):

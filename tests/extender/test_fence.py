@@ -17,7 +17,15 @@ from kubernetes.client.rest import ApiException
 from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder
-from extender.fence import CLAIMS_LABEL, Claim, ClaimFence, FenceConflict, Ledger, ledger_name, parse_ledger
+from extender.fence import (
+    CLAIMS_LABEL,
+    Claim,
+    ClaimFence,
+    ClaimLedger,
+    FenceConflict,
+    ledger_name,
+    parse_ledger,
+)
 from podspec import annotations as ann
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
@@ -104,9 +112,9 @@ def test_a_malformed_claim_is_skipped_and_the_others_kept() -> None:
     # Wrong shapes anywhere are no ledger, or an empty one, never an exception in the watch.
     assert parse_ledger({"metadata": {"annotations": ["gpufrac.io/node"]}}) is None
     assert parse_ledger({"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": ["x"]}) == \
-        Ledger("n1", None, ())
+        ClaimLedger("n1", None, ())
     garbage = {"metadata": {"annotations": {"gpufrac.io/node": "n1"}}, "data": {"claims.json": "{not json"}}
-    assert parse_ledger(garbage) == Ledger("n1", None, (), "claims.json: not JSON; read as empty")
+    assert parse_ledger(garbage) == ClaimLedger("n1", None, (), "claims.json: not JSON; read as empty")
 
 
 def ledger_obj(claims: list[dict[str, Any]], node: str = "n1", rv: str = "5") -> dict[str, Any]:
@@ -221,7 +229,7 @@ def test_commit_creates_then_swaps_and_refuses_a_stale_version() -> None:
     assert other.view("n1").resource_version == "2"
     # Two creators of a new ledger: the second gets 409 AlreadyExists, also a conflict.
     with pytest.raises(FenceConflict, match=r"version \(none\)"):
-        other.commit(Ledger("n1", None), claim("u4", owner="b"))
+        other.commit(ClaimLedger("n1", None), claim("u4", owner="b"))
 
 
 def test_commit_drops_expired_claims_and_a_previous_claim_of_the_same_pod() -> None:
