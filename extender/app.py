@@ -33,7 +33,7 @@ from extender.fence import ClaimFence, default_instance_id
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
 from extender.reload import ConfigWatcher
-from extender.routes import health, verbs
+from extender.routes import health, webhook
 from extender.settings import Settings, admin_config_from_settings
 from extender.verbs.bind import Binder
 from scoring.scorer import build_scorer
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class ExtenderApp(FastAPI):
     """The FastAPI app, with the four verbs answered straight from ASGI.
 
-    ``POST /filter``, ``/prioritize``, ``/bind`` and ``/preempt`` (``extender.routes.verbs.VERBS``)
+    ``POST /filter``, ``/prioritize``, ``/bind`` and ``/preempt`` (``extender.routes.webhook.VERBS``)
     are read, size-limited (413 past ``max_request_body_bytes``, as ``BodyLimitMiddleware``),
     handled and answered here, before FastAPI's middleware stack, routing and dependency
     resolution; everything else (health, metrics, inspection, OpenAPI docs, lifespan) goes
@@ -54,7 +54,7 @@ class ExtenderApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            verb = verbs.VERBS.get(scope["path"])
+            verb = webhook.VERBS.get(scope["path"])
             if verb is not None:
                 await self._serve_verb(verb, scope, receive, send)
                 return
@@ -226,8 +226,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         # 404, 405, 413 and the rest answer in the extender's own shape, never {"detail"}.
         return json_response({"Error": str(exc.detail)}, status_code=exc.status_code)
 
-    app.include_router(verbs.router)
+    app.include_router(webhook.router)
     app.include_router(health.router)
     if settings.mode == "standalone" and settings.events_token is not None:
-        app.include_router(verbs.events_router)
+        app.include_router(webhook.events_router)
     return app

@@ -128,7 +128,7 @@ def _defrag(args: argparse.Namespace, api: Any) -> int:
     ``--config`` (the default preset without it)."""
     from extender import inspection
     from extender.admin_config import ConfigError, load_admin_config
-    from extender.cluster.defrag import plan_from_api
+    from extender.cluster.defragmenter import plan_from_api
     from scoring.presets import PRESETS
     from scoring.scorer import build_scorer
 

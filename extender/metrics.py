@@ -252,7 +252,7 @@ class Metrics:
             self.defrag_evictions.labels(result)
 
     def planned(self, made: DefragPlan) -> None:
-        """A new defragmentation plan (``extender.cluster.defrag.Defragmenter``): its gauges."""
+        """A new defragmentation plan (``extender.cluster.defragmenter.Defragmenter``): its gauges."""
         self.cluster.planned_waiting = len(made.waiting)
         self.defrag_planned_moves.set(made.moves)
 

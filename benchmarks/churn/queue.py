@@ -59,7 +59,7 @@ from benchmarks.replay import ClusterNames, InProcessClient, schedule_with_exten
 from benchmarks.scheduler_emulation import DEFAULT_PODS_PER_NODE, Profile, SchedulerView
 from extender.cache.defrag import NO_DEFRAG, DefragPolicy, plan
 from extender.cache.reservations import OFF, StarvationPolicy
-from extender.cluster.defrag import HOLD_TTL_S
+from extender.cluster.defragmenter import HOLD_TTL_S
 from scoring.request import MILLI_PER_GPU
 from scoring.state import NodeSpec
 

@@ -27,7 +27,7 @@ node fit it. The plan says which, for the oldest such pods first:
 
 The plan is computed on a copy of the cache (``GpuCache.defrag_snapshot``), outside the
 cache lock, within ``deadline_s``; it changes nothing. Acting on it (evictions through the
-Eviction API, behind ``DefragPolicy.evict``) is ``extender.cluster.defrag``'s.
+Eviction API, behind ``DefragPolicy.evict``) is ``extender.cluster.defragmenter``'s.
 
 What it cannot see: taints and tolerations, node affinity, pod affinity and topology spread
 (pods with the last three are neither moved nor planned for), and kube-scheduler's own

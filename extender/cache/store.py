@@ -49,7 +49,7 @@ class GpuCache:
         self._evaluator = Evaluator(scorer, tolerance)
         self._last_view = EMPTY_VIEW
         self._reservations = Reservations()
-        self.defrag_policy = DefragPolicy()  # admin config defragmentation: (extender.cluster.defrag)
+        self.defrag_policy = DefragPolicy()  # admin config defragmentation: (extender.cluster.defragmenter)
         self.count_waiting = True  # pods waiting for fragmentation in metrics_view; cluster mode's plan counts them
 
     # -- configuration -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 from extender.cache import EventType, GpuCache
 from extender.cache.defrag import DefragPlan
 from extender.cluster.binder import KubeBinder
-from extender.cluster.defrag import Defragmenter
+from extender.cluster.defragmenter import Defragmenter
 from extender.cluster.nodes import NodeReader
 from extender.cluster.objects import (
     HTTP_GONE,
@@ -81,7 +81,7 @@ class ClusterSync:
         self._stop = threading.Event()
         self._nodes = NodeReader(self.quarantine, now, options.inventory_stale_after_s, monotonic)
         self.defrag = Defragmenter(api, cache, self._nodes.labels, on_plan, count_eviction)
-        """The defragmentation plan (``extender.cluster.defrag``), made in its own loop."""
+        """The defragmentation plan (``extender.cluster.defragmenter``), made in its own loop."""
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
         self.namespaces_synced = threading.Event()

@@ -63,7 +63,7 @@ def nodes(cache: CacheDep) -> Response:
 
 @router.get("/defrag")
 def defrag(request: Request, cache: CacheDep) -> Response:
-    """The last defragmentation plan (cluster mode; ``extender.cluster.defrag``), with its age
+    """The last defragmentation plan (cluster mode; ``extender.cluster.defragmenter``), with its age
     in seconds, whether it is acted on, and the nodes held now (by starvation protection or for a
     step acted on); 404 in standalone mode (no PodDisruptionBudgets to read there). A worker
     thread: the holds are read under the cache lock."""

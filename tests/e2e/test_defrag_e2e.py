@@ -22,7 +22,7 @@ import httpx
 from kubernetes import client
 
 from extender.cache.moves import Move
-from extender.cluster.defrag import evict
+from extender.cluster.defragmenter import evict
 from harness import docs
 from harness.controlplane import ROOT
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods

@@ -1,4 +1,4 @@
-"""The defragmentation plan's cluster side (extender/cluster/defrag.py): PodDisruptionBudgets
+"""The defragmentation plan's cluster side (extender/cluster/defragmenter.py): PodDisruptionBudgets
 read defensively, and the Defragmenter acting on a plan (fake evictions, a fake clock)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from extender.cache import GpuCache
 from extender.cache.defrag import DefragPolicy
 from extender.cache.moves import DisruptionBudget, Move
-from extender.cluster.defrag import Defragmenter, budget_of, label_selector_matches
+from extender.cluster.defragmenter import Defragmenter, budget_of, label_selector_matches
 from extender.verbs.filter import ExtenderArgs, filter
 from tests.extender.helpers import bestfit_cache, send_event
 from tests.extender.test_defrag import bound, node, pod

@@ -297,7 +297,7 @@ def test_small_filters_run_on_the_event_loop_large_ones_in_a_worker_thread(
     # A thread hop costs more than a 50-node filter; a filter over more than
     # INLINE_MAX_CANDIDATES names (a full evaluation may take tens of milliseconds) still
     # leaves the event loop free for /healthz and /metrics.
-    from extender.routes import verbs as routes
+    from extender.routes import webhook as routes
     from extender.verbs.filter import filter as real
 
     threads: list[str] = []
