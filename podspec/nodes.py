@@ -16,7 +16,7 @@ from scoring.state import GpuSpec, NodeSpec
 MAX_CLOCK_SKEW_S = 300.0
 """How far in the future a heartbeat may lie for ``NodeObservation.age_s``, a reading by this
 machine's clock (``gpufrac inspect``); the extender judges freshness by when it saw the
-heartbeat change, not by its clock (``extender.cluster.nodes``)."""
+heartbeat change, not by its clock (``extender.cluster.node_reader``)."""
 
 PLAUSIBLE_YEARS = (2000, 2200)
 """Years a heartbeat may name; any other is not a time an agent wrote (quarantined)."""

@@ -47,3 +47,32 @@ def test_modules_stay_small_enough_to_read() -> None:
     assert sizes["extender/cache/store.py"] < 300, sizes["extender/cache/store.py"]
     over = {path: n for path, n in sizes.items() if n > 450}
     assert not over, over
+
+
+ENTRY_POINT_MODULES = {"__main__", "cli", "metrics"}
+"""Module names each product has once, for the same role in each (its command line, its
+``python -m`` entry, its Prometheus metrics): named by what they are to that product."""
+
+
+def test_one_name_per_thing_across_the_products() -> None:
+    # Issue 56: two Ledger classes and two defrag modules had a newcomer reading the wrong one.
+    # No two public classes, and no two modules outside the entry points, share a name across
+    # the placement core, the shared package, the extender and the agent.
+    import ast
+    from collections import defaultdict
+
+    modules: dict[str, list[str]] = defaultdict(list)
+    classes: dict[str, list[str]] = defaultdict(list)
+    for package in ("scoring", "podspec", "extender", "agent"):
+        for path in (REPO / package).rglob("*.py"):
+            rel = path.relative_to(REPO).as_posix()
+            if "_v1beta1" in rel or path.name.endswith("_pb2.py") or path.name.endswith("_pb2_grpc.py"):
+                continue  # generated gRPC stubs
+            if path.stem != "__init__":
+                modules[path.stem].append(rel)
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    classes[node.name].append(rel)
+    assert len(modules) > 50 and len(classes) > 50  # the walk found the code
+    assert {n: p for n, p in modules.items() if len(p) > 1 and n not in ENTRY_POINT_MODULES} == {}
+    assert {n: p for n, p in classes.items() if len(p) > 1} == {}

@@ -27,7 +27,7 @@ from extender.cache import GpuCache
 from extender.cache.defrag import EMPTY_PLAN, DefragPlan, plan
 from extender.cache.moves import DisruptionBudget, Labels, Move, Step
 from extender.cache.records import is_pending
-from extender.cluster.nodes import NodeReader
+from extender.cluster.node_reader import NodeReader
 from extender.quarantine import Quarantine
 from podspec.kubeio import core_path, response_json, write_json
 from podspec.pods import pod_intent

@@ -4,7 +4,7 @@ List-then-watch on each (from the list's ``resourceVersion``, with bookmarks; a 
 ``410 Gone``; bounded exponential backoff on any other error), plus a housekeeping loop that
 marks nodes whose inventory heartbeat went stale and frees assumed allocations that were
 never confirmed, and a requeue loop that retries pending GPU pods once share is freed. Nodes
-are read by ``extender.cluster.nodes.NodeReader``; one object that cannot be read is
+are read by ``extender.cluster.node_reader.NodeReader``; one object that cannot be read is
 quarantined, never a stopped watch.
 """
 
@@ -25,7 +25,7 @@ from extender.cache import EventType, GpuCache
 from extender.cache.defrag import DefragPlan
 from extender.cluster.binder import KubeBinder
 from extender.cluster.defragmenter import Defragmenter
-from extender.cluster.nodes import NodeReader
+from extender.cluster.node_reader import NodeReader
 from extender.cluster.objects import (
     HTTP_GONE,
     MERGE_PATCH,
