@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "deploy/README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+DOCS = ("README.md", "CONTRIBUTING.md", "deploy/README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
 BLOCK = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.M | re.S)
 COMMENT = re.compile(r"\s+#\s.*$")
 
@@ -31,12 +31,15 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("deploy/README.md", "kubectl apply -k deploy/base"): "tests/e2e/test_docs_e2e.py",
     ("deploy/README.md", "gpufrac inspect"): "tests/e2e/test_docs_e2e.py",
     ("docs/install.md", "helm install gpufrac"): "tests/e2e/test_install_e2e.py",
+    ("README.md", "helm install gpufrac"): "tests/e2e/test_docs_e2e.py",
+    ("README.md", "deploy/release.sh "): "tests/e2e/test_docs_e2e.py",
     ("docs/install.md", "kubectl -n gpufrac-system rollout status ds/gpufrac-agent"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl gpufrac inspect"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl -n gpufrac-system rollout status deploy/"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "buildah build -f deploy/Dockerfile"): "harness/images.py",
     ("docs/install.md", "helm uninstall gpufrac"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "helm package deploy/helm/gpufrac"): "tests/e2e/test_helm_e2e.py",
+    ("docs/install.md", "deploy/release.sh "): "harness/images.py",
     ("docs/install.md", "kubectl delete namespace gpufrac-claims"): "tests/e2e/test_install_e2e.py",
     ("docs/install.md", "kubectl annotate nodes --all gpufrac.io/inventory-"): "tests/e2e/test_install_e2e.py",
     ("docs/admin.md", "gpufrac config validate --helm-values"): "tests/e2e/test_install_e2e.py",
@@ -58,6 +61,9 @@ EXEMPT: dict[tuple[str, str], str] = {
         "on --limit smoke runs",
     ("docs/install.md", "helm push"): "no registry here: tests/e2e/test_helm_e2e.py packages the chart with the "
                                       "doc's command and renders the package",
+    ("docs/install.md", "python deploy/lock.py"):
+        "rewrites the committed lock from PyPI's newest versions: tests/extender/test_deploy.py checks the "
+        "committed lock against pyproject.toml, tests/e2e/test_images_e2e.py that the images install exactly it",
     ("docs/install.md", "buildah push"): "no registry here: the suite writes the images to Docker archives for "
                                          "containerd (harness/images.py, archive)",
     ("deploy/README.md", "kubectl -n gpufrac-system rollout status deploy/"):

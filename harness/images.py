@@ -23,6 +23,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import hashlib
+import os
 import shlex
 import subprocess
 import sys
@@ -180,6 +181,39 @@ def _prune_dangling(older_than_s: float) -> None:
             continue
         if (now - when).total_seconds() > older_than_s:
             buildah_may_fail("rmi", image)
+
+
+def release(registry: str) -> str:
+    """``docs/install.md``'s one command (``deploy/release.sh REGISTRY``) as written, the
+    registry replaced, on the stand-in bases (its ``BUILD_ARGS``, with the CA mount and
+    buildah's layer cache) with buildah and the harness's Helm on ``PATH``; its output. The
+    chart package lands in the repository's ``dist/`` as the doc says.
+
+    Raises
+    ------
+    ControlPlaneError
+        When the script fails (its output's tail included).
+    """
+    from harness.helm import build_helm
+
+    argv = shlex.split(docs.command("docs/install.md", "deploy/release.sh "))
+    assert argv[0] == "deploy/release.sh" and len(argv) == 2, argv
+    exe = ensure_debian("buildah", "buildah")
+    env = {**os.environ, "PATH": f"{exe.parent}:{build_helm().parent}:{os.environ['PATH']}",
+           "BUILD_ARGS": f"--layers -q --build-arg PYTHON_BASE={python_base()} --build-arg GO_BASE={go_base()} "
+                         f"-v {CA_MOUNT}"}
+    with _storage_lock():
+        containers = _containers()
+        try:
+            proc = subprocess.run([argv[0], registry], cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=1800)
+        finally:
+            for ctr in _containers() - containers:  # buildah 1.28's stage containers (role_image)
+                buildah("rm", ctr)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"deploy/release.sh failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
+                                f"{proc.stderr[-3000:]}")
+    return proc.stdout
 
 
 def _containers() -> set[str]:

@@ -1,6 +1,6 @@
 """Every link and every repository path the docs name resolves.
 
-The user-facing docs (README.md, docs/, docs/decisions/, deploy/README.md,
+The user-facing docs (README.md, CONTRIBUTING.md, docs/, docs/decisions/, deploy/README.md,
 benchmarks/README.md) point at each other with Markdown links and at the code with
 backticked paths (``scoring/strategies/fgd.py``); a moved file must not leave either behind.
 """
@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = sorted({REPO / "README.md", REPO / "deploy/README.md", REPO / "benchmarks/README.md",
-               *(REPO / "docs").rglob("*.md")})
+DOCS = sorted({REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "deploy/README.md",
+               REPO / "benchmarks/README.md", *(REPO / "docs").rglob("*.md")})
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-TOP = sorted(p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith("."))
+OUTPUTS = {"dist", "build", "out", "replay-out"}
+"""Top-level folders commands write (git-ignored): a doc naming what lands there names an output."""
+TOP = sorted(p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in OUTPUTS)
 PATH = re.compile(r"`((?:" + "|".join(map(re.escape, TOP)) + r")/[\w./-]*)`")
 HISTORY = {"docs/decisions/benchmark-log.md"}
 """The log of past runs names the paths of their day."""
@@ -45,9 +47,13 @@ def test_every_repository_path_named_exists(doc: Path) -> None:
 
 def test_the_checks_see_links_and_paths() -> None:
     # The patterns find what the docs hold (a check that reads nothing cannot fail).
-    readme = (REPO / "README.md").read_text()
     assert "docs/install.md" in targets(REPO / "README.md")
-    assert "scoring/strategies/__init__.py" in PATH.findall(readme)
+    assert "scoring/strategies/__init__.py" in PATH.findall((REPO / "CONTRIBUTING.md").read_text())
+
+
+def test_the_readme_stays_short() -> None:
+    # Issue 53: what it is, why it wins, how to try it; contributor material in CONTRIBUTING.md.
+    assert (REPO / "README.md").stat().st_size <= 12 * 1024
 
 
 def test_results_stay_small() -> None:

@@ -49,6 +49,13 @@ def test_every_docs_command_is_run_by_a_test_or_exempt_with_a_reason() -> None:
     assert all(len(why) > 40 for why in docs.EXEMPT.values())
 
 
+def test_the_readmes_install_command_is_install_mds() -> None:
+    """README's install lines are the ones the tests run from docs/install.md (the package
+    installed by test_install_e2e, the release script by harness/images.py)."""
+    for line in ("deploy/release.sh ", "helm install gpufrac"):
+        assert docs.command("README.md", line) == docs.command("docs/install.md", line)
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     command = docs.command("README.md", 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[dev]"')
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()

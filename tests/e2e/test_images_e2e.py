@@ -67,3 +67,47 @@ def test_agent_image_carries_the_device_plugin_stubs(images: Images) -> None:
 
 def test_scheduler_image_is_the_harness_release(images: Images) -> None:
     assert img.run(images.scheduler, "kube-scheduler", "--version") == f"Kubernetes {kube_version()}"
+
+
+def _freeze(ref: str) -> dict[str, str]:
+    """``pip list`` of an image: canonical name -> version."""
+    from packaging.utils import canonicalize_name
+
+    out = img.run(ref, "python3", "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check")
+    return {canonicalize_name(n): v for n, v in (line.split("==") for line in out.splitlines() if "==" in line)}
+
+
+@pytest.mark.parametrize("role", ["extender", "agent"])
+def test_images_install_exactly_the_lock(images: Images, role: str) -> None:
+    # Issue 53: two builds must install the same dependency set. Every package of the lock is
+    # in the image at its version, and the image adds nothing else to what the base has.
+    from packaging.utils import canonicalize_name
+
+    lock = {canonicalize_name(n): v for n, v in (
+        line.split("==") for line in (img.ROOT / "deploy" / "requirements" / f"{role}.txt").read_text().splitlines()
+        if line and not line.startswith("#"))}
+    installed, base = _freeze(getattr(images, role)), _freeze(img.python_base())
+    assert {n: installed.get(n) for n in lock} == lock
+    assert installed["gpufrac"] == "0.1.0"
+    assert set(installed) - set(lock) - {"gpufrac"} <= set(base), set(installed) - set(lock) - set(base)
+
+
+def test_one_command_builds_both_images_and_packages_the_chart() -> None:
+    """docs/install.md's deploy/release.sh, as written, with a local registry name."""
+    registry = "localhost/gpufrac-release"
+    package = img.ROOT / "dist" / "gpufrac-0.1.0.tgz"
+    had_dist = package.parent.exists()
+    package.unlink(missing_ok=True)
+    refs = [f"{registry}/gpufrac:0.1.0", f"{registry}/gpufrac-agent:0.1.0"]
+    try:
+        out = img.release(registry)
+        assert out.strip().splitlines()[-1] == f"images: {refs[0]} {refs[1]}; chart: dist/gpufrac-0.1.0.tgz"
+        assert all(img.exists(ref) for ref in refs) and package.stat().st_size > 10_000
+        assert img.run(refs[0], "gpufrac", "--version") == "gpufrac 0.1.0"
+        assert img.run(refs[1], "gpufrac-agent", "--version") == "gpufrac-agent 0.1.0"
+    finally:
+        package.unlink(missing_ok=True)
+        if not had_dist and package.parent.exists() and not any(package.parent.iterdir()):
+            package.parent.rmdir()
+        for ref in refs:
+            img.buildah_may_fail("rmi", ref)

@@ -1,5 +1,5 @@
 """gpufrac installed as a platform team installs it: images built from ``deploy/Dockerfile``,
-imported into the node's containerd, ``helm install`` of ``deploy/helm/gpufrac``, and the
+imported into the node's containerd, ``helm install`` of the package ``helm package`` makes of ``deploy/helm/gpufrac``, and the
 chart's own pods running on a real kubelet.
 
 The cluster: etcd, kube-apiserver with the ServiceAccount admission plugin (pods get tokens),
@@ -65,10 +65,11 @@ class Installed:
     def helm(self, *args: str, check: bool = True) -> Any:
         return helm(*args, "--kubeconfig", str(self.cp.admin_kubeconfig), check=check)
 
-    def sh(self, command: str, check: bool = True, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    def sh(self, command: str, check: bool = True, timeout_s: float = 300,
+           cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         """A docs command on this cluster, with kubectl and helm on PATH (``docs.run``)."""
         return docs.run(command, self.cp.admin_kubeconfig, (self.cp.bins["kubectl"], build_helm()),
-                        check=check, timeout_s=timeout_s)
+                        cwd=cwd, check=check, timeout_s=timeout_s)
 
     def pods(self, component: str) -> list[dict[str, Any]]:
         return list(self.kubectl_json("get", "pods", "-n", NS, "-l",
@@ -146,8 +147,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory, images: Images) -> Itera
             archive.unlink()  # half a gigabyte each; containerd holds the image now
         ports = {k: free_port() for k in ("verbs", "metrics", "scheduler", "agent")}
         inst = Installed(cp, node, values_file(work / "values.yaml", cp, images, mps_image, ports), ports)
-        # docs/install.md's quick start, with this cluster's values file.
-        notes = inst.sh(docs.command(INSTALL_MD, "helm install gpufrac") + f" -f {inst.values}").stdout
+        # docs/install.md's quick start, with this cluster's values file: the chart packaged by
+        # the doc's own command (in a directory of its own, the checkout's deploy/ linked, so
+        # dist/ lands there) and the package installed, not the folder.
+        checkout = work / "checkout"
+        checkout.mkdir()
+        (checkout / "deploy").symlink_to(ROOT / "deploy")
+        inst.sh(docs.command(INSTALL_MD, "helm package deploy/helm/gpufrac"), cwd=checkout)
+        quick_start = docs.command(INSTALL_MD, "helm install gpufrac")
+        assert "dist/gpufrac-0.1.0.tgz" in quick_start and "deploy/helm/gpufrac" not in quick_start
+        notes = inst.sh(quick_start.replace("my-values.yaml", str(inst.values)), cwd=checkout).stdout
         # NOTES.txt: what to check next; no warning about MPS, since this install runs the daemon
         assert "kubectl -n gpufrac-system rollout status" in notes and "MPS control daemon" not in notes
         try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "base"
@@ -114,7 +117,7 @@ def test_image_and_manifests_use_the_product_packages_and_entry_points() -> None
     # non-root user; the agent's adds the [agent] extra
     stages = dict(re.findall(r"^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", dockerfile, flags=re.M | re.S))
     assert set(stages) == {"go", "stubs", "source", "extender", "agent"}  # go: the GO_BASE toolchain, copied into stubs
-    assert "pip install --no-cache-dir . " in stages["extender"] and "[agent]" not in stages["extender"]
+    assert "pip install --no-cache-dir --no-deps . " in stages["extender"] and "[agent]" not in stages["extender"]
     assert "USER 65532:65532" in stages["extender"] and '".[agent]"' in stages["agent"]
     scripts = set(project["project"]["scripts"])
     (agent,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "agent" / "daemonset.yaml").read_text())
@@ -186,3 +189,35 @@ def test_kustomize_base_behaves_as_the_chart() -> None:
     for name, spec in pdbs.items():
         assert spec["maxUnavailable"] == 1 and deployments[name]["spec"]["replicas"] == 2
         assert spec["selector"]["matchLabels"] == deployments[name]["spec"]["selector"]["matchLabels"]
+
+
+def _lock(role: str) -> dict[str, str]:
+    lines = [line for line in (ROOT / "deploy" / "requirements" / f"{role}.txt").read_text().splitlines()
+             if line and not line.startswith("#")]
+    pins = dict(line.split("==") for line in lines)
+    assert len(pins) == len(lines)  # one name==version a line, each name once
+    return {canonicalize_name(n): v for n, v in pins.items()}
+
+
+def test_the_images_lock_satisfies_what_the_package_asks() -> None:
+    # Issue 53: images installed dependencies by minimum versions only. deploy/Dockerfile
+    # installs the lock with --no-deps; every dependency pyproject.toml names must be in it,
+    # at a version its specifier allows, and the agent's lock must hold the extender's plus
+    # the [agent] extra.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {"extender": project["dependencies"],
+              "agent": project["dependencies"] + project["optional-dependencies"]["agent"]}
+    for role, requirements in wanted.items():
+        pins = _lock(role)
+        assert "gpufrac" not in pins and len(pins) > len(requirements)
+        for text in requirements:
+            req = Requirement(text)
+            name = canonicalize_name(req.name)
+            assert name in pins, (role, text)
+            assert req.specifier.contains(pins[name]), (role, text, pins[name])
+    # The stubs stage's grpcio-tools generates code for the agent's own grpcio and protobuf.
+    stubs, agent = _lock("stubs"), _lock("agent")
+    assert "grpcio-tools" in stubs and all(stubs[p] == agent[p] for p in ("grpcio", "protobuf"))
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    for role in ("extender", "agent", "stubs"):
+        assert f"--no-deps -r deploy/requirements/{role}.txt" in dockerfile
