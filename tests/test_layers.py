@@ -76,3 +76,16 @@ def test_one_name_per_thing_across_the_products() -> None:
     assert len(modules) > 50 and len(classes) > 50  # the walk found the code
     assert {n: p for n, p in modules.items() if len(p) > 1 and n not in ENTRY_POINT_MODULES} == {}
     assert {n: p for n, p in classes.items() if len(p) > 1} == {}
+
+
+def test_every_top_level_module_of_the_extender_is_in_its_layers() -> None:
+    # Issue 56: seven top-level modules were outside every import contract, so nothing kept
+    # them from importing upward. The extender's layers contract names each one.
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["name"].startswith("extender: HTTP on top")]
+    named = {m.strip() for layer in layers for m in layer.split("|")}
+    top = {f"extender.{p.stem if p.is_file() else p.name}" for p in (REPO / "extender").iterdir()
+           if (p.suffix == ".py" and p.stem not in ("__init__", "__main__")) or (p / "__init__.py").is_file()}
+    assert len(top) > 20 and top - named == set(), top - named

@@ -220,7 +220,8 @@ def merge(args: argparse.Namespace) -> int:
               "dates": sorted({r["date"] for r in records}), "wall_seconds": sum(r["wall_seconds"] for r in records),
               "runs": [r for rec in records for r in rec["runs"]], "series": series}
     _write(args, results, record, base["command"].get("tuning_seeds"), keep_series=False)
-    print(f"merged {len(results)} runs of {len(args.merge)} folders; wrote {args.out}/churn.json, churn.md, churn.png")
+    print(f"merged {len(results)} runs of {len(args.merge)} folders; wrote {args.out}/churn.json, churn.md"
+          + ("" if args.no_picture else ", churn.png"))
     return 0
 
 
@@ -281,5 +282,6 @@ def run(args: argparse.Namespace) -> int:
     }
     table = _write(args, results, record, args.tuning_seeds)
     print(table)
-    print(f"\n{len(cells)} runs in {wall:.0f} s wall; wrote {args.out}/churn.json, churn.md, churn.png")
+    print(f"\n{len(cells)} runs in {wall:.0f} s wall; wrote {args.out}/churn.json, churn.md"
+          + ("" if args.no_picture else ", churn.png"))
     return 0
