@@ -14,7 +14,7 @@ import re
 import pytest
 
 from harness import images as img
-from harness.controlplane import kube_version
+from harness.controlplane import ROOT, kube_version
 from tests.e2e.conftest import Images
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +84,7 @@ def test_images_install_exactly_the_lock(images: Images, role: str) -> None:
     from packaging.utils import canonicalize_name
 
     lock = {canonicalize_name(n): v for n, v in (
-        line.split("==") for line in (img.ROOT / "deploy" / "requirements" / f"{role}.txt").read_text().splitlines()
+        line.split("==") for line in (ROOT / "deploy" / "requirements" / f"{role}.txt").read_text().splitlines()
         if line and not line.startswith("#"))}
     installed, base = _freeze(getattr(images, role)), _freeze(img.python_base())
     assert {n: installed.get(n) for n in lock} == lock
@@ -95,7 +95,7 @@ def test_images_install_exactly_the_lock(images: Images, role: str) -> None:
 def test_one_command_builds_both_images_and_packages_the_chart() -> None:
     """docs/install.md's deploy/release.sh, as written, with a local registry name."""
     registry = "localhost/gpufrac-release"
-    package = img.ROOT / "dist" / "gpufrac-0.1.0.tgz"
+    package = ROOT / "dist" / "gpufrac-0.1.0.tgz"
     had_dist = package.parent.exists()
     package.unlink(missing_ok=True)
     refs = [f"{registry}/gpufrac:0.1.0", f"{registry}/gpufrac-agent:0.1.0"]
