@@ -199,9 +199,11 @@ def merge(args: argparse.Namespace) -> int:
     base = records[0]
     keys = ("nodes", "gpus", "quick")
     for d, r in zip(args.merge, records, strict=True):
+        # The pod list by its file name: the same list read from another checkout is the same list.
         same = {k: r[k] for k in keys} == {k: base[k] for k in keys} and all(
-            r["command"][k] == base["command"][k] for k in ("pods", "node_stride", "hours", "warmup_hours",
-                                                             "lifetime_cap_hours"))
+            r["command"][k] == base["command"][k] for k in ("node_stride", "hours", "warmup_hours",
+                                                             "lifetime_cap_hours")) and \
+            Path(r["command"]["pods"]).name == Path(base["command"]["pods"]).name
         if not same:
             raise ValueError(f"--merge: {d} replayed another cluster, pod list or window than {args.merge[0]}")
     latest: dict[tuple[str, float, int], tuple[int, dict[str, Any]]] = {}

@@ -223,6 +223,8 @@ def test_the_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFix
     # earlier runs; the others are kept, and both commits recorded.
     rerun = json.loads((other / "churn.json").read_text())
     rerun["commit"], rerun["command"]["presets"] = "rerun", ["default"]
+    # ... read from another checkout: the same pod list by name, in another folder
+    rerun["command"]["pods"] = "/elsewhere/checkout/" + Path(rerun["command"]["pods"]).name
     rerun["runs"] = [{**r, "allocation_pct": 12.5} for r in rerun["runs"] if r["preset"] == "default"]
     (tmp_path / "rerun").mkdir()
     (tmp_path / "rerun" / "churn.json").write_text(json.dumps(rerun))
