@@ -212,15 +212,19 @@ def merge(args: argparse.Namespace) -> int:
             latest[(run_["preset"], run_["load"], run_["seed"])] = (i, run_)
     kept = sorted({i for i, _ in latest.values()})
     records = [{**rec, "runs": [r for j, r in latest.values() if j == i]} for i, rec in enumerate(records) if i in kept]
-    results = [x for r in records for x in _results(r)]
+    # The report compares the first preset with the others: keep the folders' preset order
+    # (the first folder's first), whichever folder a run now comes from.
+    presets = list(dict.fromkeys(p for r in records for p in r["command"]["presets"]))
+    order = {p: i for i, p in enumerate(presets)}
+    results = sorted((x for r in records for x in _results(r)), key=lambda x: order.get(x.preset, len(order)))
     series = {k: v for r in records for k, v in r.get("series", {}).items()}
-    command = {**base["command"], "loads": sorted({x.load for x in results}),
-               "presets": list(dict.fromkeys(p for r in records for p in r["command"]["presets"])),
+    command = {**base["command"], "loads": sorted({x.load for x in results}), "presets": presets,
                "merged": [str(d) for i, d in enumerate(args.merge) if i in kept]}
     record = {**{k: base[k] for k in keys}, "command": command,
               "commits": sorted({r["commit"] for r in records}), "commit": base["commit"],
               "dates": sorted({r["date"] for r in records}), "wall_seconds": sum(r["wall_seconds"] for r in records),
-              "runs": [r for rec in records for r in rec["runs"]], "series": series}
+              "runs": sorted((r for rec in records for r in rec["runs"]), key=lambda r: order.get(r["preset"], len(order))),
+              "series": series}
     _write(args, results, record, base["command"].get("tuning_seeds"), keep_series=False)
     print(f"merged {len(results)} runs of {len(args.merge)} folders; wrote {args.out}/churn.json, churn.md"
           + ("" if args.no_picture else ", churn.png"))
