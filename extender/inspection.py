@@ -101,18 +101,24 @@ def gather(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
             continue
         if not intent.node_name or intent.finished or not intent.assigned_gpus:
             continue
-        milli = intent.assigned_gpu_milli or intent.gpu_milli
-        mems = intent.assigned_memory_mib or (0,) * len(intent.assigned_gpus)
-        for uuid, mem in zip(intent.assigned_gpus, mems, strict=True):
-            gpu = by_uuid.get(uuid)
-            if gpu is None:
-                continue
-            gpu.share_used_milli += milli
-            if intent.qos != QoSClass.BEST_EFFORT:
-                gpu.reserved_milli += milli
-            gpu.memory_used_mib += mem
-            gpu.pods.append({"pod": intent.key, "qos": intent.qos.wire_name, "milli": milli, "memory_mib": mem})
+        _count(by_uuid, intent.key, intent.qos.wire_name, intent.assigned_gpu_milli or intent.gpu_milli,
+               intent.assigned_gpus, intent.assigned_memory_mib or (0,) * len(intent.assigned_gpus))
     return [reports[n] for n in sorted(reports)]
+
+
+def _count(by_uuid: Mapping[str, GpuReport], pod: str, qos: str, milli: int,
+           uuids: Sequence[str], memory_mib: Sequence[int]) -> None:
+    """Count one pod's allocation on each of its GPUs (``uuids``, with the memory on each);
+    a GPU not among ``by_uuid`` is skipped. Best-effort share is used, not reserved."""
+    for uuid, mem in zip(uuids, memory_mib, strict=True):
+        gpu = by_uuid.get(uuid)
+        if gpu is None:
+            continue
+        gpu.share_used_milli += milli
+        if qos != QoSClass.BEST_EFFORT.wire_name:
+            gpu.reserved_milli += milli
+        gpu.memory_used_mib += mem
+        gpu.pods.append({"pod": pod, "qos": qos, "milli": milli, "memory_mib": mem})
 
 
 STALE_PROBLEM = "inventory stale or missing: this gpufrac refuses the node GPU pods"
@@ -137,16 +143,8 @@ def served(nodes: Iterable[Mapping[str, Any]], allocations: Iterable[Mapping[str
                    for n in nodes]
         by_uuid = {g.uuid: g for r in reports for g in r.gpus}
         for a in allocations:
-            for uuid, mem in zip(a["gpu_uuids"], a["gpu_memory_mib"], strict=True):
-                gpu = by_uuid.get(uuid)
-                if gpu is None:
-                    continue
-                gpu.share_used_milli += int(a["gpu_milli"])
-                if a["qos"] != QoSClass.BEST_EFFORT.wire_name:
-                    gpu.reserved_milli += int(a["gpu_milli"])
-                gpu.memory_used_mib += int(mem)
-                gpu.pods.append({"pod": f"{a['namespace']}/{a['name']}", "qos": a["qos"],
-                                 "milli": int(a["gpu_milli"]), "memory_mib": int(mem)})
+            _count(by_uuid, f"{a['namespace']}/{a['name']}", str(a["qos"]), int(a["gpu_milli"]),
+                   [str(u) for u in a["gpu_uuids"]], [int(m) for m in a["gpu_memory_mib"]])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not what gpufrac's /nodes and /allocations serve ({type(exc).__name__}: {exc})") from exc
     return sorted(reports, key=lambda r: r.name)
