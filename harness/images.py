@@ -134,19 +134,33 @@ def role_image(target: str, tag: str = "test") -> str:
     argv = shlex.split(docs.command("docs/install.md", f"buildah build -f deploy/Dockerfile --target {target} "))
     assert argv[:2] == ["buildah", "build"] and "-t" in argv, argv
     argv[argv.index("-t") + 1] = ref
-    bases = ("--build-arg", f"PYTHON_BASE={python_base()}", "--build-arg", f"GO_BASE={go_base()}")
-    with _storage_lock():
+    with _building():
         _prune_dangling(DANGLING_KEEP_S)
-        previous, containers = image_id(ref), _containers()
-        try:
-            buildah(*argv[1:2], "--layers", "-q", *bases, "-v", CA_MOUNT, *argv[2:], cwd=ROOT)
-        finally:
-            # buildah 1.28 leaves the working container of a stage that only names a base
-            # (`FROM ${GO_BASE} AS go`, read by `COPY --from=go`): one per build, ~0.3 GB each.
-            for ctr in _containers() - containers:
-                buildah("rm", ctr)
+        previous = image_id(ref)
+        buildah(*argv[1:2], *_build_args(), *argv[2:], cwd=ROOT)
         _drop(previous, ref)
     return ref
+
+
+def _build_args() -> tuple[str, ...]:
+    """What every build of ``deploy/Dockerfile`` here adds to the doc's command: the layer
+    cache, the stand-in bases and this machine's CA bundle (for pip)."""
+    return ("--layers", "-q", "--build-arg", f"PYTHON_BASE={python_base()}",
+            "--build-arg", f"GO_BASE={go_base()}", "-v", CA_MOUNT)
+
+
+@contextlib.contextmanager
+def _building() -> Iterator[None]:
+    """Hold the storage lock around image builds, and remove the working containers they
+    leave: buildah 1.28 leaves the one of a stage that only names a base (`FROM ${GO_BASE}
+    AS go`, read by `COPY --from=go`): one per build, ~0.3 GB each."""
+    with _storage_lock():
+        containers = _containers()
+        try:
+            yield
+        finally:
+            for ctr in _containers() - containers:
+                buildah("rm", ctr)
 
 
 @contextlib.contextmanager
@@ -200,16 +214,9 @@ def release(registry: str) -> str:
     assert argv[0] == "deploy/release.sh" and len(argv) == 2, argv
     exe = ensure_debian("buildah", "buildah")
     env = {**os.environ, "PATH": f"{exe.parent}:{build_helm().parent}:{os.environ['PATH']}",
-           "BUILD_ARGS": f"--layers -q --build-arg PYTHON_BASE={python_base()} --build-arg GO_BASE={go_base()} "
-                         f"-v {CA_MOUNT}"}
-    with _storage_lock():
-        containers = _containers()
-        try:
-            proc = subprocess.run([argv[0], registry], cwd=ROOT, env=env, capture_output=True, text=True,
-                                  timeout=1800)
-        finally:
-            for ctr in _containers() - containers:  # buildah 1.28's stage containers (role_image)
-                buildah("rm", ctr)
+           "BUILD_ARGS": " ".join(_build_args())}
+    with _building():
+        proc = subprocess.run([argv[0], registry], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise ControlPlaneError(f"deploy/release.sh failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
                                 f"{proc.stderr[-3000:]}")
