@@ -30,17 +30,12 @@ import numpy as np
 import orjson
 
 from benchmarks import bench_core, trace
+from benchmarks.extender_client import REPO_ROOT, ExtenderClient, start_extender, wait_ok
 from benchmarks.procstat import cpu_s
-from benchmarks.replay import (
-    REPO_ROOT,
-    ClusterNames,
-    ExtenderClient,
-    free_port,
-    source_commit,
-    start_extender,
-    wait_ok,
-)
+from benchmarks.replay import source_commit
+from benchmarks.scheduler_emulation import ClusterNames
 from extender.clusterfile import load_cluster_file, synthetic_uuid
+from harness.processes import free_port
 from podspec import annotations as ann
 from scoring.state import ClusterState, NodeSpec
 

@@ -46,16 +46,9 @@ from benchmarks.errors import UsageError
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
-from harness.controlplane import (
-    LOOPBACK,
-    ControlPlane,
-    add_fake_node,
-    fake_node_gpus,
-    free_port,
-    kube_version,
-    start,
-    wait_until,
-)
+from harness.builds import kube_version
+from harness.controlplane import ControlPlane, add_fake_node, fake_node_gpus
+from harness.processes import LOOPBACK, free_port, start, wait_until
 
 SCHEDULER = "gpufrac-scheduler"
 SETUPS = ("no extender", "no-op extender", "no-op binder", "gpufrac", "gpufrac fenced")

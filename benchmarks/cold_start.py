@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import replay
+from benchmarks import extender_client, replay, scheduler_emulation
 from benchmarks.scheduler_emulation import Profile, SchedulerView
 from extender.admin_config import AdminConfig, scoring_config
 from extender.translate import inbound
@@ -114,9 +114,9 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
     spread = policy == "kube-scheduler"
     profile = Profile(**{**base.__dict__, "extender_weight": 0 if spread else base.extender_weight})
     # Spread: every feasible node must reach kube-scheduler's scoring (gpufrac decides nothing).
-    client = replay.InProcessClient(specs, AdminConfig(scoring_config("default" if spread else policy)),
+    client = extender_client.InProcessClient(specs, AdminConfig(scoring_config("default" if spread else policy)),
                                     decision="prioritize" if spread else "filter")
-    names = replay.ClusterNames.build(specs, profile.node_cache_capable)
+    names = scheduler_emulation.ClusterNames.build(specs, profile.node_cache_capable)
     view = SchedulerView(np.array([s.cpu_milli for s in specs]), np.array([s.memory_mib for s in specs]),
                          np.array([sum(g.replicas for g in s.gpus) for s in specs]), profile,
                          np.random.default_rng(seed))
@@ -131,7 +131,7 @@ def run_one(policy: str, seen_gpu: float, load: float, n_nodes: int, gpus_per_no
         gpus = max(1, int(shape))
         client.pod_events([{"type": "ADDED", "object": p}])
         feasible = view.feasible(cpu, mem, gpus)
-        node = replay.schedule_with_extender(client, view, names, p, cpu, mem, feasible, profile)
+        node = scheduler_emulation.schedule_with_extender(client, view, names, p, cpu, mem, feasible, profile)
         if node >= 0 and not client.bind(p, names.names[node]):
             view.assume(node, cpu, mem, gpus)
             placed += name != "first"

@@ -18,150 +18,29 @@ import json
 import math
 import multiprocessing
 import os
-import secrets
-import socket
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 
-import httpx
 import numpy as np
-import orjson
 from tqdm import tqdm
 
 from benchmarks import constrain, memory, trace
-from benchmarks.scheduler_emulation import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, Profile, SchedulerView
+from benchmarks.extender_client import REPO_ROOT, ExtenderClient, InProcessClient, start_extender
+from benchmarks.scheduler_emulation import ClusterNames, Profile, SchedulerView, schedule_with_extender
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
-from extender.cache import GpuCache, PodRecord
 from extender.clusterfile import load_cluster_file
-from extender.verbs.bind import ExtenderBindingArgs, bind
-from extender.verbs.filter import ExtenderArgs, filter
-from extender.verbs.pod_events import PodEvent, pod_events
-from extender.verbs.prioritize import prioritize
-from podspec import annotations as ann
 from scoring.fragmentation import TaskTypes, fragmentation_rate
-from scoring.scorer import build_scorer
 from scoring.state import NodeSpec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SCHEDULER_CONFIG = REPO_ROOT / "scheduler-config.yaml"
 MARKS = (50, 90, 100, 130)
 GRID = np.arange(0, 130.5, 0.5)
-
-
-class ExtenderClient:
-    """kube-scheduler's side of the extender protocol, over HTTP (keep-alive)."""
-
-    def __init__(self, url: str, timeout_s: float = 30.0, events_token: str | None = None) -> None:
-        self.url = url.rstrip("/")
-        # The pod-events endpoint takes a bearer token (``--events-token``); the verbs need none.
-        headers = {"Authorization": f"Bearer {events_token}"} if events_token else {}
-        self.http = httpx.Client(timeout=timeout_s, headers=headers)
-
-    def _post(self, verb: str, body: Any) -> Any:
-        resp = self.http.post(f"{self.url}/{verb}", content=orjson.dumps(body),
-                              headers={"Content-Type": "application/json"})
-        if resp.status_code != 200:
-            raise RuntimeError(f"{verb}: HTTP {resp.status_code}: {resp.text[:300]}")
-        return orjson.loads(resp.content)
-
-    def pod_events(self, events: list[dict[str, Any]]) -> None:
-        """Post watch events (``ADDED``/``MODIFIED``/``DELETED``) to the standalone endpoint."""
-        self._post("standalone/pod-events", events)
-
-    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
-        return cast(dict[str, Any], self._post("filter", args))
-
-    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList``."""
-        return cast(list[dict[str, Any]], self._post("prioritize", args))
-
-    def bind(self, pod: dict[str, Any], node: str) -> str:
-        """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
-        meta = pod["metadata"]
-        res = self._post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
-                                  "PodUID": meta["uid"], "Node": node})
-        return str(res.get("Error", ""))
-
-    def get(self, path: str) -> Any:
-        """GET a JSON endpoint."""
-        resp = self.http.get(f"{self.url}/{path}")
-        return orjson.loads(resp.content)
-
-    def close(self) -> None:
-        """Close the keep-alive connection."""
-        self.http.close()
-
-
-class InProcessClient:
-    """The same verbs as ``ExtenderClient`` on a ``GpuCache`` in this process (``--in-process``).
-
-    Each verb is the function its HTTP route calls (``extender.verbs``), on the request type
-    the route parses, minus the HTTP and JSON layers, so placements are identical to the HTTP
-    replay's and a seed takes seconds: this is the pure-core replay used to explore weights.
-    """
-
-    def __init__(self, specs: list[NodeSpec], policy: AdminConfig, decision: str = "filter") -> None:
-        scorer = build_scorer(policy.scoring)
-        self.cache = GpuCache(scorer, policy.tolerance)
-        self.cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
-        self.cache.set_nodes(specs)
-        self.decide = decision == "filter"
-        self.last_bound: PodRecord | None = None
-        """The record of the last successful ``bind`` (its GPUs): the churn replay reads it."""
-
-    def pod_events(self, events: list[dict[str, Any]]) -> None:
-        """Apply watch events in order (as ``/standalone/pod-events``)."""
-        reply = pod_events(self.cache, [PodEvent.model_validate(e) for e in events])
-        if reply.status != 200:
-            raise RuntimeError(f"pod events: {reply.error}")
-
-    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
-        return cast(dict[str, Any], filter(self.cache, ExtenderArgs.model_validate(args), self.decide).body)
-
-    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList``."""
-        return cast(list[dict[str, Any]], prioritize(self.cache, ExtenderArgs.model_validate(args)).body)
-
-    def bind(self, pod: dict[str, Any], node: str) -> str:
-        """``ExtenderBindingArgs`` -> the ``Error`` string (empty on success)."""
-        meta = pod["metadata"]
-        self.last_bound = None
-        return bind(self._bind_recorded, ExtenderBindingArgs(
-            PodName=meta["name"], PodNamespace=meta["namespace"], PodUID=meta["uid"], Node=node)).error
-
-    def _bind_recorded(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
-        self.last_bound = self.cache.bind(uid, namespace, name, node)
-        return self.last_bound
-
-    def get(self, path: str) -> Any:
-        """``allocations`` or ``readyz`` (the parts of them the replay reads)."""
-        if path == "allocations":
-            return self.cache.allocations()
-        return self.cache.summary()
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def node_object(spec: NodeSpec) -> dict[str, Any]:
-    """The Node JSON a nodeCacheCapable=false extender receives for a cluster-file node."""
-    inv = ann.NodeInventory(node=spec.name, heartbeat="2026-01-01T00:00:00Z", gpus=[
-        ann.GpuInventory(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib,
-                         replicas=g.replicas, healthy=g.healthy) for g in spec.gpus])
-    slots = sum(g.replicas for g in spec.gpus)
-    alloc = {"cpu": f"{spec.cpu_milli}m", "memory": f"{spec.memory_mib}Mi", "pods": "110",
-             ann.RESOURCE_GPU: str(slots)}
-    return {"metadata": {"name": spec.name, "annotations": {ann.INVENTORY: ann.dump_inventory(inv)}},
-            "spec": {}, "status": {"capacity": alloc, "allocatable": alloc}}
 
 
 @dataclass
@@ -183,68 +62,6 @@ class SeedResult:
     arrived_pct: float = 130.0
     """GPU share requested by the pods replayed, % of capacity: below 130 the trace was cut
     short (``--limit``), and the marks it did not reach hold the allocation when it stopped."""
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-READY_TIMEOUT_S = 600.0
-"""Longest wait for a started extender's ``/readyz`` (a 5,000-node YAML file loads in ~5 s)."""
-
-
-def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None = None,
-                   ready_timeout_s: float = READY_TIMEOUT_S,
-                   decision: str = "filter") -> tuple[subprocess.Popen[bytes], ExtenderClient]:
-    """Start ``gpufrac serve`` (standalone) on a free loopback port; poll ``/readyz`` until it
-    answers 200, at most ``ready_timeout_s``.
-
-    The pod-events endpoint is opened with a fresh random token (passed in the environment,
-    never on the command line); the returned client sends it.
-
-    Raises
-    ------
-    RuntimeError
-        The extender exited, or was not ready within ``ready_timeout_s`` (then it is killed).
-    """
-    port = free_port()
-    token = secrets.token_urlsafe(24)
-    cmd = [sys.executable, "-m", "extender", "serve", "--cluster-file", str(nodes),
-           "--preset", policy, "--port", str(port), "--replicas-per-gpu", str(replicas),
-           "--decision", decision]
-    if config is not None:
-        cmd += ["--config", str(config)]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
-                                                     "GPUFRAC_EVENTS_TOKEN": token})
-    url = f"http://127.0.0.1:{port}"
-    wait_ok(proc, f"{url}/readyz", ready_timeout_s, "extender")
-    return proc, ExtenderClient(url, events_token=token)
-
-
-def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str) -> None:
-    """Poll ``url`` until it answers 200, at most ``timeout_s``.
-
-    Raises
-    ------
-    RuntimeError
-        ``proc`` exited, or ``url`` did not answer 200 within ``timeout_s`` (then ``proc``
-        is killed).
-    """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"{what} did not become ready within {timeout_s:g} s")
 
 
 def _free_gpu_from_allocations(specs: list[NodeSpec], allocs: list[dict[str, Any]]) -> np.ndarray:
@@ -341,55 +158,6 @@ def replay_seed(client: ExtenderClient | InProcessClient, specs: list[NodeSpec],
     return SeedResult(seed, len(seq), gpu_failed, cpu_failed, bind_errors, marks,
                       100.0 - marks[100], 100.0 - marks[130], frag_100, seconds,
                       len(seq) / seconds, curve, 100.0 * arrived / capacity)
-
-
-@dataclass(frozen=True)
-class ClusterNames:
-    """Node names in row order, and the reverse lookup, built once per replay."""
-
-    names: list[str]
-    pos: dict[str, int]
-    node_objects: list[dict[str, Any]] | None
-
-    @classmethod
-    def build(cls, specs: list[NodeSpec], node_cache_capable: bool) -> ClusterNames:
-        """From the cluster file's specs; Node objects only when the extender needs them."""
-        names = [s.name for s in specs]
-        objects = None if node_cache_capable else [node_object(s) for s in specs]
-        return cls(names, {n: i for i, n in enumerate(names)}, objects)
-
-    def args(self, pod: dict[str, Any], nodes: np.ndarray) -> dict[str, Any]:
-        """``ExtenderArgs`` for these node rows (names, or full Node objects)."""
-        rows = nodes.tolist()
-        if self.node_objects is None:
-            return {"Pod": pod, "Nodes": None, "NodeNames": [self.names[i] for i in rows]}
-        return {"Pod": pod, "Nodes": {"metadata": {}, "items": [self.node_objects[i] for i in rows]},
-                "NodeNames": None}
-
-
-def schedule_with_extender(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
-                           pod: dict[str, Any], cpu_milli: int, memory_mib: int, feasible: np.ndarray,
-                           profile: Profile) -> int:
-    """kube-scheduler's cycle for one pod after its in-tree filter: ``filter``, ``prioritize``
-    unless one node is left, ``selectHost``; the chosen row, or -1."""
-    res = client.filter(cluster.args(pod, feasible))
-    if res.get("Error"):
-        return -1
-    if cluster.node_objects is None:
-        passed = res.get("NodeNames") or []
-    else:
-        passed = [it["metadata"]["name"] for it in (res.get("Nodes") or {}).get("items") or []]
-    if not passed:
-        return -1
-    nodes = np.fromiter((cluster.pos[n] for n in passed), dtype=np.int64, count=len(passed))
-    if nodes.shape[0] == 1:
-        return int(nodes[0])  # kube-scheduler skips scoring with one feasible node
-    totals = view.in_tree_scores(nodes, cpu_milli, memory_mib)
-    ext = np.zeros(view.n_nodes, dtype=np.int64)
-    for h in client.prioritize(cluster.args(pod, nodes)):
-        ext[cluster.pos[h["Host"]]] = h["Score"]
-    scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
-    return view.select(nodes, totals + ext[nodes] * profile.extender_weight * scale)
 
 
 def _write_placements(path: Path, allocs: list[dict[str, Any]]) -> None:

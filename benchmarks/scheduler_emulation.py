@@ -21,6 +21,10 @@ affinity, no topology constraints, no images, so they cannot change the choice):
 ``percentageOfNodesToScore`` (``schedule_one.go`` ``numFeasibleNodesToFind``): the scheduler
 stops looking after ``max(100, n * p / 100)`` feasible nodes, ``p`` adaptive
 (``50 - n / 125``, at least 5) when 0, starting where the previous cycle stopped.
+
+One cycle through the extender (``schedule_with_extender``): ``filter`` on the in-tree
+survivors, ``prioritize`` unless one node is left, ``selectHost``; the candidates are sent as
+names or, for an extender that is not ``nodeCacheCapable``, as Node objects (``ClusterNames``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from typing import Any
 import numpy as np
 import yaml
 from numpy.typing import NDArray
+
+from benchmarks.extender_client import ExtenderClient, InProcessClient, node_object
+from scoring.state import NodeSpec
 
 MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10
@@ -212,3 +219,52 @@ class SchedulerView:
         self.nonzero_mem[node] += sign * (memory_mib or DEFAULT_MEMORY_MIB)
         self.pods[node] += sign
         self.slots[node] += sign * gpus
+
+
+@dataclass(frozen=True)
+class ClusterNames:
+    """Node names in row order, and the reverse lookup, built once per replay."""
+
+    names: list[str]
+    pos: dict[str, int]
+    node_objects: list[dict[str, Any]] | None
+
+    @classmethod
+    def build(cls, specs: list[NodeSpec], node_cache_capable: bool) -> ClusterNames:
+        """From the cluster file's specs; Node objects only when the extender needs them."""
+        names = [s.name for s in specs]
+        objects = None if node_cache_capable else [node_object(s) for s in specs]
+        return cls(names, {n: i for i, n in enumerate(names)}, objects)
+
+    def args(self, pod: dict[str, Any], nodes: np.ndarray) -> dict[str, Any]:
+        """``ExtenderArgs`` for these node rows (names, or full Node objects)."""
+        rows = nodes.tolist()
+        if self.node_objects is None:
+            return {"Pod": pod, "Nodes": None, "NodeNames": [self.names[i] for i in rows]}
+        return {"Pod": pod, "Nodes": {"metadata": {}, "items": [self.node_objects[i] for i in rows]},
+                "NodeNames": None}
+
+
+def schedule_with_extender(client: ExtenderClient | InProcessClient, view: SchedulerView, cluster: ClusterNames,
+                           pod: dict[str, Any], cpu_milli: int, memory_mib: int, feasible: np.ndarray,
+                           profile: Profile) -> int:
+    """kube-scheduler's cycle for one pod after its in-tree filter: ``filter``, ``prioritize``
+    unless one node is left, ``selectHost``; the chosen row, or -1."""
+    res = client.filter(cluster.args(pod, feasible))
+    if res.get("Error"):
+        return -1
+    if cluster.node_objects is None:
+        passed = res.get("NodeNames") or []
+    else:
+        passed = [it["metadata"]["name"] for it in (res.get("Nodes") or {}).get("items") or []]
+    if not passed:
+        return -1
+    nodes = np.fromiter((cluster.pos[n] for n in passed), dtype=np.int64, count=len(passed))
+    if nodes.shape[0] == 1:
+        return int(nodes[0])  # kube-scheduler skips scoring with one feasible node
+    totals = view.in_tree_scores(nodes, cpu_milli, memory_mib)
+    ext = np.zeros(view.n_nodes, dtype=np.int64)
+    for h in client.prioritize(cluster.args(pod, nodes)):
+        ext[cluster.pos[h["Host"]]] = h["Score"]
+    scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
+    return view.select(nodes, totals + ext[nodes] * profile.extender_weight * scale)

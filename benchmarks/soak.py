@@ -51,8 +51,9 @@ from kubernetes.client.rest import ApiException
 
 from benchmarks.replay import source_commit
 from extender.cluster import raw_watch_target
-from harness.controlplane import LOOPBACK, ControlPlane, Proc, add_fake_node, fake_node_gpus, free_port
+from harness.controlplane import ControlPlane, add_fake_node, fake_node_gpus
 from harness.invariants import check_invariants
+from harness.processes import LOOPBACK, Proc, free_port
 
 SCHEDULER = "gpufrac-scheduler"
 NAMESPACE = "soak"

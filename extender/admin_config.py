@@ -19,9 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from extender.cache.defrag import DefragPolicy
-from extender.cache.reservations import OFF as NO_RESERVATIONS
-from extender.cache.reservations import StarvationPolicy
+from extender.cache import NO_RESERVATIONS, DefragPolicy, StarvationPolicy
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.arrivals import MAX_HALF_LIFE_PODS, Learning
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance

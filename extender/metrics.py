@@ -11,9 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from extender.cache import MetricsView
-from extender.cache.defrag import DefragPlan
-from extender.cache.records import EMPTY_VIEW
+from extender.cache import EMPTY_VIEW, DefragPlan, MetricsView
 from scoring.request import MILLI_PER_GPU
 
 

@@ -3,14 +3,16 @@
 Builds kube-apiserver, kube-scheduler and kubectl from the Go modules pinned in
 ``harness/kube/go.mod`` (``k8s.io/kubernetes`` with its staging modules replaced by their
 published releases) into a cache directory keyed by that go.mod and go.sum, so later runs
-reuse them; installs Debian's ``etcd-server`` when no ``etcd`` is on the machine. Then starts
+reuse them; installs Debian's ``etcd-server`` when no ``etcd`` is on the machine
+(``harness.builds``). Then starts
 etcd, kube-apiserver (self-signed CA, client-certificate authentication, RBAC), and on demand
 gpufrac in cluster mode and kube-scheduler with the project's ``scheduler-config.yaml``
 (only the extender URL rewritten to gpufrac's test port).
 
 There is no controller-manager and no kubelet: ``add_fake_node`` does what they would (node
 status with capacity, allocatable and the Ready condition, no not-ready taint) and publishes
-the ``gpufrac.io/inventory`` annotation an agent would. Every process is stopped by its PID.
+the ``gpufrac.io/inventory`` annotation an agent would. Every process is stopped by its PID
+(``harness.processes``); the certificates are ``harness.pki``'s.
 
 Pitfalls this follows are in ``../shared/kube-scheduler-wire/README.md`` (copied in spirit,
 not in code): the ServiceAccount admission plugin is disabled (no token controller), new
@@ -21,13 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,341 +33,16 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-GO_MODULE_DIR = Path(__file__).resolve().parent / "kube"
-COMMANDS = ("kube-apiserver", "kube-scheduler", "kubectl")
-LOOPBACK = "127.0.0.1"
-
-
-class ControlPlaneError(RuntimeError):
-    """A control-plane binary could not be built or a process did not come up."""
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-# -- binaries ------------------------------------------------------------------------------
-
-def kube_version() -> str:
-    """The ``k8s.io/kubernetes`` version pinned in ``harness/kube/go.mod``."""
-    for line in (GO_MODULE_DIR / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if parts[:2] == ["require", "k8s.io/kubernetes"]:
-            return parts[2]
-    raise ControlPlaneError("harness/kube/go.mod does not require k8s.io/kubernetes")
-
-
-def build_kube_binaries(cache_root: Path | None = None) -> dict[str, Path]:
-    """Build (or reuse) kube-apiserver, kube-scheduler and kubectl.
-
-    Parameters
-    ----------
-    cache_root : Path, optional
-        Where builds are kept; ``$GPUFRAC_KUBE_CACHE`` or ``~/.cache/gpufrac/kube`` by default.
-        Each go.mod/go.sum pair gets its own subdirectory.
-
-    Returns
-    -------
-    dict of str to Path
-        Command name to binary.
-
-    Raises
-    ------
-    ControlPlaneError
-        If ``go`` is missing or the build fails (its output included).
-    """
-    return build_go_commands(GO_MODULE_DIR, {c: f"k8s.io/kubernetes/cmd/{c}" for c in COMMANDS},
-                             kube_version(), cache_root, ldflags=kube_ldflags())
-
-
-def kube_ldflags() -> str:
-    """The version stamp Kubernetes' release builds link in (``hack/lib/version.sh``): without
-    it the binaries report ``v0.0.0-master``, and Helm's ``kubeVersion`` check and
-    ``.Capabilities.KubeVersion`` see that instead of the release."""
-    version = kube_version()
-    major, minor = version.removeprefix("v").split(".")[:2]
-    pkg = "k8s.io/component-base/version"
-    return (f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor} "
-            f"-X {pkg}.gitTreeState=clean")
-
-
-def build_go_commands(module_dir: Path, packages: dict[str, str], tag: str,
-                      cache_root: Path | None = None, ldflags: str = "") -> dict[str, Path]:
-    """Build (or reuse) Go commands from the module in ``module_dir``.
-
-    Parameters
-    ----------
-    module_dir : Path
-        A directory with go.mod and go.sum pinning the commands' module.
-    packages : dict of str to str
-        Command name to its import path.
-    tag : str
-        Readable part of the cache directory's name (the version).
-    cache_root : Path, optional
-        As ``build_kube_binaries``'s; each go.mod/go.sum pair (and ``ldflags``) gets its own
-        subdirectory.
-    ldflags : str
-        ``go build -ldflags`` (``kube_ldflags`` for Kubernetes' commands).
-
-    Returns
-    -------
-    dict of str to Path
-        Command name to binary.
-
-    Raises
-    ------
-    ControlPlaneError
-        If ``go`` is missing or the build fails (its output included).
-    """
-    root = cache_root or Path(os.environ.get("GPUFRAC_KUBE_CACHE", Path.home() / ".cache/gpufrac/kube"))
-    digest = hashlib.sha256(
-        (module_dir / "go.mod").read_bytes() + (module_dir / "go.sum").read_bytes()
-        + ldflags.encode()).hexdigest()[:12]
-    out = root / f"{tag}-{digest}"
-    bins = {c: out / c for c in packages}
-    if all(p.exists() for p in bins.values()):
-        return bins
-    go = shutil.which("go")
-    if go is None:
-        raise ControlPlaneError(f"go is not installed: it is needed to build {', '.join(packages)}")
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out))
-    cmd = [go, "build", "-trimpath", *(["-ldflags", ldflags] if ldflags else []), "-o", str(tmp) + "/",
-           *packages.values()]
-    print(f"building {', '.join(packages)} {tag} (first run only; minutes)", file=sys.stderr)
-    proc = subprocess.run(cmd, cwd=module_dir, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ControlPlaneError(f"go build failed:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
-    for c, path in packages.items():
-        os.replace(tmp / path.rsplit("/", 1)[-1], bins[c])
-    shutil.rmtree(tmp, ignore_errors=True)
-    return bins
-
-
-def installed(command: str) -> Path | None:
-    """Path of ``command`` on $PATH or in /usr/sbin or /usr/bin; None when absent."""
-    found = shutil.which(command) or next(
-        (p for p in (f"/usr/sbin/{command}", f"/usr/bin/{command}") if Path(p).exists()), None)
-    return Path(found) if found else None
-
-
-def ensure_debian(command: str, package: str) -> Path:
-    """Path of ``command``; installs Debian's ``package`` with apt-get if it is missing.
-
-    Raises
-    ------
-    ControlPlaneError
-        If it is missing and cannot be installed.
-    """
-    found = installed(command)
-    if found:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None:
-        raise ControlPlaneError(f"{command} is not installed and apt-get is not available")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    for cmd in ([*sudo, apt, "update", "-qq"], [*sudo, apt, "install", "-y", "-qq", package]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise ControlPlaneError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    found = installed(command)
-    if found is None:
-        raise ControlPlaneError(f"{package} installed but {command} not found")
-    return found
-
-
-def ensure_etcd() -> Path:
-    """Path of ``etcd``; installs Debian's ``etcd-server`` with apt-get if it is missing.
-
-    Raises
-    ------
-    ControlPlaneError
-        If it is missing and cannot be installed.
-    """
-    found = installed("etcd")
-    if found:
-        return found
-    path = ensure_debian("etcd", "etcd-server")
-    # Debian starts the service on install; ours runs its own etcd on other ports.
-    subprocess.run([*([] if os.geteuid() == 0 else ["sudo", "-n"]), "systemctl", "stop", "etcd"],
-                   capture_output=True)
-    return path
-
-
-# -- certificates --------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Pki:
-    """Files of the test PKI: CA, apiserver serving cert, service-account keys, client certs."""
-
-    ca_cert: Path
-    ca_key: Path
-    serving_cert: Path
-    serving_key: Path
-    sa_key: Path
-    sa_pub: Path
-    directory: Path
-
-    def client(self, user: str, groups: Iterable[str] = ()) -> tuple[Path, Path]:
-        """A client certificate (CN = user, O = groups) signed by the CA: (cert, key)."""
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-        ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), None)
-        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # the CA this harness made
-        ca = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
-        key = ec.generate_private_key(ec.SECP256R1())
-        names = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
-        subject = x509.Name([*names, x509.NameAttribute(NameOID.COMMON_NAME, user)])
-        now = dt.datetime.now(dt.UTC)
-        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject)
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=2))
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        slug = hashlib.sha1(user.encode()).hexdigest()[:10]
-        cert_path, key_path = self.directory / f"client-{slug}.crt", self.directory / f"client-{slug}.key"
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
-        return cert_path, key_path
-
-
-def make_pki(directory: Path) -> Pki:
-    """Self-signed CA, a serving cert for 127.0.0.1/localhost, and a service-account key pair."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.x509.oid import NameOID
-
-    directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    pem = serialization.Encoding.PEM
-
-    def write_key(key: Any, path: Path) -> None:
-        path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpufrac-test-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=2))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    srv_key = ec.generate_private_key(ec.SECP256R1())
-    srv = (x509.CertificateBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-           .issuer_name(ca_name).public_key(srv_key.public_key()).serial_number(x509.random_serial_number())
-           .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=2))
-           .add_extension(x509.SubjectAlternativeName([
-               x509.DNSName("localhost"), x509.DNSName("kubernetes.default.svc"),
-               x509.IPAddress(ipaddress.ip_address(LOOPBACK)),
-               x509.IPAddress(ipaddress.ip_address("10.0.0.1"))]), critical=False)
-           .sign(ca_key, hashes.SHA256()))
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pki = Pki(directory / "ca.crt", directory / "ca.key", directory / "apiserver.crt",
-              directory / "apiserver.key", directory / "sa.key", directory / "sa.pub", directory)
-    pki.ca_cert.write_bytes(ca.public_bytes(pem))
-    write_key(ca_key, pki.ca_key)
-    pki.serving_cert.write_bytes(srv.public_bytes(pem))
-    write_key(srv_key, pki.serving_key)
-    write_key(sa_key, pki.sa_key)
-    pki.sa_pub.write_bytes(sa_key.public_key().public_bytes(
-        pem, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return pki
-
-
-# -- processes -----------------------------------------------------------------------------
-
-@dataclass
-class Proc:
-    """A started process, its log file, and how to stop it."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    cmd: list[str] = field(default_factory=list)
-    env: dict[str, str] | None = None
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; by PID (the process group)."""
-        if self.popen.poll() is not None:
-            return
-        try:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            self.popen.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout_s)
-        except ProcessLookupError:
-            pass
-
-    def kill(self) -> None:
-        """SIGKILL now (crash simulation)."""
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(10)
-
-    def tail(self, n: int = 4000) -> str:
-        """The end of the process's log."""
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-
-def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
-    """Start ``cmd`` in its own process group with stdout+stderr to ``workdir/name.log``."""
-    log = workdir / f"{name}.log"
-    fh = log.open("ab")
-    popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, **(env or {})})
-    fh.close()
-    return Proc(name, popen, log, list(cmd), env)
-
-
-def wait_until(check: Any, timeout_s: float, what: str, proc: Proc | None = None,
-               interval_s: float = 0.2) -> Any:
-    """Poll ``check()`` until it returns a truthy value; raise with the process log if not."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.popen.poll() is not None:
-            raise ControlPlaneError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.tail()}")
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - polling: keep the last error for the message
-            last = exc
-        time.sleep(interval_s)
-    tail = proc.tail() if proc else ""
-    raise ControlPlaneError(f"timed out after {timeout_s}s waiting for {what} (last error: {last})\n{tail}")
-
-
-def kubeconfig(path: Path, server: str, pki: Pki, user: str, groups: Iterable[str] = ()) -> Path:
-    """Write a kubeconfig for ``user`` authenticating with a client certificate."""
-    cert, key = pki.client(user, groups)
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": server,
-                                                  "certificate-authority": str(pki.ca_cert)}}],
-        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
-    }))
-    return path
+from harness.builds import (
+    GO_MODULE_DIR,
+    build_go_commands,
+    build_kube_binaries,
+    ensure_etcd,
+    kube_ldflags,
+    kube_version,
+)
+from harness.pki import Pki, kubeconfig, make_pki
+from harness.processes import LOOPBACK, ROOT, ControlPlaneError, Proc, free_port, start, wait_until
 
 
 @dataclass

@@ -9,7 +9,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.controlplane import ControlPlaneError, build_go_commands
+from harness.builds import build_go_commands
+from harness.processes import ControlPlaneError
 
 HARNESS = Path(__file__).resolve().parent
 

@@ -32,7 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness import docs
-from harness.controlplane import ROOT, ControlPlaneError, ensure_debian, kube_version
+from harness.builds import ensure_debian, kube_version
+from harness.processes import ROOT, ControlPlaneError
 
 SUITE = "bookworm"
 PYTHON_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")

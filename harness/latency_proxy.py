@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from harness.controlplane import LOOPBACK, free_port
+from harness.processes import LOOPBACK, free_port
 
 MAX_CONNECTIONS = 256
 CHUNK_BYTES = 64 * 1024

@@ -37,19 +37,9 @@ from typing import Any
 
 import yaml
 
-from harness.controlplane import (
-    LOOPBACK,
-    ControlPlane,
-    ControlPlaneError,
-    Proc,
-    build_go_commands,
-    ensure_debian,
-    free_port,
-    kube_ldflags,
-    kube_version,
-    start,
-    wait_until,
-)
+from harness.builds import build_go_commands, ensure_debian, kube_ldflags, kube_version
+from harness.controlplane import ControlPlane
+from harness.processes import LOOPBACK, ControlPlaneError, Proc, free_port, start, wait_until
 
 HARNESS = Path(__file__).resolve().parent
 NODE_NAME = "localhost"

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podspec import annotations as ann
-from podspec.pods import MAX_CORES, MAX_MEMORY_BYTES, MIB, PodSpecError, item_name, quantity, quote
+from podspec.pods import item_name
+from podspec.quantities import MAX_CORES, MAX_MEMORY_BYTES, MIB, PodSpecError, quantity, quote
 from scoring.state import GpuSpec, NodeSpec
 
 MAX_CLOCK_SKEW_S = 300.0

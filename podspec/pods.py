@@ -1,16 +1,16 @@
 """Pods as gpufrac reads them: the bounded parse of a Pod object into a ``PodIntent``, and the
 allocation record gpufrac writes on a pod at bind (``allocation_annotations``) and reads back.
 
-Every quantity from a pod, node or request body is parsed here, once, into a bounded value
-before anything is sized by it. Every parse error is a ``PodSpecError`` whose message names
-the field, the offending value (quoted, truncated) and the rule. Shared by the extender (which
+Every quantity from a pod is parsed here, once, into a bounded value before anything is
+sized by it (the bounds and parsers: ``podspec.quantities``). Every parse error is a
+``PodSpecError`` whose message names the field, the offending value (quoted, truncated) and
+the rule. Shared by the extender (which
 turns a ``PodIntent`` into a ``scoring.PodRequest``) and the node agent's device plugin (which
 matches the record to kubelet's ``Allocate``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -19,25 +19,27 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from podspec import annotations as ann
+from podspec.quantities import (
+    INT32,
+    MAX_CORES,
+    MAX_CPU_MILLI,
+    MAX_GPU_MEMORY_BYTES,
+    MAX_GPUS_PER_POD,
+    MAX_MEMORY_BYTES,
+    MAX_MEMORY_MIB,
+    MAX_MODELS,
+    MAX_NAME_CHARS,
+    MIB,
+    PodSpecError,
+    bounded_text,
+    fraction_milli,
+    quantity,
+    quote,
+)
 from scoring.request import MILLI_PER_GPU, QoSClass
 
-MIB = 1024 * 1024
 _QOS_BY_NAME = {q.wire_name: q for q in QoSClass}
-
-
-class PodSpecError(ValueError):
-    """A pod's resources or gpufrac annotations are invalid; the message is user-facing."""
-
-
-def quote(value: object, limit: int = 64) -> str:
-    """JSON-quote a user-provided value for messages and logs, truncated to ``limit`` chars."""
-    text = str(value)
-    if len(text) > limit:
-        text = text[:limit] + "..."
-    return json.dumps(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,66 +126,6 @@ class PodIntent:
         return self.phase in ("Succeeded", "Failed")
 
 
-# -- bounds --------------------------------------------------------------------------------
-# Every quantity from a pod, node or request body is checked against one of these before it
-# becomes a number the core sees, so nothing a user writes can size an array, overflow
-# int64 or underflow to zero. Each is far beyond any real machine.
-
-MAX_GPUS_PER_POD = ann.MAX_GPUS_PER_NODE
-"""Most GPUs a pod may ask for: the most a node's inventory may list (``NodeInventory.gpus``)."""
-MAX_CPU_MILLI = 10**9
-"""Largest CPU request or allocatable, milli-cores (a million cores)."""
-MAX_MEMORY_MIB = 2**40
-"""Largest host memory request or allocatable, MiB (an exbibyte)."""
-MAX_GPU_MEMORY_MIB = ann.MAX_GPU_MEMORY_MIB
-"""Largest GPU memory per GPU a pod may ask for, MiB (16 TiB)."""
-MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
-MAX_MEMORY_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
-MAX_GPU_MEMORY_BYTES = Decimal(MAX_GPU_MEMORY_MIB) * MIB
-INT32 = (-(2**31), 2**31 - 1)
-"""Range of ``spec.priority`` (Go ``*int32``)."""
-MAX_NAME_CHARS = 253
-MAX_MODELS = 64
-
-_QUANTITY = re.compile(
-    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3}|[KMGTPE]i|[numkMGTPE])?", re.ASCII)
-"""Kubernetes' quantity grammar (``resource.ParseQuantity``), ASCII digits only, exponents of
-at most three digits (``1e-1000030`` would underflow to 0 and ``1e999999`` overflow)."""
-_FRACTION = re.compile(r"(?:[0-9]{1,4}(?:\.[0-9]{0,9})?|\.[0-9]{1,9})", re.ASCII)
-
-
-def _text(value: object, field: str, limit: int = MAX_NAME_CHARS) -> str:
-    """A string field of user input: must be a string of at most ``limit`` characters."""
-    if not isinstance(value, str):
-        raise PodSpecError(f"{field}: {quote(value)} must be a string")
-    if len(value) > limit:
-        raise PodSpecError(f"{field}: {quote(value)} is longer than {limit} characters")
-    return value
-
-
-def quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = "",
-              positive: bool = False) -> Decimal:
-    """A Kubernetes quantity in ``[0, maximum]`` (``(0, maximum]`` with ``positive``).
-
-    Accepts a string in Kubernetes' quantity grammar (ASCII digits, SI or binary suffix) or a
-    JSON number written in that grammar; never a boolean, a list or an object.
-    """
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise PodSpecError(f"{field}: {quote(value)} must be a quantity string, e.g. \"8Gi\", \"500m\", \"2\"")
-    text = value.strip() if isinstance(value, str) else repr(value)
-    if len(text) > 64 or not _QUANTITY.fullmatch(text):
-        raise PodSpecError(
-            f"{field}: {quote(value)} is not a Kubernetes quantity (e.g. \"8Gi\", \"500Mi\", \"2\")")
-    try:
-        q = Decimal(parse_quantity(text))
-    except (ValueError, TypeError, ArithmeticError):
-        raise PodSpecError(f"{field}: {quote(value)} is not a Kubernetes quantity") from None
-    if q < 0 or (positive and q == 0):
-        raise PodSpecError(f"{field}: {quote(value)} must be {'> 0' if positive else '>= 0'}")
-    if q > maximum:
-        raise PodSpecError(f"{field}: {quote(value)} is too large (at most {maximum}{unit})")
-    return q
-
 
 def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, int, int]:
     resources = container.get("resources") or {}
@@ -216,23 +158,6 @@ def _container_requests(container: Mapping[str, Any], where: str) -> tuple[int, 
                       unit=" bytes")
         mem_mib = math.ceil(q / MIB)
     return gpus, cpu_milli, mem_mib
-
-
-def _fraction_milli(raw: object, field: str = ann.FRACTION) -> int:
-    """``gpufrac.io/fraction``: a decimal in [0.001, 1], in milli-GPU (never 0)."""
-    rule = "must be a decimal in [0.001, 1] with at most 3 decimal places, e.g. \"0.25\""
-    if not isinstance(raw, str):
-        raise PodSpecError(f"{field}: {quote(raw)} must be a string; {rule}")
-    text = raw.strip()
-    if not _FRACTION.fullmatch(text):
-        raise PodSpecError(f"{field}: {quote(raw)} is not a plain decimal number; {rule}")
-    value = Decimal(text)
-    if not 0 < value <= 1:
-        raise PodSpecError(f"{field}: {quote(raw)} is out of range; {rule}")
-    milli = value * MILLI_PER_GPU
-    if milli != milli.to_integral_value():
-        raise PodSpecError(f"{field}: {quote(raw)} is finer than 1/1000 GPU; {rule}")
-    return int(milli)
 
 
 def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
@@ -269,11 +194,11 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
     status = pod.get("status") or {}
     if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
         raise PodSpecError("Pod: metadata, spec and status must be objects")
-    name = _text(meta.get("name"), "Pod.metadata.name")
+    name = bounded_text(meta.get("name"), "Pod.metadata.name")
     if not name:
         raise PodSpecError("Pod.metadata.name: missing")
-    namespace = _text(meta.get("namespace") or "default", "Pod.metadata.namespace", 63)
-    uid = _text(meta.get("uid") or "", "Pod.metadata.uid", 128)
+    namespace = bounded_text(meta.get("namespace") or "default", "Pod.metadata.namespace", 63)
+    uid = bounded_text(meta.get("uid") or "", "Pod.metadata.uid", 128)
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise PodSpecError("Pod.metadata.annotations: must be an object")
@@ -298,7 +223,7 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
 
     milli = MILLI_PER_GPU
     if ann.FRACTION in annotations:
-        milli = _fraction_milli(annotations[ann.FRACTION])
+        milli = fraction_milli(annotations[ann.FRACTION])
         if milli < MILLI_PER_GPU and gpu_count > 1:
             raise PodSpecError(
                 f"{ann.FRACTION}: {quote(annotations[ann.FRACTION])} is below 1 but the pod asks for "
@@ -307,12 +232,12 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
     gpu_mem: int | None = None
     if ann.MEMORY in annotations:
         raw = annotations[ann.MEMORY]
-        q = quantity(_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=MAX_GPU_MEMORY_BYTES,
+        q = quantity(bounded_text(raw, ann.MEMORY, 64), ann.MEMORY, maximum=MAX_GPU_MEMORY_BYTES,
                       unit=" bytes", positive=True)
         gpu_mem = math.ceil(q / MIB)
     models: frozenset[str] | None = None
     if ann.GPU_MODEL in annotations:
-        raw = _text(annotations[ann.GPU_MODEL], ann.GPU_MODEL, MAX_MODELS * 65)
+        raw = bounded_text(annotations[ann.GPU_MODEL], ann.GPU_MODEL, MAX_MODELS * 65)
         parts = [p.strip() for p in raw.split("|")]
         if not all(parts) or len(parts) > MAX_MODELS or any(len(p) > 64 for p in parts):
             raise PodSpecError(
@@ -342,8 +267,8 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
         uid=uid,
         namespace=namespace,
         name=name,
-        node_name=_text(spec.get("nodeName") or "", "Pod.spec.nodeName"),
-        phase=_text(status.get("phase") or "Pending", "Pod.status.phase", 32),
+        node_name=bounded_text(spec.get("nodeName") or "", "Pod.spec.nodeName"),
+        phase=bounded_text(status.get("phase") or "Pending", "Pod.status.phase", 32),
         gpu_count=gpu_count,
         gpu_milli=milli,
         gpu_memory_mib=gpu_mem,
@@ -354,7 +279,7 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
         assigned_gpus=assigned,
         assigned_gpu_milli=assigned_milli,
         assigned_memory_mib=assigned_mem,
-        scheduler_name=_text(spec.get("schedulerName") or "", "Pod.spec.schedulerName"),
+        scheduler_name=bounded_text(spec.get("schedulerName") or "", "Pod.spec.schedulerName"),
         priority=priority,
         controller=_controller(meta.get("ownerReferences")) if defrag_fields else "",
         node_selector=selector,
@@ -434,7 +359,7 @@ def _assigned_share(annotations: Mapping[str, Any], n_gpus: int) -> tuple[int | 
     """
     milli: int | None = None
     try:
-        milli = _fraction_milli(annotations[ann.ASSIGNED_FRACTION], ann.ASSIGNED_FRACTION)
+        milli = fraction_milli(annotations[ann.ASSIGNED_FRACTION], ann.ASSIGNED_FRACTION)
     except (KeyError, PodSpecError):
         pass
     mem: tuple[int, ...] = ()

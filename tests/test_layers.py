@@ -37,14 +37,20 @@ def test_mypy_clean() -> None:
     assert "Success: no issues found" in r.stdout
 
 
+PRODUCTS = ("scoring", "podspec", "extender", "agent", "benchmarks", "harness")
+"""Every package of the tree but the tests (issue 56: the ceiling applies to all of them)."""
+
+
 def test_modules_stay_small_enough_to_read() -> None:
-    # Issue 40: a module of the extender or the placement core holds one responsibility, at
-    # most 450 lines; the cache's facade (GpuCache) only routes and locks, under 250.
+    # Issue 40: a module holds one responsibility, at most 450 lines; issue 56 applied that to
+    # every product (podspec, benchmarks and the harness had modules of 473 to 672 lines);
+    # the cache's facade (GpuCache) only routes and locks, at most 250.
     sizes = {p.relative_to(REPO).as_posix(): len(p.read_text().splitlines())
-             for package in ("extender", "scoring") for p in (REPO / package).rglob("*.py")}
-    # (280 since issue 41: starvation protection's routes, reserve and read the reservations;
-    # 300 with the defragmentation plan's two: the snapshot it plans on and the hold it makes.)
-    assert sizes["extender/cache/store.py"] < 300, sizes["extender/cache/store.py"]
+             for package in PRODUCTS for p in (REPO / package).rglob("*.py") if "_v1beta1" not in p.parts}
+    assert len(sizes) > 100 and {"harness/controlplane.py", "benchmarks/replay.py", "podspec/pods.py"} <= set(sizes)
+    # (Issue 56 brought it back to 250 from the 300 it had been raised to: the routing went
+    # to the modules that own it, the ledger's reads and the reservations' hold.)
+    assert sizes["extender/cache/store.py"] <= 250, sizes["extender/cache/store.py"]
     over = {path: n for path, n in sizes.items() if n > 450}
     assert not over, over
 
@@ -89,3 +95,18 @@ def test_every_top_level_module_of_the_extender_is_in_its_layers() -> None:
     top = {f"extender.{p.stem if p.is_file() else p.name}" for p in (REPO / "extender").iterdir()
            if (p.suffix == ".py" and p.stem not in ("__init__", "__main__")) or (p / "__init__.py").is_file()}
     assert len(top) > 20 and top - named == set(), top - named
+
+
+def test_the_cache_has_one_front_door() -> None:
+    # Issue 56: four modules outside the cache imported its defrag, moves, records and
+    # reservations directly. The front-door contract forbids every module of extender/cache/
+    # except the package itself and its read views; a new cache module is forbidden from the
+    # day it is added, or this test names it.
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (door,) = [c for c in contracts if c["name"].startswith("the cache's one front door")]
+    modules = {f"extender.cache.{p.stem}" for p in (REPO / "extender" / "cache").glob("*.py")
+               if p.stem not in ("__init__", "views")}
+    assert len(modules) > 8 and set(door["forbidden_modules"]) == modules, modules ^ set(door["forbidden_modules"])
+    assert {"extender", "benchmarks", "harness"} <= set(door["source_modules"])

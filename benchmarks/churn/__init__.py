@@ -40,19 +40,14 @@ from typing import Any
 
 from benchmarks import trace
 from benchmarks.churn import report
-from benchmarks.churn.queue import ChurnSim, RunResult
+from benchmarks.churn.measures import RunResult
+from benchmarks.churn.queue import ChurnSim
 from benchmarks.churn.workload import borrow_lifetimes, offered_arrivals
-from benchmarks.replay import (
-    DEFAULT_SCHEDULER_CONFIG,
-    InProcessClient,
-    json_safe,
-    parse_seeds,
-    source_commit,
-)
+from benchmarks.extender_client import InProcessClient
+from benchmarks.replay import DEFAULT_SCHEDULER_CONFIG, json_safe, parse_seeds, source_commit
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
-from extender.cache.defrag import DefragPolicy
-from extender.cache.reservations import StarvationPolicy
+from extender.cache import DefragPolicy, StarvationPolicy
 from extender.clusterfile import load_cluster_file
 from scoring.state import NodeSpec
 

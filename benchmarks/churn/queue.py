@@ -6,7 +6,7 @@ Events, in time order (a departure before a scheduling attempt at the same insta
   once (``activeQ``);
 - **attempt**: one scheduling cycle as the arrivals-only replay runs it (in-tree fit,
   ``filter``, ``prioritize`` unless one node is left, ``selectHost``, ``bind``:
-  ``benchmarks.replay.schedule_with_extender``). A pod that fits nowhere goes to the
+  ``benchmarks.scheduler_emulation.schedule_with_extender``). A pod that fits nowhere goes to the
   unschedulable pods with ``attempts += 1``;
 - **departure**: the pod ends after its lifetime (``pod_events`` DELETED); what it held is free.
 
@@ -47,18 +47,23 @@ import dataclasses
 import heapq
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from benchmarks.churn.measures import RunResult, pending_stats, window_waits
 from benchmarks.churn.terms import readings
 from benchmarks.churn.workload import Arrival
-from benchmarks.replay import ClusterNames, InProcessClient, schedule_with_extender
-from benchmarks.scheduler_emulation import DEFAULT_PODS_PER_NODE, Profile, SchedulerView
-from extender.cache.defrag import NO_DEFRAG, DefragPolicy, plan
-from extender.cache.reservations import OFF, StarvationPolicy
+from benchmarks.extender_client import InProcessClient
+from benchmarks.scheduler_emulation import (
+    DEFAULT_PODS_PER_NODE,
+    ClusterNames,
+    Profile,
+    SchedulerView,
+    schedule_with_extender,
+)
+from extender.cache import NO_DEFRAG, NO_RESERVATIONS, DefragPolicy, StarvationPolicy, plan_defrag
 from extender.cluster.defragmenter import HOLD_TTL_S
 from scoring.request import MILLI_PER_GPU
 from scoring.state import NodeSpec
@@ -67,9 +72,6 @@ INITIAL_BACKOFF_S = 1.0
 """kube-scheduler's ``podInitialBackoffSeconds`` default."""
 MAX_BACKOFF_S = 10.0
 """kube-scheduler's ``podMaxBackoffSeconds`` default."""
-
-POD_CLASSES = ("fractional", "whole-1", "multi-gpu", "cpu-only")
-"""Pending time is reported per class: a fraction of one GPU, one whole GPU, several GPUs, none."""
 
 HOUSEKEEPING_S = 2.0
 """Cluster mode's housekeeping period (``extender.cluster.objects.SyncOptions.housekeeping_s``)."""
@@ -90,15 +92,6 @@ OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "churn", "uid": 
 def backoff_s(attempts: int) -> float:
     """kube-scheduler's back-off after ``attempts`` failed attempts, seconds."""
     return min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2.0 ** min(max(0, attempts - 1), 30))
-
-
-def pod_class(num_gpu: int, gpu_milli: int) -> str:
-    """The ``POD_CLASSES`` entry of a pod shape."""
-    if num_gpu == 0:
-        return "cpu-only"
-    if num_gpu > 1:
-        return "multi-gpu"
-    return "whole-1" if gpu_milli >= 1000 else "fractional"
 
 
 class _Pending:
@@ -149,47 +142,6 @@ class _Pending:
         return int((self.alive & (req > 0) & (req <= free_milli)).sum())
 
 
-@dataclass
-class RunResult:
-    """What one churn run measured (``benchmarks.churn.report`` sums them up)."""
-
-    preset: str
-    load: float
-    seed: int
-    arrivals: int
-    allocation_pct: float
-    """Time-weighted GPU allocation, % of capacity, over the measured window."""
-    fragmentation_delay_pct: float
-    """% of the measured window in which some GPU pod waited while the cluster's free GPU share
-    (summed over every GPU) was at least its request."""
-    waiting_pct: float
-    """% of the measured window in which some GPU pod waited at all."""
-    fragmentation_waiting_pods: float
-    """Time-average number of GPU pods waiting while the free GPU share summed over the
-    cluster was at least their request (the measure behind ``fragmentation_delay_pct``)."""
-    waiting_gpu_pods: float
-    """Time-average number of GPU pods waiting."""
-    pending: dict[str, dict[str, float]]
-    """Per ``POD_CLASSES`` entry: pods arrived in the window (``n``), ``p50_s``/``p99_s``/``max_s``
-    of their pending time (a pod still waiting at the end counts its wait so far), ``never_ran``."""
-    cycles: int
-    """Scheduling cycles that reached the extender (or the in-tree plugins for CPU-only pods)."""
-    retries_skipped: int
-    """Retries the emulation failed without a cycle (nothing freed for them since their last)."""
-    seconds: float
-    series: dict[str, list[float]] = field(repr=False)
-    """``t_h``, ``allocation_pct``, ``pending_pods``, ``pending_gpu_pods`` sampled through the run."""
-    reservations_made: int = 0
-    """Nodes reserved by starvation protection over the run."""
-    evictions_per_hour: float = 0.0
-    """Evictions made acting on the defragmentation plan, per hour of the measured window."""
-    moved_pending: dict[str, float] = field(default_factory=dict)
-    """The evicted pods' replacements in the window: ``n``, ``p50_s``/``max_s`` of their pending time."""
-    terms: dict[str, dict[str, float]] = field(default_factory=dict)
-    """With ``ChurnSim(terms=True)``: per learned mix, what each strategy reads
-    (``benchmarks.churn.terms.readings``), averaged over the measured window."""
-
-
 class ChurnSim:
     """One run: a cluster, a policy's extender (in process), one seed's arrivals.
 
@@ -212,7 +164,7 @@ class ChurnSim:
     """
 
     def __init__(self, client: InProcessClient, specs: list[NodeSpec], profile: Profile, seed: int,
-                 starvation: StarvationPolicy = OFF, defrag: DefragPolicy = NO_DEFRAG, terms: bool = False) -> None:
+                 starvation: StarvationPolicy = NO_RESERVATIONS, defrag: DefragPolicy = NO_DEFRAG, terms: bool = False) -> None:
         self.client = client
         self.terms = terms
         self.starvation = starvation
@@ -444,7 +396,7 @@ class ChurnSim:
             pending=pending_stats(arrivals[:n], arrive[:n], started_s[:n], run_s, warmup_s), cycles=cycles,
             retries_skipped=skipped, seconds=time.perf_counter() - started, series=series,
             reservations_made=reservations_made, evictions_per_hour=3600.0 * evictions / window,
-            moved_pending=_waits(arrive[n:], started_s[n:], run_s, warmup_s),
+            moved_pending=window_waits(arrive[n:], started_s[n:], run_s, warmup_s),
             terms={mix: {k: v / term_n[mix] for k, v in sums.items()} for mix, sums in term_sums.items()})
 
     def _plan_evictions(self, t: float, arrivals: list[Arrival], uid_index: dict[str, int],
@@ -456,7 +408,7 @@ class ChurnSim:
         while evicted_at and t - evicted_at[0] >= 3600:
             evicted_at.popleft()
         state, records, scorer = cache.defrag_snapshot()
-        made = plan(state, records, scorer, node_labels={})
+        made = plan_defrag(state, records, scorer, node_labels={})
         holding = {r.uid for r in cache.reservations()}
         out: list[int] = []
         for step in made.steps:
@@ -479,34 +431,3 @@ class ChurnSim:
         left = self.client.get("readyz")
         if left.get("pods") or left.get("pods_bound") or left.get("gpu_allocated_milli"):
             raise RuntimeError(f"extender not empty after deleting every pod: {left}")
-
-
-def _waits(arrive_s: NDArray[np.float64], start_s: NDArray[np.float64], run_s: float,
-           warmup_s: float) -> dict[str, float]:
-    """``n``, ``p50_s``, ``max_s`` of the pending time of the pods arrived in the window (one
-    still waiting counts until ``run_s``)."""
-    inside = (arrive_s >= warmup_s) & (arrive_s < run_s)
-    waits = np.where(np.isnan(start_s), run_s, start_s)[inside] - arrive_s[inside]
-    if not waits.shape[0]:
-        return {"n": 0.0, "p50_s": 0.0, "max_s": 0.0}
-    return {"n": float(waits.shape[0]), "p50_s": float(np.median(waits)), "max_s": float(waits.max())}
-
-
-def pending_stats(arrivals: list[Arrival], arrive_s: NDArray[np.float64], start_s: NDArray[np.float64],
-                  run_s: float, warmup_s: float) -> dict[str, dict[str, float]]:
-    """Pending time per pod class of the pods that arrived in ``[warmup_s, run_s)``.
-
-    A pod that never started counts ``run_s - arrival`` (a lower bound of its wait), so a policy
-    that leaves pods waiting cannot look better by dropping them from the percentiles.
-    """
-    classes = np.array([pod_class(a.pod.num_gpu, a.pod.gpu_milli) for a in arrivals])
-    waited = np.where(np.isnan(start_s), run_s - arrive_s, start_s - arrive_s)
-    out: dict[str, dict[str, float]] = {}
-    for c in POD_CLASSES:
-        m = (classes == c) & (arrive_s >= warmup_s)
-        w = waited[m]
-        out[c] = {"n": int(m.sum()), "never_ran": int(np.isnan(start_s[m]).sum()),
-                  "p50_s": float(np.percentile(w, 50)) if w.shape[0] else 0.0,
-                  "p99_s": float(np.percentile(w, 99)) if w.shape[0] else 0.0,
-                  "max_s": float(w.max()) if w.shape[0] else 0.0}
-    return out

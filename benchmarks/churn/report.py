@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.churn.queue import RunResult
+from benchmarks.churn.measures import RunResult
 
 GPU_CLASSES = ("fractional", "whole-1", "multi-gpu")
 

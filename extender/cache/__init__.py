@@ -13,10 +13,19 @@ One module per responsibility:
 - ``accounting``: which allocation records read back from pods are trusted, and what is
   counted of the others (over-commits);
 - ``tenancy``: per-namespace usage, namespace labels, admission against tenant rules;
-- ``records``: ``PodRecord`` and the facts about a record they all need.
+- ``records``: ``PodRecord`` and the facts about a record they all need;
+- ``reservations``: starvation protection, nodes held for pods that waited too long;
+- ``defrag``: the defragmentation plan (which running pods to move), over ``moves``: the
+  bounded search for where a moved pod goes, within disruption budgets.
+
+This package is the cache's one front door: code outside ``extender/cache/`` imports the
+names below and nothing from the modules (an import-linter contract in pyproject.toml).
 """
 
+from extender.cache.defrag import EMPTY_PLAN, NO_DEFRAG, DefragPlan, DefragPolicy, plan_defrag
+from extender.cache.moves import DisruptionBudget, Labels, Move, Step
 from extender.cache.records import (
+    EMPTY_VIEW,
     BindError,
     CandidateEvaluation,
     ClaimCount,
@@ -24,8 +33,14 @@ from extender.cache.records import (
     EventType,
     MetricsView,
     PodRecord,
+    is_pending,
 )
+from extender.cache.reservations import NO_RESERVATIONS, StarvationPolicy
 from extender.cache.store import GpuCache
 from extender.cache.victims import PreemptBudget
 
-__all__ = ["BindError", "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "EventType", "GpuCache", "MetricsView", "PodRecord", "PreemptBudget"]
+__all__ = [
+    "EMPTY_PLAN", "EMPTY_VIEW", "NO_DEFRAG", "NO_RESERVATIONS", "BindError", "CandidateEvaluation", "ClaimCount",
+    "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget", "EventType", "GpuCache", "Labels",
+    "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
+]

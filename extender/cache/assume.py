@@ -26,6 +26,24 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
            ttl_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
     """Choose the GPUs on ``node``, re-check the fit and hold the allocation (``GpuCache.assume``).
 
+    Parameters
+    ----------
+    ledger, evaluator : Ledger, Evaluator
+        The cache's, under its lock.
+    uid, namespace, name : str
+        The pod (``ExtenderBindingArgs``); ``node``: kube-scheduler's choice.
+    ttl_s : float or None
+        Cluster mode: seconds the allocation stays assumed before ``expire`` frees it, unless
+        the pod watch confirms it first. None: confirmed (standalone).
+    claims : iterable of ClaimedAllocation
+        Fenced binds: other instances' live claims on ``node``, counted first under the same
+        lock (``count_claim``), so nothing frees one between counting and choosing.
+
+    Returns
+    -------
+    PodRecord
+        The pod with its allocation and GPU UUIDs.
+
     Raises
     ------
     BindError
@@ -81,7 +99,12 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
 
 
 def count_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimCount:
-    """Count an allocation another gpufrac instance claimed (``GpuCache.count_claim``)."""
+    """Count an allocation another gpufrac instance claimed (``GpuCache.count_claim``).
+
+    Returns ``COUNTED`` (counted now, or already with these GPUs), ``VOID`` (nothing to count:
+    bound elsewhere per the pod watch, or the node unknown), ``UNKNOWN`` (no event of the pod
+    seen) or ``BUSY`` (held here elsewhere, or on other GPUs, for a bind in flight).
+    """
     rec = ledger.pods.get(claim.uid)
     if rec is None:
         return ClaimCount.UNKNOWN

@@ -128,7 +128,7 @@ EMPTY_PLAN = DefragPlan(0, 0, (), ())
 
 
 
-def plan(state: ClusterState, records: Sequence[tuple[str, PodRecord]], scorer: Scorer, *,
+def plan_defrag(state: ClusterState, records: Sequence[tuple[str, PodRecord]], scorer: Scorer, *,
          node_labels: Labels,
          budgets: Sequence[DisruptionBudget] | Callable[[], Sequence[DisruptionBudget]] = (),
          deadline_s: float = 2.0) -> DefragPlan:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from itertools import islice
 
 from extender.cache import accounting
 from extender.cache.records import EventType, PodRecord, is_pending, task_key
@@ -67,6 +68,9 @@ class Ledger:
         # keeps it): the few that ``recount_overcommits`` reads again, without a walk over
         # every pod.
         self.overcommitted: dict[str, None] = {}
+        # The task key each pending GPU pod is counted under in the workload, so that taking
+        # it out (a bind, a delete) converts nothing again: a bind resolves model names once.
+        self.pending_keys: dict[str, tuple[int, int, int, int, int, int]] = {}
         self.generation = 0
 
     def set_scorer(self, scorer: Scorer) -> None:
@@ -134,16 +138,22 @@ class Ledger:
         here), so a pod that fits nowhere still shapes what fragmentation means.
         """
         old = self.pods.get(uid)
-        if old is not None and is_pending(old):
-            self.state.workload.add(task_key(old.intent, self.state), -1, pending=True)
+        old_key = self.pending_keys.pop(uid, None)
+        if old_key is not None:
+            self.state.workload.add(old_key, -1, pending=True)
         if rec is None:
             self.pods.pop(uid, None)
             self.overcommitted.pop(uid, None)
             return
+        key = None
         if old is None and rec.intent.gpu_count and not rec.intent.finished:
-            self.state.workload.arrive(task_key(rec.intent, self.state))
+            key = task_key(rec.intent, self.state)
+            self.state.workload.arrive(key)
         if is_pending(rec):
-            self.state.workload.add(task_key(rec.intent, self.state), 1, pending=True)
+            key = old_key if old_key is not None and old is not None and old.intent == rec.intent else (
+                key or task_key(rec.intent, self.state))
+            self.state.workload.add(key, 1, pending=True)
+            self.pending_keys[uid] = key
         self.put(uid, rec)
 
     def put(self, uid: str, rec: PodRecord) -> None:
@@ -238,9 +248,9 @@ class Ledger:
             alloc = replace(alloc, model_mask=inbound.model_mask_of(rec.intent, state))
             self.put(uid, replace(rec, allocation=alloc))
             self.apply_allocation(rec.intent, alloc)
-        for rec in self.pods.values():
-            if is_pending(rec):
-                state.workload.add(task_key(rec.intent, state), 1, pending=True)
+        self.pending_keys = {uid: task_key(rec.intent, state) for uid, rec in self.pods.items() if is_pending(rec)}
+        for key in self.pending_keys.values():
+            state.workload.add(key, 1, pending=True)
         self.generation += 1
 
     # -- pod events ----------------------------------------------------------------------
@@ -305,6 +315,27 @@ class Ledger:
                     raise
                 log.exception("pod %s: cache update failed", intent.key)
                 on_error(intent, exc)
+
+    def set_namespaces(self, labels: dict[str, dict[str, str]]) -> None:
+        """Every namespace's labels (a full list, from the namespace watch)."""
+        self.tenancy.set_labels(labels)
+        self.generation += 1
+
+    def upsert_namespace(self, name: str, labels: dict[str, str] | None) -> None:
+        """One namespace's labels changed (None: it was deleted)."""
+        self.tenancy.upsert_labels(name, labels)
+        self.generation += 1
+
+    def pending(self, limit: int) -> list[PodIntent]:
+        """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
+        return list(islice((rec.intent for rec in self.pods.values() if is_pending(rec)), limit))
+
+    def shows_bound(self, uid: str, node: str, gpu_uuids: Sequence[str]) -> bool:
+        """True when the pod watch has shown the pod bound to ``node`` on exactly
+        ``gpu_uuids`` and it is counted in full (confirmed, not assumed, not an over-commit)."""
+        rec = self.pods.get(uid)
+        return (rec is not None and rec.allocation is not None and rec.assumed_until is None
+                and not rec.overcommit_reason and rec.allocation.node == node and rec.gpu_uuids == tuple(gpu_uuids))
 
     def remove_pod(self, uid: str) -> bool:
         """Forget a pod (deleted) and free what it held; unknown UIDs are ignored.

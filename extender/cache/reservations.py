@@ -64,7 +64,7 @@ class StarvationPolicy:
         return self.reserve_after_s > 0
 
 
-OFF = StarvationPolicy()
+NO_RESERVATIONS = StarvationPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ class Reservation:
 class Reservations:
     """The reservations in force and when each pending pod was first seen. The cache lock guards it."""
 
-    def __init__(self, policy: StarvationPolicy = OFF) -> None:
+    def __init__(self, policy: StarvationPolicy = NO_RESERVATIONS) -> None:
         self.policy = policy
         self.by_node: dict[str, Reservation] = {}
         self._seen_s: dict[str, float] = {}
@@ -104,10 +104,16 @@ class Reservations:
             if r.uid == uid:
                 del self.by_node[node]
 
-    def hold(self, reservation: Reservation) -> None:
-        """Hold a node for a pod while the defragmentation plan's moves free it (its
-        ``ttl_s`` set); replaces any hold of that node."""
-        self.by_node[reservation.node] = reservation
+    def hold(self, ledger: Ledger, uid: str, node: str, ttl_s: float, now_s: float) -> Reservation | None:
+        """Hold ``node`` for pending pod ``uid`` for ``ttl_s`` seconds while the
+        defragmentation plan's moves free it; replaces any hold of that node. None when the
+        pod is no longer pending or the node is unknown."""
+        rec = ledger.pods.get(uid)
+        if rec is None or not is_pending(rec) or node not in ledger.state.node_index:
+            return None
+        self.by_node[node] = Reservation(uid, rec.intent.key, node, now_s, ttl_s)
+        ledger.generation += 1
+        return self.by_node[node]
 
     def drop_holds(self, uid: str) -> None:
         """End the defragmentation holds made for ``uid`` (not a starvation hold)."""
@@ -186,6 +192,7 @@ class Reservations:
                 made.append(Reservation(uid, f"{intent.namespace}/{intent.name}", target, now_s))
                 self.by_node[target] = made[-1]
                 starvation_holds += 1
+        ledger.generation += bool(made)
         return made, ended
 
     @staticmethod

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from itertools import islice
 from typing import Any
 
 from extender.cache import assume as assume_
@@ -29,7 +28,6 @@ from extender.cache.records import (
     EventType,
     MetricsView,
     PodRecord,
-    is_pending,
 )
 from extender.cache.reservations import Reservation, Reservations, StarvationPolicy
 from extender.cache.victims import PreemptBudget
@@ -54,20 +52,15 @@ class GpuCache:
 
     # -- configuration -------------------------------------------------------------------
 
-    def set_scorer(self, scorer: Scorer, tolerance: Tolerance | None = None) -> None:
-        """Swap the scorer (config reload); every kept score is dropped. ``tolerance``: the
-        drift of the cluster-wide terms allowed before every node is scored anew
-        (``scoring.incremental``); unchanged when None."""
-        with self._lock:
-            self._ledger.set_scorer(scorer)
-            self._evaluator = Evaluator(scorer, tolerance if tolerance is not None else self._evaluator.tolerance)
-
     def set_policy(self, scorer: Scorer, tenants: TenantPolicy, tolerance: Tolerance | None = None,
                    starvation: StarvationPolicy | None = None, defrag: DefragPolicy | None = None) -> None:
         """Swap the scorer, the tolerance, the tenant rules, starvation protection and the
-        defragmentation policy together (config reload), atomically; ``None``: unchanged."""
+        defragmentation policy together (config reload), atomically; ``None``: unchanged.
+        Every kept score is dropped; ``tolerance``: the drift of the cluster-wide terms allowed
+        before every node is scored anew (``scoring.incremental``)."""
         with self._lock:
-            self.set_scorer(scorer, tolerance)
+            self._ledger.set_scorer(scorer)
+            self._evaluator = Evaluator(scorer, tolerance if tolerance is not None else self._evaluator.tolerance)
             self._ledger.tenancy.tenant_policy = tenants
             if starvation is not None:
                 self._reservations.policy = starvation
@@ -82,14 +75,12 @@ class GpuCache:
     def set_namespaces(self, labels: dict[str, dict[str, str]]) -> None:
         """Every namespace's labels (a full list, from the namespace watch)."""
         with self._lock:
-            self._ledger.tenancy.set_labels(labels)
-            self._ledger.generation += 1
+            self._ledger.set_namespaces(labels)
 
     def upsert_namespace(self, name: str, labels: dict[str, str] | None) -> None:
         """One namespace's labels changed (None: it was deleted)."""
         with self._lock:
-            self._ledger.tenancy.upsert_labels(name, labels)
-            self._ledger.generation += 1
+            self._ledger.upsert_namespace(name, labels)
 
     # -- node and pod events (``Ledger``) -------------------------------------------------
 
@@ -127,7 +118,7 @@ class GpuCache:
     def pending_gpu_pods(self, limit: int) -> list[PodIntent]:
         """Up to ``limit`` pods that ask for GPUs and are not bound, oldest event first."""
         with self._lock:
-            return list(islice((rec.intent for rec in self._ledger.pods.values() if is_pending(rec)), limit))
+            return self._ledger.pending(limit)
 
     def knows_pod(self, uid: str) -> bool:
         """True if a pod event for ``uid`` has been applied (and the pod not deleted)."""
@@ -139,10 +130,7 @@ class GpuCache:
         ``gpu_uuids`` and it is counted in full (confirmed, not assumed, not an over-commit):
         a claim of that allocation is then redundant for this cache (``extender.fence``)."""
         with self._lock:
-            rec = self._ledger.pods.get(uid)
-            return (rec is not None and rec.allocation is not None and rec.assumed_until is None
-                    and not rec.overcommit_reason and rec.allocation.node == node
-                    and rec.gpu_uuids == tuple(gpu_uuids))
+            return self._ledger.shows_bound(uid, node, gpu_uuids)
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -158,13 +146,10 @@ class GpuCache:
         ``now_s``: the policy's clock, ``time.monotonic()`` by default; ``node_labels``: each
         node's labels, which a pod's ``nodeSelector`` must match (``Reservations.reserve``)."""
         with self._lock:
-            made, ended = self._reservations.reserve(self._ledger, time.monotonic() if now_s is None else now_s,
-                                                     node_labels)
-            self._ledger.generation += bool(made)
-            return made, ended
+            return self._reservations.reserve(self._ledger, time.monotonic() if now_s is None else now_s, node_labels)
 
     def defrag_snapshot(self) -> tuple[ClusterState, list[tuple[str, PodRecord]], Scorer]:
-        """What ``extender.cache.defrag.plan`` reads, copied at one instant (the plan then
+        """What ``extender.cache.defrag.plan_defrag`` reads, copied at one instant (the plan then
         runs outside the lock): the arrays, every pod record (oldest event first), the scorer."""
         with self._lock:
             return self._ledger.state.copy(), list(self._ledger.pods.items()), self._ledger.scorer
@@ -173,13 +158,7 @@ class GpuCache:
         """Hold ``node`` for pending pod ``uid`` while its moves free it (defragmentation);
         None when the pod is no longer pending or the node is unknown."""
         with self._lock:
-            rec = self._ledger.pods.get(uid)
-            if rec is None or not is_pending(rec) or node not in self._ledger.state.node_index:
-                return None
-            r = Reservation(uid, rec.intent.key, node, time.monotonic() if now_s is None else now_s, ttl_s)
-            self._reservations.hold(r)
-            self._ledger.generation += 1
-            return r
+            return self._reservations.hold(self._ledger, uid, node, ttl_s, time.monotonic() if now_s is None else now_s)
 
     def drop_hold(self, uid: str) -> None:
         """End the defragmentation hold for ``uid`` (its moves were refused)."""
@@ -197,30 +176,9 @@ class GpuCache:
 
     def assume(self, uid: str, namespace: str, name: str, node: str,
                ttl_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
-        """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically:
-        of two binds racing for the last share of a GPU exactly one gets it.
-
-        Parameters
-        ----------
-        uid, namespace, name : str
-            The pod (``ExtenderBindingArgs``); ``node``: kube-scheduler's choice.
-        ttl_s : float or None
-            Cluster mode: seconds the allocation stays assumed before ``expire_assumed``
-            frees it, unless the pod watch confirms it first. None: confirmed (standalone).
-        claims : iterable of ClaimedAllocation
-            Fenced binds: other instances' live claims on ``node``, counted first under the
-            same lock (``count_claim``), so nothing frees one between counting and choosing.
-
-        Returns
-        -------
-        PodRecord
-            The pod with its allocation and GPU UUIDs.
-
-        Raises
-        ------
-        BindError
-            Unknown pod or node, bound elsewhere, no longer fits, a claim not countable.
-        """
+        """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically
+        under the lock: of two binds racing for the last share of a GPU exactly one gets it.
+        Parameters, return value and ``BindError``: ``extender.cache.assume.assume``."""
         with self._lock:
             rec = assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims)
             self._reservations.release(uid)
@@ -228,29 +186,15 @@ class GpuCache:
 
     def count_claim(self, claim: ClaimedAllocation) -> ClaimCount:
         """Count an allocation another gpufrac instance claimed (``extender.fence``), in full
-        and assumed for ``claim.ttl_s`` seconds.
-
-        Returns ``COUNTED`` (counted now, or already with these GPUs), ``VOID`` (nothing to
-        count: bound elsewhere per the pod watch, or the node unknown), ``UNKNOWN`` (no event of
-        the pod seen) or ``BUSY`` (held here elsewhere, or on other GPUs, for a bind in flight).
-        """
+        and assumed for ``claim.ttl_s`` seconds (``extender.cache.assume.count_claim``)."""
         with self._lock:
             return assume_.count_claim(self._ledger, claim)
 
     def preempt(self, intent: PodIntent, nodes: Iterable[str],
                 budget: PreemptBudget | None = None) -> dict[str, list[str]]:
-        """Victims that would make a pod fit, per candidate node (the ``preempt`` verb).
-
-        On each node, the smallest set of pods with a lower priority (kube-scheduler's rule)
-        and a lower QoS class (gpufrac's) that makes the pod fit; the lowest classes, then
-        priorities, first (``victims.victims_on``). Nodes where it fits already or no set
-        works are left out. Bounded by ``budget``; the lock is taken per node.
-
-        Returns
-        -------
-        dict of str to list of str
-            Node name -> victim pod UIDs, only for nodes where preemption works.
-        """
+        """Victims that would make a pod fit, per candidate node (the ``preempt`` verb): node
+        name -> victim pod UIDs, only where preemption works (``extender.cache.victims.preempt``;
+        bounded by ``budget``, the lock taken per node)."""
         return victims.preempt(self._lock, self._ledger, intent, nodes, budget or PreemptBudget())
 
     def forget(self, uid: str) -> bool:

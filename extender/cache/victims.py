@@ -54,6 +54,11 @@ def preempt(lock: AbstractContextManager[Any], ledger: Ledger, intent: PodIntent
             budget: PreemptBudget) -> dict[str, list[str]]:
     """Victims that would make ``intent`` fit, per candidate node (``GpuCache.preempt``).
 
+    On each node, the smallest set of pods with a lower priority (kube-scheduler's rule) and
+    a lower QoS class (gpufrac's) that makes the pod fit; the lowest classes, then
+    priorities, first (``victims_on``). Nodes where it fits already or no set works are left
+    out: the result maps node name -> victim pod UIDs.
+
     ``lock`` (the cache's) is taken for the one pass that finds the pods on the candidate
     nodes and then per node, so filter, bind and the watches go on between nodes; after
     ``budget.time_s`` the nodes answered so far are returned.

@@ -23,10 +23,17 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from extender.cache import GpuCache
-from extender.cache.defrag import EMPTY_PLAN, DefragPlan, plan
-from extender.cache.moves import DisruptionBudget, Labels, Move, Step
-from extender.cache.records import is_pending
+from extender.cache import (
+    EMPTY_PLAN,
+    DefragPlan,
+    DisruptionBudget,
+    GpuCache,
+    Labels,
+    Move,
+    Step,
+    is_pending,
+    plan_defrag,
+)
 from extender.cluster.node_reader import NodeReader
 from extender.quarantine import Quarantine
 from podspec.kubeio import core_path, response_json, write_json
@@ -282,7 +289,7 @@ class Defragmenter:
             return self._budgets_of(by_ns)
 
         try:
-            made = plan(state, records, scorer, node_labels=self._labels(), budgets=budgets)
+            made = plan_defrag(state, records, scorer, node_labels=self._labels(), budgets=budgets)
         except ApiException as exc:
             log.warning("defragmentation plan skipped: PodDisruptionBudgets not readable: %s %s",
                         exc.status, exc.reason)

@@ -32,7 +32,7 @@ from extender.gpu_owners import GpuOwners, rank
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.nodes import NodeObservation, node_observation
-from podspec.pods import quote
+from podspec.quantities import quote
 from scoring.state import NodeSpec
 
 log = logging.getLogger(__name__)

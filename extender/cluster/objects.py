@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podspec.pods import quote
+from podspec.quantities import quote
 
 HTTP_GONE = 410
 HTTP_CONFLICT = 409

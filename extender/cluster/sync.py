@@ -21,8 +21,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from extender.cache import EventType, GpuCache
-from extender.cache.defrag import DefragPlan
+from extender.cache import DefragPlan, EventType, GpuCache
 from extender.cluster.binder import KubeBinder
 from extender.cluster.defragmenter import Defragmenter
 from extender.cluster.node_reader import NodeReader

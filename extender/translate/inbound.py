@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from podspec.pods import MAX_NAME_CHARS, PodIntent, item_name, pod_intent
+from podspec.pods import PodIntent, item_name, pod_intent
+from podspec.quantities import MAX_NAME_CHARS
 from scoring.request import MILLI_PER_GPU, PodRequest, model_mask
 from scoring.state import Allocation, ClusterState
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from podspec import annotations as ann
-from podspec.pods import PodIntent, quote
+from podspec.pods import PodIntent
+from podspec.quantities import quote
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.scorer import Evaluation

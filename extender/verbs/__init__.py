@@ -3,7 +3,7 @@
 Each module holds one verb: its request type (a pydantic mirror of the
 ``k8s.io/kube-scheduler/extender/v1`` Go type; keys are the Go field names), the function
 that answers it, and the reply it builds, once. The HTTP routes (``extender.routes``) and the
-in-process replay (``benchmarks.replay.InProcessClient``) call the same functions, so the two
+in-process replay (``benchmarks.extender_client.InProcessClient``) call the same functions, so the two
 cannot disagree. Every verb returns a ``Reply``; none raises on bad input.
 """
 

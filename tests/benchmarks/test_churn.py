@@ -10,9 +10,10 @@ import pytest
 
 from benchmarks import cli, trace
 from benchmarks.churn import report, subset_nodes
-from benchmarks.churn.queue import ChurnSim, RunResult, backoff_s, pod_class
+from benchmarks.churn.measures import RunResult, pod_class
+from benchmarks.churn.queue import ChurnSim, backoff_s
 from benchmarks.churn.workload import Arrival, arrival_rate_per_s, borrow_lifetimes, offered_arrivals
-from benchmarks.replay import REPO_ROOT, InProcessClient
+from benchmarks.extender_client import REPO_ROOT, InProcessClient
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, scoring_config
 from scoring.state import GpuSpec, NodeSpec

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import constrain, floor, trace
-from benchmarks.floor import ArrivedGpuDemand, max_allocated_milli, per_model, share, work_conserving
+from benchmarks.floor import ArrivedGpuDemand, box_lp, max_allocated_milli, share, work_conserving
 from extender.clusterfile import load_cluster_file
 
 
@@ -322,8 +322,8 @@ def test_the_per_model_floor_bounds_schedulers_that_respect_models_and_is_the_le
     # could be covered).
     kinds = sorted(gpus)
     group_of_kind = np.array([sorted(set(models)).index(m) for m, _ in kinds])
-    classes = per_model._Classes(arrived, kinds, group_of_kind)
-    lp = per_model._BoxLp(classes, np.array([gpus[b] for b in kinds]), group_of_kind, got.theta_milli)
+    classes = box_lp.ArrivalClasses(arrived, kinds, group_of_kind)
+    lp = box_lp.BoxLp(classes, np.array([gpus[b] for b in kinds]), group_of_kind, got.theta_milli)
     earliest = classes.earliest(np.array([models.count(m) for m in sorted(set(models))]), got.theta_milli)
     values = []
     for t in itertools.product(*(range(int(e), len(arrived) + 1) for e in earliest)):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from benchmarks import check_placements, replay, trace
+from benchmarks import check_placements, extender_client, replay, trace
 from benchmarks.cli import main
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, scoring_config
@@ -192,7 +192,7 @@ def test_the_profile_decides_which_pods_reach_the_extender(tmp_path: Path, confi
                                                            cpu_pods_filtered: bool) -> None:
     filtered: set[str] = set()
 
-    class Counting(replay.InProcessClient):
+    class Counting(extender_client.InProcessClient):
         def filter(self, args: dict[str, Any]) -> dict[str, Any]:
             filtered.add(args["Pod"]["metadata"]["name"])
             return super().filter(args)

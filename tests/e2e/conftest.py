@@ -18,7 +18,8 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
+from harness.controlplane import ControlPlane
+from harness.processes import LOOPBACK, Proc, free_port, wait_until
 
 T = TypeVar("T")
 

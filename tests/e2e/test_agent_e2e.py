@@ -11,7 +11,8 @@ import grpc
 import yaml
 
 from agent.deviceplugin.stubs import load
-from harness.controlplane import add_fake_node, fake_node_gpus, start
+from harness.controlplane import add_fake_node, fake_node_gpus
+from harness.processes import start
 from tests.agent.kubelet import FakeKubelet
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace

@@ -18,15 +18,9 @@ import threading
 import httpx
 import pytest
 
-from harness.controlplane import (
-    LOOPBACK,
-    Proc,
-    ensure_debian,
-    fake_node_gpus,
-    free_port,
-    inventory_annotation,
-    wait_until,
-)
+from harness.builds import ensure_debian
+from harness.controlplane import fake_node_gpus, inventory_annotation
+from harness.processes import LOOPBACK, Proc, free_port, wait_until
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
 

@@ -114,7 +114,8 @@ def test_an_inventory_that_stops_changing_makes_the_node_infeasible(cluster: Clu
     infeasible once the heartbeat stops changing for the window, and a new beat brings it back."""
     import datetime as dt
 
-    from harness.controlplane import LOOPBACK, free_port, inventory_annotation
+    from harness.controlplane import inventory_annotation
+    from harness.processes import LOOPBACK, free_port
 
     window_s = 12.0
     port = free_port()
@@ -247,7 +248,7 @@ def test_stream_survives_sigkill_and_restart(cluster: Cluster) -> None:
 
 def test_readyz_is_false_until_the_first_sync(cluster: Cluster, tmp_path: Path) -> None:
     """A gpufrac that cannot reach its API server never says ready."""
-    from harness.controlplane import free_port, start
+    from harness.processes import free_port, start
 
     bad = tmp_path / "bad.kubeconfig"
     cfg = json.loads(json.dumps(__import__("yaml").safe_load(cluster.cp.admin_kubeconfig.read_text())))

@@ -24,7 +24,7 @@ from kubernetes import client
 from extender.cache.moves import Move
 from extender.cluster.defragmenter import evict
 from harness import docs
-from harness.controlplane import ROOT
+from harness.processes import ROOT
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from harness.controlplane import free_port
+from harness.processes import free_port
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from harness import docs
-from harness.controlplane import LOOPBACK, ROOT, ControlPlane, free_port, start, wait_until
+from harness.controlplane import ControlPlane
+from harness.processes import LOOPBACK, ROOT, free_port, start, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -25,8 +25,9 @@ import yaml
 from kubernetes import client, config
 
 from extender.fence import ClaimFence
-from harness.controlplane import LOOPBACK, ControlPlane, Proc, free_port, wait_until
+from harness.controlplane import ControlPlane
 from harness.latency_proxy import LatencyProxy
+from harness.processes import LOOPBACK, Proc, free_port, wait_until
 from podspec.kubeio import kube_api
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
 

@@ -21,7 +21,7 @@ from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder, raw_watch_target
 from extender.fence import ClaimFence
-from harness.controlplane import LOOPBACK, Proc, free_port, wait_until
+from harness.processes import LOOPBACK, Proc, free_port, wait_until
 from podspec.kubeio import kube_api, response_json
 from podspec.nodes import node_observation
 from podspec.pods import pod_intent

@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client
 
 from harness import docs
-from harness.controlplane import ROOT
 from harness.helm import build_helm, helm
+from harness.processes import ROOT
 from tests.e2e.conftest import Cluster
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,8 @@ import re
 import pytest
 
 from harness import images as img
-from harness.controlplane import ROOT, kube_version
+from harness.builds import kube_version
+from harness.processes import ROOT
 from tests.e2e.conftest import Images
 
 pytestmark = pytest.mark.e2e

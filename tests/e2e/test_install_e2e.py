@@ -36,9 +36,10 @@ import yaml
 
 from harness import docs
 from harness import images as img
-from harness.controlplane import LOOPBACK, ControlPlane, free_port, wait_until
+from harness.controlplane import ControlPlane
 from harness.helm import build_helm, helm
 from harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
+from harness.processes import LOOPBACK, free_port, wait_until
 from tests.e2e.conftest import Images
 
 pytestmark = pytest.mark.e2e

@@ -23,15 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.controlplane import (
-    LOOPBACK,
-    ROOT,
-    add_fake_node,
-    ensure_debian,
-    fake_node_gpus,
-    free_port,
-    start,
-)
+from harness.builds import ensure_debian
+from harness.controlplane import add_fake_node, fake_node_gpus
+from harness.processes import LOOPBACK, ROOT, free_port, start
 from tests.e2e.conftest import STALE_AFTER_S, Cluster, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
 

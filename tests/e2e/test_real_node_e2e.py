@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.controlplane import Proc, free_port, start, wait_until
 from harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
+from harness.processes import Proc, free_port, start, wait_until
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import SCHEDULER, new_namespace
 

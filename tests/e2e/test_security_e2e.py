@@ -24,7 +24,8 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
 
-from harness.controlplane import ControlPlane, free_port, wait_until
+from harness.controlplane import ControlPlane
+from harness.processes import free_port, wait_until
 from tests.e2e.conftest import Cluster, bind_directly, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
 

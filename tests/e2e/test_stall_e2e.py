@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness import docs
-from harness.controlplane import LOOPBACK, Proc, free_port, wait_until
+from harness.processes import LOOPBACK, Proc, free_port, wait_until
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
 

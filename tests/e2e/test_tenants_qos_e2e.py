@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness.controlplane import LOOPBACK, ROOT, free_port, start, wait_until
+from harness.processes import LOOPBACK, ROOT, free_port, start, wait_until
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
 

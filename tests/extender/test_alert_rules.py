@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.controlplane import ROOT, ensure_debian
+from harness.builds import ensure_debian
+from harness.processes import ROOT
 
 RULES = ROOT / "deploy" / "helm" / "gpufrac" / "rules" / "gpufrac-rules.yaml"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.cache import GpuCache
-from extender.cache.defrag import DefragPlan, plan
+from extender.cache.defrag import DefragPlan, plan_defrag
 from extender.cache.moves import DisruptionBudget
 from extender.translate import inbound
 from podspec.pods import pod_intent
@@ -60,7 +60,7 @@ def planned(cache: GpuCache, labels: dict[str, dict[str, str]] | None = None,
             budgets: tuple[DisruptionBudget, ...] = ()) -> DefragPlan:
     state, records, scorer = cache.defrag_snapshot()
     node_labels = {n: tuple(sorted(v.items())) for n, v in (labels or {}).items()}
-    return plan(state, records, scorer, node_labels=node_labels, budgets=budgets)
+    return plan_defrag(state, records, scorer, node_labels=node_labels, budgets=budgets)
 
 
 def moves(p: DefragPlan) -> list[tuple[str, str, list[tuple[str, str]]]]:

@@ -96,3 +96,29 @@ def test_a_filter_converts_its_names_mask_and_request_once_and_prioritize_conver
     filter(cache, ExtenderArgs(Pod=other, NodeNames=["a", "b", "c"]), decide=False)
     assert calls == {"extender_args": 1, "candidates": 1, "rows_for_names": 1, "pod_request": 1,
                      "model_ids": 1}, calls  # no repeats: one lookup
+
+
+def test_a_bind_resolves_the_model_names_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 56: a bind resolved the pod's GPU model names to ids twice, for its request
+    # (inbound.pod_request) and again for the workload key of the pending record it replaces
+    # (records.task_key). The pending record's key is kept from its pod event, so the bind
+    # resolves once and builds the model mask once, from its request.
+    cache = GpuCache(build_scorer(scoring_config("default")))
+    cache.set_nodes([gpu_node("a", 4, model="T4"), gpu_node("b", 2, model="A100")])
+    pod = pod_intent(pod_json("m", annotations={ann.FRACTION: "0.5", ann.GPU_MODEL: "T4"}))
+    cache.apply_pod_event("ADDED", pod)
+    before = cache.state_copy().workload
+    calls: Counter[str] = Counter()
+    for owner, name in ((ClusterState, "model_ids"), (inbound, "model_mask_of"), (inbound, "pod_request")):
+        real = getattr(owner, name)
+
+        def wrapper(*args: object, _real: object = real, _name: str = name, **kwargs: object) -> object:
+            calls[_name] += 1
+            return _real(*args, **kwargs)  # type: ignore[operator]
+        monkeypatch.setattr(owner, name, wrapper)
+    rec = cache.bind(pod.uid, pod.namespace, pod.name, "a")
+    assert rec.allocation is not None and rec.gpu_uuids
+    assert calls == {"model_ids": 1, "pod_request": 1}, calls
+    # ...and the pending pod left the workload's demand exactly as its event counted it.
+    assert before.pending_share() == 500
+    assert cache.state_copy().workload.pending_share() == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from podspec.pods import PodSpecError, pod_intent
+from podspec.pods import pod_intent
+from podspec.quantities import PodSpecError
 from scoring.request import QoSClass
 from tests.conftest import pod_json
 
