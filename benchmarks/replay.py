@@ -31,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks import constrain, memory, trace
+from benchmarks.dra_allocator import FirstFitDevicesClient, split_device_choice
 from benchmarks.extender_client import REPO_ROOT, ExtenderClient, InProcessClient, start_extender
 from benchmarks.scheduler_emulation import ClusterNames, Profile, SchedulerView, schedule_with_extender
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
@@ -254,7 +255,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constrain-seed", type=int, default=0,
                    help="seed of the model-constraint and memory-request rules")
     p.add_argument("--preset", "--policy", dest="preset", default="default",
-                   help="scoring preset, as `gpufrac serve --preset` (scoring.presets; --policy: its older name)")
+                   help="scoring preset, as `gpufrac serve --preset` (scoring.presets; --policy: its older name); "
+                        "PRESET+dra-first-fit: the GPUs on the node it chooses are taken first fit, as "
+                        "kube-scheduler's DRA allocator takes devices (benchmarks/dra_allocator.py; --in-process)")
     p.add_argument("--out", type=Path, default=Path("replay-out"))
     p.add_argument("--url", help="use a running standalone extender instead of starting one (its "
                    "--events-token read from $GPUFRAC_EVENTS_TOKEN)")
@@ -295,6 +298,9 @@ def _run_job(args: argparse.Namespace, profile: Profile, seeds: list[int], posit
 
 def _run_seeds(args: argparse.Namespace, profile: Profile, seeds: list[int], position: int) -> list[SeedResult]:
     """``seeds`` in order on one extender (its own unless ``--url``)."""
+    preset, first_fit_devices = split_device_choice(args.preset)
+    if first_fit_devices and not args.in_process:
+        raise ValueError(f"--preset {args.preset}: the DRA allocator is emulated in process only (--in-process)")
     specs = load_cluster_file(args.nodes, replicas_per_gpu=args.replicas_per_gpu)
     pods = trace.load_pods(args.pods)
     if args.model_constrained:
@@ -306,8 +312,8 @@ def _run_seeds(args: argparse.Namespace, profile: Profile, seeds: list[int], pos
     proc = None
     client: ExtenderClient | InProcessClient
     if args.in_process:
-        policy = load_admin_config(args.config) if args.config else AdminConfig(scoring_config(args.preset))
-        client = InProcessClient(specs, policy, args.decision)
+        policy = load_admin_config(args.config) if args.config else AdminConfig(scoring_config(preset))
+        client = (FirstFitDevicesClient if first_fit_devices else InProcessClient)(specs, policy, args.decision)
     else:
         if args.url is None:
             proc, client = start_extender(args.nodes, args.preset, args.replicas_per_gpu, args.config,
