@@ -12,7 +12,7 @@ exactly those with ``--no-deps``, then gpufrac itself with ``--no-deps``: two bu
 the same lock install the same dependency set, whatever PyPI has published since. Run it
 with the images' Python (3.11), since a dependency can differ by Python version; re-run it
 to take new versions, and commit the result with the change that needs them.
-``tests/extender/test_deploy.py`` checks the committed files against ``pyproject.toml``.
+``tests/deploy/test_deploy.py`` checks the committed files against ``pyproject.toml``.
 """
 
 from __future__ import annotations

@@ -62,10 +62,13 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("docs/install.md", "helm push"): "no registry here: tests/e2e/test_helm_e2e.py packages the chart with the "
                                       "doc's command and renders the package",
     ("docs/install.md", "python deploy/lock.py"):
-        "rewrites the committed lock from PyPI's newest versions: tests/extender/test_deploy.py checks the "
+        "rewrites the committed lock from PyPI's newest versions: tests/deploy/test_deploy.py checks the "
         "committed lock against pyproject.toml, tests/e2e/test_images_e2e.py that the images install exactly it",
     ("docs/install.md", "buildah push"): "no registry here: the suite writes the images to Docker archives for "
                                          "containerd (harness/images.py, archive)",
+    ("docs/testing.md", "sudo .ci/clean-root"):
+        "runs the whole suite again in a fresh Debian root (about an hour): run by hand before a stop that "
+        "touches the harness, its last result written in docs/testing.md",
     ("deploy/README.md", "kubectl -n gpufrac-system rollout status deploy/"):
         "that cluster has no node for the Deployments' pods (test_install_e2e runs the chart's pods)",
 }

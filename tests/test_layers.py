@@ -110,3 +110,13 @@ def test_the_cache_has_one_front_door() -> None:
                if p.stem not in ("__init__", "views")}
     assert len(modules) > 8 and set(door["forbidden_modules"]) == modules, modules ^ set(door["forbidden_modules"])
     assert {"extender", "benchmarks", "harness"} <= set(door["source_modules"])
+
+
+def test_the_tests_mirror_the_products() -> None:
+    # Issue 56: tests/extender was flat (the cache's and cluster mode's tests beside the
+    # routes'), the pod parser's tests sat under extender and deploy/'s under extender. Every
+    # folder of tests/ (the end-to-end suite and its data aside) is a folder of the tree.
+    dirs = [p.relative_to(REPO / "tests") for p in (REPO / "tests").rglob("*")
+            if p.is_dir() and not {"__pycache__", "data", "e2e"} & set(p.relative_to(REPO / "tests").parts)]
+    assert len(dirs) >= 8 and {Path("extender/cache"), Path("extender/cluster"), Path("podspec")} <= set(dirs)
+    assert [d for d in dirs if not (REPO / d).is_dir()] == []

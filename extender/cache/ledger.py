@@ -105,7 +105,7 @@ class Ledger:
         an over-commit holds what was free when it was read, and freeing that frees room as
         much as freeing a trusted record does. Without it the cache kept counting less than
         a restart would read back, and placed gpufrac's own pods on GPUs a record already
-        filled (tests/extender/test_invariants.py). The caller that re-holds the same record
+        filled (tests/extender/cache/test_invariants.py). The caller that re-holds the same record
         in full at once (a claim confirming an over-commit) passes ``recount=False``."""
         self.apply_record(rec, sign=-1)
         if recount and rec.allocation is not None:

@@ -81,7 +81,7 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         "--config", str(config), "--inventory-stale-after-s", str(STALE_AFTER_S)])
 
     # The chart's alerting rules, each rule's `for` cut to 2 s (promtool's unit tests check the
-    # durations: tests/extender/test_alert_rules.py): loaded and evaluated by the real server.
+    # durations: tests/deploy/test_alert_rules.py): loaded and evaluated by the real server.
     rules = yaml.safe_load(RULES.read_text())
     for rule in rules["groups"][0]["rules"]:
         rule["for"] = "2s"

@@ -12,8 +12,8 @@ from extender.cache.defrag import DefragPolicy
 from extender.cache.moves import DisruptionBudget, Move
 from extender.cluster.defragmenter import Defragmenter, budget_of, label_selector_matches
 from extender.verbs.filter import ExtenderArgs, filter
+from tests.extender.cache.test_defrag import bound, node, pod
 from tests.extender.helpers import bestfit_cache, send_event
-from tests.extender.test_defrag import bound, node, pod
 
 PODS = [("u1", {"app": "a", "tier": "x"}), ("u2", {"app": "b"}), ("u3", {})]
 

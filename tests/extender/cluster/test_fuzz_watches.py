@@ -27,9 +27,9 @@ from podspec import annotations as ann
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 from tests.conftest import gpu_node, pod_json
+from tests.extender.cluster.test_untrusted_objects import NOW, node, usable
 from tests.extender.helpers import ListApi
 from tests.extender.test_fence import CasApi, claim, ledger_obj
-from tests.extender.test_untrusted_objects import NOW, node, usable
 
 EXAMPLES = int(os.environ.get("GPUFRAC_FUZZ_EXAMPLES", "60"))
 """Examples per property (CI: 60)."""

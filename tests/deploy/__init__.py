@@ -1,0 +1,1 @@
+"""What deploy/ ships: the chart, the kustomize base, the lock, the alert rules."""

@@ -1,0 +1,1 @@
+"""The extender's cache (extender/cache/): evaluation, assume, reservations, the defrag plan."""

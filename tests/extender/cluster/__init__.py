@@ -1,0 +1,1 @@
+"""Cluster mode (extender/cluster/): the watches, the bind, the defragmenter, quarantine."""

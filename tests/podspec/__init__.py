@@ -1,0 +1,1 @@
+"""The shared package (podspec/): pods and nodes as gpufrac reads them."""
