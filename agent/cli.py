@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     threads = []
+    on_publish: list[Callable[[], object]] = []  # what follows each inventory write
     if args.device_plugin:
         from agent.deviceplugin.plugin import PluginServer, slots_of
         from agent.deviceplugin.stubs import StubsUnavailable, load
@@ -80,8 +81,18 @@ def _run(args: argparse.Namespace) -> int:
                               mps_pipe_dir=args.mps_pipe_dir,
                               on_allocate=lambda result: metrics.allocations.labels(result).inc(),
                               on_register=metrics.registrations.inc)
-        publisher.on_publish = plugin.changed.set
+        on_publish.append(plugin.changed.set)
         threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
+    if args.dra_driver:
+        from agent.dra.slice_publisher import SlicePublisher
+
+        slices = SlicePublisher(publisher.api, args.node_name)
+        on_publish.append(lambda: slices.publish(publisher.published()))
+
+    def after_publish() -> None:
+        for changed in on_publish:
+            changed()
+    publisher.on_publish = after_publish
     for t in threads:
         t.start()
     try:
@@ -120,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the host's /proc (PIDs from NVML are host PIDs)")
     agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
                        help="serve the gpufrac.io/gpu device plugin to kubelet")
+    agent.add_argument("--dra-driver", action=argparse.BooleanOptionalAction, default=False,
+                       help="also publish the node's GPUs as a DRA ResourceSlice (driver gpu.gpufrac.io; "
+                            "docs/dra.md: claims are not prepared yet)")
     agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"),
                        help="kubelet's device-plugin directory (kubelet.sock)")
     agent.add_argument("--mps-pipe-dir", type=Path,
