@@ -22,7 +22,8 @@ one for the others (held out), besides all together.
 without the series the picture draws) from the ``churn.json`` of several runs of this command,
 e.g. one per load; nothing is replayed. A later folder's run replaces an earlier folder's run of
 the same preset, load and seed (a changed policy re-run alone; the commits of every folder kept
-are recorded).
+are recorded). A merged folder merges again; ``--tuning-seeds`` given with ``--merge`` replaces
+the first folder's.
 """
 
 from __future__ import annotations
@@ -215,12 +216,17 @@ def merge(args: argparse.Namespace) -> int:
     series = {k: v for r in records for k, v in r.get("series", {}).items()}
     command = {**base["command"], "loads": sorted({x.load for x in results}), "presets": presets,
                "merged": [str(d) for i, d in enumerate(args.merge) if i in kept]}
+    # A folder may be a merge itself (its commits and dates are lists): it merges again.
     record = {**{k: base[k] for k in keys}, "command": command,
-              "commits": sorted({r["commit"] for r in records}), "commit": base["commit"],
-              "dates": sorted({r["date"] for r in records}), "wall_seconds": sum(r["wall_seconds"] for r in records),
+              "commits": sorted({c for r in records for c in r.get("commits", [r.get("commit")])}),
+              "commit": base["commit"],
+              "dates": sorted({d for r in records for d in r.get("dates", [r.get("date")])}),
+              "wall_seconds": sum(r["wall_seconds"] for r in records),
               "runs": sorted((r for rec in records for r in rec["runs"]), key=lambda r: order.get(r["preset"], len(order))),
               "series": series}
-    _write(args, results, record, base["command"].get("tuning_seeds"), keep_series=False)
+    tuned = args.tuning_seeds or base["command"].get("tuning_seeds")
+    record["command"]["tuning_seeds"] = tuned
+    _write(args, results, record, tuned, keep_series=False)
     print(f"merged {len(results)} runs of {len(args.merge)} folders; wrote {args.out}/churn.json, churn.md"
           + ("" if args.no_picture else ", churn.png"))
     return 0

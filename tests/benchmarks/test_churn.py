@@ -237,6 +237,13 @@ def test_the_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFix
     assert got[("spread", 0.6)] == next(r["allocation_pct"] for r in both["runs"] if r["preset"] == "spread"
                                         and r["load"] == 0.6)
     assert "rerun" in replaced["commits"] and len(replaced["commits"]) == 2
+    # A merged folder merges again (its commits and dates are lists), and --tuning-seeds given
+    # with --merge splits the report into tuning and held-out seeds.
+    assert cli.main(["churn", "--merge", str(tmp_path / "replaced"), str(other), "--tuning-seeds", "42",
+                     "--no-picture", "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "churn.json").read_text())
+    assert set(again["commits"]) == set(replaced["commits"]) and again["command"]["tuning_seeds"] == [42]
+    assert "Tuning seeds" in (tmp_path / "again" / "churn.md").read_text()
     # Runs of another cluster are not merged.
     odd = tmp_path / "odd"
     assert cli.main(["churn", "--presets", "default", "--loads", "0.6", "--seeds", "42", "--hours", "0.5",
