@@ -161,9 +161,12 @@ def ensure_etcd() -> Path:
     if found:
         return found
     path = ensure_debian("etcd", "etcd-server")
-    # Debian starts the service on install; ours runs its own etcd on other ports.
-    subprocess.run([*([] if os.geteuid() == 0 else ["sudo", "-n"]), "systemctl", "stop", "etcd"],
-                   capture_output=True)
+    # Debian starts the service on install where systemd runs; ours runs its own etcd on other
+    # ports. A machine without systemd (a container, a chroot) has no systemctl and no service.
+    systemctl = shutil.which("systemctl")
+    if systemctl is not None:
+        subprocess.run([*([] if os.geteuid() == 0 else ["sudo", "-n"]), systemctl, "stop", "etcd"],
+                       capture_output=True)
     return path
 
 

@@ -1,0 +1,1 @@
+"""The test harness (harness/): what it installs and builds, without running it."""
