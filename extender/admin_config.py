@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from extender.cache import NO_RESERVATIONS, DefragPolicy, StarvationPolicy
+from extender.cache import DEFAULT_STARVATION, DefragPolicy, StarvationPolicy
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.arrivals import MAX_HALF_LIFE_PODS, Learning
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
@@ -149,13 +149,15 @@ class TenantFile(BaseModel):
 
 class StarvationFile(BaseModel):
     """``starvation:`` section: a node reserved for a GPU pod that waited too long
-    (``extender.cache.reservations.StarvationPolicy``; off unless ``reserve_after_s`` > 0)."""
+    (``extender.cache.reservations.StarvationPolicy``; on by default, off with
+    ``reserve_after_s: 0``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    reserve_after_s: float = Field(0.0, ge=0, le=7 * 86_400)
-    max_reserved_nodes: int = Field(1, ge=1, le=10_000)
-    reservation_ttl_s: float = Field(3600.0, gt=0, le=7 * 86_400)
+    reserve_after_s: float = Field(DEFAULT_STARVATION.reserve_after_s, ge=0, le=7 * 86_400)
+    max_reserved_nodes: int = Field(DEFAULT_STARVATION.max_reserved_nodes, ge=1, le=10_000)
+    reservation_ttl_s: float = Field(DEFAULT_STARVATION.reservation_ttl_s, gt=0, le=7 * 86_400)
+    capacity_gate: bool = True
 
 
 class DefragmentationFile(BaseModel):
@@ -194,7 +196,7 @@ class AdminConfig:
     scoring: ScoringConfig
     tenants: TenantPolicy = NO_TENANTS
     tolerance: Tolerance = DEFAULT_TOLERANCE
-    starvation: StarvationPolicy = NO_RESERVATIONS
+    starvation: StarvationPolicy = DEFAULT_STARVATION
     defrag: DefragPolicy = DefragPolicy()
 
 
@@ -412,7 +414,8 @@ def parse_admin_config(text: str, source: str = "config") -> AdminConfig:
                        round(parsed.qos.best_effort_oversubscription * MILLI_PER_GPU))
     st, df = parsed.starvation, parsed.defragmentation
     return AdminConfig(replace(scoring, qos=policy), tenants, parsed.scoring.tolerance.tolerance(),
-                       StarvationPolicy(st.reserve_after_s, st.max_reserved_nodes, st.reservation_ttl_s),
+                       StarvationPolicy(st.reserve_after_s, st.max_reserved_nodes, st.reservation_ttl_s,
+                                        st.capacity_gate),
                        DefragPolicy(df.evict, df.evict_after_s, df.max_evictions_per_hour, df.plan_every_s))
 
 

@@ -48,7 +48,7 @@ from benchmarks.extender_client import InProcessClient
 from benchmarks.replay import DEFAULT_SCHEDULER_CONFIG, json_safe, parse_seeds, source_commit
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
-from extender.cache import DefragPolicy, StarvationPolicy
+from extender.cache import NO_RESERVATIONS, DefragPolicy, StarvationPolicy
 from extender.clusterfile import load_cluster_file
 from scoring.state import NodeSpec
 
@@ -100,6 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-reserved-nodes", type=int, default=1, help="with +reserve: reservations at once")
     p.add_argument("--reservation-ttl-s", type=float, default=3600.0, help="with +reserve: longest a "
                    "reservation holds")
+    p.add_argument("--no-capacity-gate", action="store_true", help="with +reserve: hold nodes even while the "
+                   "pending GPU pods ask for more than is free in sum (StarvationPolicy.capacity_gate off)")
     p.add_argument("--max-evictions-per-hour", type=int, default=12,
                    help="with +defrag: evictions at most in any hour (extender/cache/defrag.py)")
     p.add_argument("--loads", type=_floats, default=[0.7, 0.9, 1.0, 1.2],
@@ -143,8 +145,11 @@ def policy_of(spec: str, args: argparse.Namespace) -> AdminConfig:
         ``+reserve<seconds>`` or ``+defrag<seconds>``.
     """
     base, *extras = spec.split("+")
+    # The baselines (fgd, bestfit, spread...) are the published policies: their runs have no
+    # starvation protection, which is gpufrac's own (on in its default admin config).
     config = (load_admin_config(Path(base)) if base.endswith((".yaml", ".yml"))
-              else AdminConfig(scoring_config(base)))
+              else AdminConfig(scoring_config(base)) if base == "default"
+              else AdminConfig(scoring_config(base), starvation=NO_RESERVATIONS))
     for extra in extras:
         kind = "reserve" if extra.startswith("reserve") else "defrag" if extra.startswith("defrag") else None
         if kind is None:
@@ -154,8 +159,8 @@ def policy_of(spec: str, args: argparse.Namespace) -> AdminConfig:
         except ValueError as exc:
             raise ValueError(f"--presets {spec!r}: +{kind} takes seconds, e.g. +{kind}600") from exc
         if kind == "reserve":
-            config = dataclasses.replace(config, starvation=StarvationPolicy(after, args.max_reserved_nodes,
-                                                                             args.reservation_ttl_s))
+            config = dataclasses.replace(config, starvation=StarvationPolicy(
+                after, args.max_reserved_nodes, args.reservation_ttl_s, not args.no_capacity_gate))
         else:
             config = dataclasses.replace(config, defrag=DefragPolicy(True, after, args.max_evictions_per_hour))
     return config

@@ -35,12 +35,12 @@ from extender.cache.records import (
     PodRecord,
     is_pending,
 )
-from extender.cache.reservations import NO_RESERVATIONS, StarvationPolicy
+from extender.cache.reservations import DEFAULT_STARVATION, NO_RESERVATIONS, StarvationPolicy
 from extender.cache.store import GpuCache
 from extender.cache.victims import PreemptBudget
 
 __all__ = [
-    "EMPTY_PLAN", "EMPTY_VIEW", "NO_DEFRAG", "NO_RESERVATIONS", "BindError", "CandidateEvaluation", "ClaimCount",
-    "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget", "EventType", "GpuCache", "Labels",
+    "DEFAULT_STARVATION", "EMPTY_PLAN", "EMPTY_VIEW", "NO_DEFRAG", "NO_RESERVATIONS", "BindError",
+    "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget", "EventType", "GpuCache", "Labels",
     "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
 ]

@@ -16,8 +16,12 @@ waiting pod first, at most ``max_reserved_nodes`` at once; a reservation ends wh
 bound or deleted, or after ``reservation_ttl_s`` (the pod may not fit even an empty node in
 kube-scheduler's eyes: taints, affinity).
 
-What it costs: the reserved node's free room is idle while it drains. ``benchmarks churn``
-measures both sides (docs/decisions/0020-starvation-protection.md).
+What it costs: the reserved node's free room is idle while it drains. So no node is held while
+the pods that have waited ``reserve_after_s`` ask, in sum, for more GPU share than is free
+(``StarvationPolicy.capacity_gate``): they wait for capacity, not fragmentation, and under
+sustained overload a hold would only idle room. ``benchmarks churn`` measures both sides
+(docs/decisions/0020-starvation-protection.md; on by default since
+docs/decisions/0024-starvation-protection-on.md).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import numpy as np
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
 from extender.cache.moves import Labels, allowed_nodes
-from extender.cache.records import CandidateEvaluation, is_pending
+from extender.cache.records import CandidateEvaluation, PodRecord, is_pending
 from extender.translate import inbound
 from podspec.pods import PodIntent
 from scoring.fit import fragmented_on
@@ -52,11 +56,19 @@ class StarvationPolicy:
         Reservations held at once, >= 1.
     reservation_ttl_s : float
         Longest a reservation holds, seconds, > 0.
+    capacity_gate : bool
+        No new hold while the GPU pods pending past ``reserve_after_s`` ask, in sum, for more
+        GPU share than is free on the ready, healthy GPUs (``waiting_for_capacity``): then the
+        starving pods as a whole wait for capacity, not fragmentation, and a node drained for
+        one of them would idle while the others still wait. Under sustained overload (thousands
+        waiting for hours) this turns holds off; at moderate load, where a few large pods
+        starve beside free room in pieces, it leaves them be.
     """
 
     reserve_after_s: float = 0.0
     max_reserved_nodes: int = 1
     reservation_ttl_s: float = 3600.0
+    capacity_gate: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -65,6 +77,9 @@ class StarvationPolicy:
 
 
 NO_RESERVATIONS = StarvationPolicy()
+DEFAULT_STARVATION = StarvationPolicy(reserve_after_s=600.0, max_reserved_nodes=2)
+"""The default (issue 51): a hold after 600 s, two at a time, behind the capacity gate
+(docs/decisions/0024-starvation-protection-on.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,34 @@ class Reservation:
         if self.ttl_s is None:
             return f"gpufrac: node reserved for pod {self.pod}, which has waited longest for room"
         return f"gpufrac: node being freed for pod {self.pod} (defragmentation)"
+
+
+def waiting_for_capacity(ledger: Ledger, pending: Iterable[PodRecord]) -> bool:
+    """Whether the pending GPU pods ask, in sum, for more share than the cluster has free.
+
+    Parameters
+    ----------
+    ledger : Ledger
+        Read only.
+    pending : iterable of PodRecord
+        Pending pods (any kind; CPU-only ones ask for no share).
+
+    Returns
+    -------
+    bool
+        ``sum(gpu_count * gpu_milli)`` over those pods (milli-GPU) exceeds
+        ``gpu_free_milli`` summed over the healthy GPUs of ready nodes. Models and node
+        selectors are not read: a coarse test of the queue as a whole, stopping at the first
+        pod past the free share (O(pending) at worst).
+    """
+    state = ledger.state
+    free_milli = int(np.where(state.gpu_healthy & state.node_ready[:, None], state.gpu_free_milli, 0).sum())
+    asked_milli = 0
+    for rec in pending:
+        asked_milli += rec.intent.gpu_count * rec.intent.gpu_milli
+        if asked_milli > free_milli:
+            return True
+    return False
 
 
 class Reservations:
@@ -177,9 +220,11 @@ class Reservations:
         starvation_holds = sum(r.ttl_s is None for r in self.by_node.values())
         if not self.policy.enabled or starvation_holds >= self.policy.max_reserved_nodes:
             return [], ended
+        starving = [(s, uid) for uid, s in self._seen_s.items() if now_s - s >= self.policy.reserve_after_s]
+        if self.policy.capacity_gate and waiting_for_capacity(ledger, (pending[uid] for _s, uid in starving)):
+            return [], ended
         holders = {r.uid for r in self.by_node.values()}
-        waited = sorted((s, uid) for uid, s in self._seen_s.items()
-                        if uid not in holders and now_s - s >= self.policy.reserve_after_s)
+        waited = sorted((s, uid) for s, uid in starving if uid not in holders)
         made: list[Reservation] = []
         # Bounded work under the cache lock: the oldest CANDIDATES_PER_PASS waiting pods only
         # (under overload thousands wait, nearly all for capacity).

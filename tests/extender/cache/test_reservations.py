@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.cache import GpuCache
+from extender.admin_config import AdminConfig, parse_admin_config, scoring_config
+from extender.cache import DEFAULT_STARVATION, GpuCache
 from extender.cache.reservations import CANDIDATES_PER_PASS, Reservation, StarvationPolicy
 from extender.metrics import Metrics
 from extender.verbs.filter import ExtenderArgs, filter
@@ -130,9 +131,11 @@ def test_a_pod_waiting_for_capacity_not_fragmentation_gets_none() -> None:
 def test_a_pass_looks_at_the_oldest_waiting_pods_only() -> None:
     # Housekeeping holds the cache lock: it considers the CANDIDATES_PER_PASS oldest waiting
     # pods. Pods no node could hold (3 GPUs on 2-GPU nodes) ahead of the starved 2-GPU pod:
-    # one fewer than the bound leaves it in reach, as many as the bound hides it.
+    # one fewer than the bound leaves it in reach, as many as the bound hides it. (Those pods
+    # ask for more than is free in sum: the capacity gate is off here, its own test below.)
+    ungated = StarvationPolicy(reserve_after_s=600, capacity_gate=False)
     for ahead, held in ((CANDIDATES_PER_PASS - 1, ["openb/big"]), (CANDIDATES_PER_PASS, [])):
-        cache, big = half_full_cluster()
+        cache, big = half_full_cluster(ungated)
         pod_events(cache, [PodEvent.model_validate({"type": "DELETED", "object": big})])
         for i in range(ahead):
             send_event(cache, "ADDED", trace_pod(f"huge-{i}", 3, 1000))
@@ -140,6 +143,28 @@ def test_a_pass_looks_at_the_oldest_waiting_pods_only() -> None:
         send_event(cache, "ADDED", big)
         sweep(cache, 1)
         assert [r.pod for r in sweep(cache, 700)] == held
+
+
+def test_no_new_hold_while_the_starving_pods_ask_for_more_than_is_free() -> None:
+    # half_full_cluster leaves 3,200 free in sum (1,500 on a, 1,700 on b); big asks 2,000. A
+    # second starving pod asking 1,000 keeps them within it (3,000): big gets its hold. One
+    # asking 2 x 1,000 takes them past it (4,000): they wait for capacity, and a drained node
+    # would idle, so none is held.
+    for extra_gpus, held in ((1, ["openb/big"]), (2, [])):
+        cache, big = half_full_cluster()
+        send_event(cache, "ADDED", trace_pod("extra", extra_gpus, 1000))
+        sweep(cache, 0)
+        assert [r.pod for r in sweep(cache, 700)] == held
+    # A pod that has not waited reserve_after_s yet is not starving: it does not count.
+    cache, big = half_full_cluster()
+    sweep(cache, 0)
+    send_event(cache, "ADDED", trace_pod("extra", 2, 1000))
+    assert [r.pod for r in sweep(cache, 700)] == ["openb/big"]
+    # With the gate off, the starving queue past the free share gets its hold.
+    cache, big = half_full_cluster(StarvationPolicy(reserve_after_s=600, capacity_gate=False))
+    send_event(cache, "ADDED", trace_pod("extra", 2, 1000))
+    sweep(cache, 0)
+    assert [r.pod for r in sweep(cache, 700)] == ["openb/big"]
 
 
 def test_the_node_held_is_one_the_pods_node_selector_matches() -> None:
@@ -173,3 +198,15 @@ def test_no_node_is_held_where_the_node_selector_matches_none_or_labels_are_unkn
     assert cache.reserve_for_waiting(600, labels) == ([], [])
     # Without the nodes' labels (a caller that has none), nothing shows that a node matches.
     assert cache.reserve_for_waiting(1200) == ([], [])
+
+
+def test_on_by_default_alike_with_and_without_a_config_file() -> None:
+    # The process without --config and a config file that leaves starvation: out both get
+    # DEFAULT_STARVATION (two holds after 600 s, gated); reserve_after_s: 0 turns it off.
+    assert DEFAULT_STARVATION.enabled and DEFAULT_STARVATION.capacity_gate
+    assert AdminConfig(scoring_config("default")).starvation == DEFAULT_STARVATION
+    assert parse_admin_config("scoring: {preset: default}\n").starvation == DEFAULT_STARVATION
+    off = parse_admin_config("starvation: {reserve_after_s: 0}\n").starvation
+    assert not off.enabled
+    ungated = parse_admin_config("starvation: {capacity_gate: false}\n").starvation
+    assert ungated.enabled and not ungated.capacity_gate
