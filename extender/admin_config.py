@@ -157,7 +157,7 @@ class StarvationFile(BaseModel):
     reserve_after_s: float = Field(DEFAULT_STARVATION.reserve_after_s, ge=0, le=7 * 86_400)
     max_reserved_nodes: int = Field(DEFAULT_STARVATION.max_reserved_nodes, ge=1, le=10_000)
     reservation_ttl_s: float = Field(DEFAULT_STARVATION.reservation_ttl_s, gt=0, le=7 * 86_400)
-    capacity_gate: bool = True
+    capacity_gate: bool = DEFAULT_STARVATION.capacity_gate
 
 
 class DefragmentationFile(BaseModel):

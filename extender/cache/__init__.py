@@ -41,6 +41,6 @@ from extender.cache.victims import PreemptBudget
 
 __all__ = [
     "DEFAULT_STARVATION", "EMPTY_PLAN", "EMPTY_VIEW", "NO_DEFRAG", "NO_RESERVATIONS", "BindError",
-    "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget", "EventType", "GpuCache", "Labels",
-    "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
+    "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget",
+    "EventType", "GpuCache", "Labels", "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
 ]

@@ -221,6 +221,8 @@ class Reservations:
         if not self.policy.enabled or starvation_holds >= self.policy.max_reserved_nodes:
             return [], ended
         starving = [(s, uid) for uid, s in self._seen_s.items() if now_s - s >= self.policy.reserve_after_s]
+        if not starving:
+            return [], ended
         if self.policy.capacity_gate and waiting_for_capacity(ledger, (pending[uid] for _s, uid in starving)):
             return [], ended
         holders = {r.uid for r in self.by_node.values()}
