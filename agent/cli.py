@@ -84,10 +84,25 @@ def _run(args: argparse.Namespace) -> int:
         on_publish.append(plugin.changed.set)
         threads.append(threading.Thread(target=plugin.run, args=(stop,), name="device-plugin"))
     if args.dra_driver:
+        from agent.deviceplugin.stubs import StubsUnavailable, load
+        from agent.dra.kubelet_plugin import DraDriver, DraPluginServer, claim_reader
         from agent.dra.slice_publisher import SlicePublisher
 
+        try:
+            load(api="dra"), load(api="registration")
+        except StubsUnavailable as exc:
+            print(f"gpufrac-agent: {exc} (or pass --no-dra-driver)", file=sys.stderr)
+            return 3
         slices = SlicePublisher(publisher.api, args.node_name)
         on_publish.append(lambda: slices.publish(publisher.published()))
+
+        def registered() -> None:  # kubelet may have deleted the slice when it started
+            slices.invalidate()
+            slices.publish(publisher.published())
+        driver = DraDriver(args.node_name, claim_reader(publisher.api.api_client), publisher.published,
+                           args.cdi_dir, args.mps_pipe_dir)
+        dra = DraPluginServer(driver, args.dra_plugin_dir, args.dra_registry_dir, registered)
+        threads.append(threading.Thread(target=dra.run, args=(stop,), name="dra-kubelet-plugin"))
 
     def after_publish() -> None:
         for changed in on_publish:
@@ -132,8 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--device-plugin", action=argparse.BooleanOptionalAction, default=True,
                        help="serve the gpufrac.io/gpu device plugin to kubelet")
     agent.add_argument("--dra-driver", action=argparse.BooleanOptionalAction, default=False,
-                       help="also publish the node's GPUs as a DRA ResourceSlice (driver gpu.gpufrac.io; "
-                            "docs/dra.md: claims are not prepared yet)")
+                       help="also be the DRA driver gpu.gpufrac.io: publish the node's GPUs as a ResourceSlice "
+                            "and prepare claims for kubelet with CDI (docs/dra.md)")
+    agent.add_argument("--dra-registry-dir", type=Path, default=Path("/var/lib/kubelet/plugins_registry"),
+                       help="kubelet's plugin registration directory (<kubelet root>/plugins_registry)")
+    agent.add_argument("--dra-plugin-dir", type=Path, default=Path("/var/lib/kubelet/plugins/gpu.gpufrac.io"),
+                       help="where the DRA service's socket goes (dra.sock)")
+    agent.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"),
+                       help="where prepared claims' CDI specs go (one the container runtime reads)")
     agent.add_argument("--plugin-dir", type=Path, default=Path("/var/lib/kubelet/device-plugins"),
                        help="kubelet's device-plugin directory (kubelet.sock)")
     agent.add_argument("--mps-pipe-dir", type=Path,

@@ -107,6 +107,16 @@ class RealNode:
         """containerd's CRI socket."""
         return self.workdir / "containerd" / "containerd.sock"
 
+    @property
+    def cdi_dir(self) -> Path:
+        """The directory containerd reads CDI specs from (a DRA driver writes them there)."""
+        return self.workdir / "cdi"
+
+    @property
+    def plugins_registry(self) -> Path:
+        """kubelet's plugin registration directory (DRA drivers register there)."""
+        return self.workdir / "kubelet" / "root" / "plugins_registry"
+
     @classmethod
     def up(cls, cp: ControlPlane) -> RealNode:
         """Build what is missing, start containerd, import the images, start kubelet and wait
@@ -142,6 +152,7 @@ class RealNode:
 
     def _start_containerd(self) -> Proc:
         d = self.workdir / "containerd"
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)  # watched from the start (DRA drivers write there)
         config = f"""version = 3
 root = "{d / 'root'}"
 state = "{d / 'state'}"
@@ -153,6 +164,7 @@ state = "{d / 'state'}"
     sandbox = "{PAUSE_IMAGE}"
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
+  cdi_spec_dirs = ["{self.cdi_dir}"]
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

@@ -3,7 +3,10 @@
 Called after each inventory write (``Publisher.on_publish``, so a health change reaches the
 slice as fast as the annotation). Writes only when the devices changed since the last write
 this process made, or once at start: the API server rewrites quantities in its own canonical
-form, so the slice read back is not compared with the one built. A change replaces the slice
+form, so the slice read back is not compared with the one built. kubelet deletes a node's
+slices when it starts and a driver's when the driver leaves (``DRAPluginManager``), so the
+slice is also written again when the kubelet plugin registers (``invalidate``) and whenever a
+check, at most every ``recheck_s``, finds it gone. A change replaces the slice
 with the pool's generation + 1 (read from the server, with its resourceVersion: a write that
 lost a race is refused with 409 and made again on the next call). The API is called with
 bounded timeouts; errors are logged and retried on the next inventory write, never raised
@@ -13,6 +16,8 @@ into the publisher's loop.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 from kubernetes.client import CustomObjectsApi
@@ -41,13 +46,21 @@ class SlicePublisher:
         This node's name.
     """
 
-    def __init__(self, core_api: Any, node: str) -> None:
+    def __init__(self, core_api: Any, node: str, recheck_s: float = 60.0) -> None:
         self._core = core_api
         self._api = CustomObjectsApi(core_api.api_client)
         self.node = node
+        self.recheck_s = recheck_s
+        self._lock = threading.Lock()  # the publisher's thread and the kubelet plugin's both call
         self._written: list[dict[str, Any]] | None = None
+        self._checked_s = time.monotonic()
         self.writes = 0
         """Slices created or replaced by this process."""
+
+    def invalidate(self) -> None:
+        """Write the slice on the next ``publish`` even if its devices did not change."""
+        with self._lock:
+            self._written = None
 
     def publish(self, inventory: NodeInventory | None) -> bool:
         """Make the slice hold ``inventory``'s healthy GPUs; True if it was written.
@@ -57,17 +70,35 @@ class SlicePublisher:
         if inventory is None:
             return False
         wanted = devices(inventory)
-        if wanted == self._written:
+        with self._lock:
+            try:
+                if wanted == self._written and not self._gone():
+                    return False
+                self._write(inventory)
+            except ApiException as exc:
+                log.warning("ResourceSlice %s not written (%s %s); retried on the next inventory write",
+                            slice_name(self.node), exc.status, exc.reason)
+                return False
+            self._written = wanted
+            self._checked_s = time.monotonic()
+            self.writes += 1
+            return True
+
+    def _gone(self) -> bool:
+        """Whether the slice was deleted behind this process (read at most every ``recheck_s``)."""
+        if time.monotonic() - self._checked_s < self.recheck_s:
             return False
+        self._checked_s = time.monotonic()
         try:
-            self._write(inventory)
+            self._api.get_cluster_custom_object(GROUP, VERSION, PLURAL, slice_name(self.node),
+                                                _preload_content=False, _request_timeout=TIMEOUT_S).release_conn()
         except ApiException as exc:
-            log.warning("ResourceSlice %s not written (%s %s); retried on the next inventory write",
-                        slice_name(self.node), exc.status, exc.reason)
-            return False
-        self._written = wanted
-        self.writes += 1
-        return True
+            if exc.status == 404:
+                log.info("ResourceSlice %s is gone (kubelet removes a node's slices when it starts); "
+                         "writing it again", slice_name(self.node))
+                return True
+            raise
+        return False
 
     def _write(self, inventory: NodeInventory) -> None:
         name = slice_name(self.node)

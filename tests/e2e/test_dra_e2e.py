@@ -45,7 +45,8 @@ def test_the_agent_publishes_its_gpus_as_a_resource_slice_the_api_server_keeps(
     control_plane.track(start(f"agent-{node}", [
         sys.executable, "-m", "agent", "--node-name", node, "--nvml", "fake", "--fake-config", str(fake),
         "--kubeconfig", str(control_plane.admin_kubeconfig), "--replicas", "4", "--no-device-plugin",
-        "--dra-driver", "--metrics-port", "0"], tmp_path))
+        "--dra-driver", "--dra-registry-dir", str(tmp_path / "registry"), "--dra-plugin-dir", str(tmp_path / "plugin"),
+        "--cdi-dir", str(tmp_path / "cdi"), "--metrics-port", "0"], tmp_path))
     got = wait_until(lambda: _slice(objects, node), 30, "the agent's ResourceSlice")
     spec = got["spec"]
     assert (spec["driver"], spec["nodeName"], spec["pool"]) == (
@@ -99,3 +100,13 @@ def test_an_unhealthy_gpu_leaves_the_slice_in_a_new_pool_generation(control_plan
     assert again is not None
     assert [d["name"] for d in again["spec"]["devices"]] == ["gpu-0", "gpu-1"]
     assert again["spec"]["pool"]["generation"] == 2 and slices.writes == 3
+    # kubelet deletes a node's slices when it starts: a check (at most every recheck_s) finds
+    # the slice gone and writes it again; the kubelet plugin's registration forces a write.
+    objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, slice_name(node))
+    assert slices.publish(inventory()) is False and _slice(objects, node) is None  # not checked yet
+    slices.recheck_s = 0
+    assert slices.publish(inventory()) is True and _slice(objects, node) is not None
+    assert slices.publish(inventory()) is False  # there: no write
+    slices.recheck_s = 60
+    slices.invalidate()
+    assert slices.publish(inventory()) is True and slices.writes == 5

@@ -116,6 +116,26 @@ def test_chart_values_switch_the_optional_parts() -> None:
     assert "DaemonSet" not in bare and "ValidatingAdmissionPolicy" not in bare
 
 
+def test_the_dra_driver_value_mounts_kubelets_plugin_dirs_and_grants_reading_claims() -> None:
+    def agent_of(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-agent"]
+        return ds["spec"]["template"]["spec"], role["rules"]
+    spec, rules = agent_of(render("agent.draDriver=true"))
+    (container,) = spec["containers"]
+    assert {"--dra-driver", "--dra-registry-dir=/var/lib/kubelet/plugins_registry",
+            "--dra-plugin-dir=/var/lib/kubelet/plugins/gpu.gpufrac.io", "--cdi-dir=/var/run/cdi"} <= set(
+        container["command"])
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    for name in ("plugins-registry", "dra-plugin", "cdi"):
+        assert mounts[name] == paths[name]  # the host's own path, as kubelet and containerd see it
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]} in rules
+    spec, rules = agent_of(render())
+    assert not any("dra" in a for a in spec["containers"][0]["command"])
+    assert not any("resource.k8s.io" in r.get("apiGroups", []) for r in rules)
+
+
 def test_cert_manager_mode_renders_the_same_objects_every_time() -> None:
     # GitOps tools render with `helm template`: generated certificates change on every render,
     # cert-manager's Certificates do not.

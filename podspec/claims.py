@@ -1,0 +1,134 @@
+"""Bounded reading of a ResourceClaim's allocation (``resource.k8s.io/v1``) for gpufrac's driver.
+
+A claim's status is written by whoever allocated it (kube-scheduler's allocator, gpufrac, or
+anyone with the right to its ``status``), so it is read as untrusted input: every field a
+result of ``gpu.gpufrac.io`` carries is checked and bounded before it names a GPU or sizes a
+share, and the first bad one refuses the whole claim with a ``PodSpecError`` that names the
+field. Results of other drivers are skipped (they are not gpufrac's to read).
+
+Per result of the driver (``status.allocation.devices.results[i]``):
+
+- ``request``, ``pool``, ``device``: strings (the request name may be ``<request>/<subrequest>``);
+- ``shareID``: optional, a string of at most 64 characters (KEP-5075: set when the device
+  allows multiple allocations);
+- ``consumedCapacity``: optional; ``share`` in milli-GPU (1 to 1000) and ``memory`` (bytes, at
+  most ``MAX_GPU_MEMORY_MIB``, read in MiB rounded up). A result without ``share`` holds the
+  device whole (1000): that is what an allocation means where the device cannot be shared
+  (``DRAConsumableCapacity`` off). Without ``memory``, no memory limit.
+
+Sources: ``k8s.io/api/resource/v1`` (``ResourceClaimStatus``, ``AllocationResult``,
+``DeviceRequestAllocationResult``), KEP-4381, KEP-5075.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from podspec.quantities import MAX_GPU_MEMORY_MIB, MIB, PodSpecError, bounded_text, quantity, quote
+from scoring.request import MILLI_PER_GPU
+
+MAX_RESULTS = 32
+"""Results one claim may hold (``resource.k8s.io/v1`` ``AllocationResultsMaxSize``)."""
+MAX_SHARE_ID_CHARS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """One device of the driver allocated to a claim, and how much of it."""
+
+    request: str
+    pool: str
+    device: str
+    gpu_milli: int
+    """Share of the GPU, milli-GPU, 1..1000."""
+    memory_mib: int
+    """GPU memory asked, MiB; 0: no limit."""
+    share_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """What a claim holds of the driver's devices."""
+
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[DeviceShare, ...]
+
+
+def _mapping(value: object, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PodSpecError(f"{field}: {quote(value)} must be an object")
+    return value
+
+
+def device_share(result: Mapping[str, Any], field: str) -> DeviceShare:
+    """One allocation result of the driver (module notes).
+
+    Raises
+    ------
+    PodSpecError
+        A field is missing, of the wrong type, too long or out of range.
+    """
+    request = bounded_text(result.get("request"), f"{field}.request", 2 * 63 + 1)
+    pool = bounded_text(result.get("pool"), f"{field}.pool")
+    device = bounded_text(result.get("device"), f"{field}.device", 63)
+    share_id = result.get("shareID")
+    if share_id is not None:
+        share_id = bounded_text(share_id, f"{field}.shareID", MAX_SHARE_ID_CHARS)
+    consumed = _mapping(result.get("consumedCapacity"), f"{field}.consumedCapacity")
+    gpu_milli = MILLI_PER_GPU
+    if "share" in consumed:
+        q = quantity(consumed["share"], f"{field}.consumedCapacity.share", maximum=MILLI_PER_GPU, positive=True)
+        if q != q.to_integral_value():
+            raise PodSpecError(f"{field}.consumedCapacity.share: {quote(consumed['share'])} must be whole milli-GPU")
+        gpu_milli = int(q)
+    memory_mib = 0
+    if "memory" in consumed:
+        q = quantity(consumed["memory"], f"{field}.consumedCapacity.memory", maximum=MAX_GPU_MEMORY_MIB * MIB)
+        memory_mib = int(-(-q // MIB))
+    return DeviceShare(request, pool, device, gpu_milli, memory_mib, share_id)
+
+
+def claim_allocation(claim: Mapping[str, Any], driver: str) -> ClaimAllocation:
+    """The devices of ``driver`` that ``claim`` (a ResourceClaim object) is allocated.
+
+    Parameters
+    ----------
+    claim : mapping
+        The object as the API server returns it (JSON).
+    driver : str
+        The DRA driver whose results are read; others are skipped.
+
+    Returns
+    -------
+    ClaimAllocation
+        ``devices`` empty when the claim is not allocated or holds none of the driver's.
+
+    Raises
+    ------
+    PodSpecError
+        The metadata or a result of ``driver`` is malformed, or more than ``MAX_RESULTS``.
+    """
+    meta = _mapping(claim.get("metadata"), "metadata")
+    namespace = bounded_text(meta.get("namespace"), "metadata.namespace", 63)
+    name = bounded_text(meta.get("name"), "metadata.name")
+    uid = bounded_text(meta.get("uid"), "metadata.uid", 64)
+    status = _mapping(claim.get("status"), "status")
+    allocation = _mapping(status.get("allocation"), "status.allocation")
+    results = _mapping(allocation.get("devices"), "status.allocation.devices").get("results") or []
+    field = "status.allocation.devices.results"
+    if not isinstance(results, list):
+        raise PodSpecError(f"{field}: must be a list")
+    if len(results) > MAX_RESULTS:
+        raise PodSpecError(f"{field}: {len(results)} results, more than the API's {MAX_RESULTS}")
+    shares = []
+    for i, result in enumerate(results):
+        result = _mapping(result, f"{field}[{i}]")
+        if result.get("driver") == driver:
+            shares.append(device_share(result, f"{field}[{i}]"))
+    return ClaimAllocation(namespace, name, uid, tuple(shares))

@@ -1,0 +1,151 @@
+"""gpufrac's DRA driver on a real kubelet + containerd node: registration, prepare with CDI.
+
+The agent runs as the DRA driver ``gpu.gpufrac.io`` (``--dra-driver``, fake NVML: two 24 GiB
+A10s) beside the real kubelet of ``harness/node.py``: it publishes the ResourceSlice,
+registers in kubelet's plugin registry and prepares claims with CDI specs that containerd
+applies. Claims are allocated by kube-scheduler's own DRA allocator (the DynamicResources
+plugin of the session's kube-scheduler profile); gpufrac does not choose the device of a claim
+yet (docs/dra.md). What each container got is read back with ``kubectl logs``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+from agent.dra.kubelet_plugin import cdi_spec_path
+from agent.dra.slice import DRIVER, slice_name
+from harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
+from harness.processes import Proc, start, wait_until
+from tests.e2e.conftest import Cluster, unique
+from tests.e2e.helpers import SCHEDULER, new_namespace
+
+pytestmark = pytest.mark.e2e
+
+GPUS, GPU_MIB = 2, 24576
+DEVICE_CLASS = "gpufrac-share"
+RESOURCE = ("resource.k8s.io", "v1")
+
+
+@pytest.fixture(scope="module")
+def node(cluster: Cluster) -> Iterator[RealNode]:
+    real = RealNode.up(cluster.cp)
+    yield real
+    cluster.cp.kubectl("delete", "pods", "--all-namespaces", "--field-selector", f"spec.nodeName={NODE_NAME}",
+                       "--grace-period=0", "--force", "--wait=false", check=False)
+    real.down()
+    cluster.cp.kubectl("delete", "node", NODE_NAME, "--wait=false", check=False)
+    cluster.wait(lambda: not any(a["node"] == NODE_NAME for a in cluster.allocations()), 60,
+                 "the real node's pods gone from gpufrac")
+
+
+@pytest.fixture(scope="module")
+def driver(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
+    """The agent as the DRA driver (no device plugin), and the DeviceClass that selects it."""
+    fake = node.workdir / "dra-gpus.yaml"
+    fake.write_text(f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
+    mps = node.workdir / "dra-mps-pipe"
+    mps.mkdir(exist_ok=True)
+    proc = cluster.cp.track(start("gpufrac-dra-agent", [
+        sys.executable, "-m", "agent", "--node-name", NODE_NAME, "--kubeconfig", str(cluster.cp.admin_kubeconfig),
+        "--nvml", "fake", "--fake-config", str(fake), "--replicas", "4", "--heartbeat-s", "5",
+        "--min-interval-s", "1", "--no-device-plugin", "--dra-driver",
+        "--dra-registry-dir", str(node.plugins_registry), "--dra-plugin-dir", str(node.workdir / "dra-plugin"),
+        "--cdi-dir", str(node.cdi_dir), "--mps-pipe-dir", str(mps), "--metrics-port", "0",
+        "--log-level", "info"], node.workdir))
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    objects.create_cluster_custom_object(*RESOURCE, "deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+    yield proc
+    objects.delete_cluster_custom_object(*RESOURCE, "deviceclasses", DEVICE_CLASS)
+    proc.stop()
+
+
+def claim(name: str, share_milli: int) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": DEVICE_CLASS, "capacity": {"requests": {"share": str(share_milli)}}}}]}}}
+
+
+def pod(name: str, claim_name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulerName": SCHEDULER, "hostNetwork": True, "tolerations": [NOT_READY_TOLERATION],
+                     "terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
+                     "automountServiceAccountToken": False,
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+                     "containers": [{"name": "c", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["/bin/sh", "-c", "env | sort; echo END-OF-ENV; sleep 3600"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                   "claims": [{"name": "gpu"}]}}]}}
+
+
+def env_of(cl: Cluster, ns: str, name: str) -> dict[str, str] | None:
+    out = cl.cp.kubectl("logs", name, "-n", ns, check=False).stdout
+    if "END-OF-ENV" not in out:
+        return None
+    return dict(line.split("=", 1) for line in out.split("END-OF-ENV")[0].splitlines() if "=" in line)
+
+
+def read_claim(objects: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = objects.get_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", name)
+        return found
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_claims_for_shares_of_a_gpu_are_prepared_with_cdi_and_released(cluster: Cluster, node: RealNode,
+                                                                        driver: Proc) -> None:
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    wait_until(lambda: "registered with kubelet as DRA driver gpu.gpufrac.io" in driver.tail(100_000), 60,
+               "kubelet registering the DRA driver", driver)
+
+    def published() -> dict[str, Any] | None:
+        try:
+            got: dict[str, Any] = objects.get_cluster_custom_object(*RESOURCE, "resourceslices", slice_name(NODE_NAME))
+            return got if len(got["spec"]["devices"]) == GPUS else None
+        except ApiException:
+            return None
+    wait_until(published, 60, "the driver's ResourceSlice (kubelet wipes a node's slices when it starts)", driver)
+    ns = new_namespace(cluster.api, unique("dra-node"))
+    shares = {"quarter": 250, "half": 500, "quarter-2": 250}
+    for name, share in shares.items():
+        objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", claim(name, share))
+        cluster.api.create_namespaced_pod(ns, pod(name, name))
+
+    envs = {name: wait_until(lambda name=name: env_of(cluster, ns, name), 120, f"pod {name} running with its env",
+                             driver) for name in shares}
+    used: dict[str, int] = {}
+    for name, share in shares.items():
+        got = read_claim(objects, ns, name)
+        assert got is not None
+        [result] = got["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"], result["request"]) == (DRIVER, NODE_NAME, "gpu")
+        assert parse_quantity(result["consumedCapacity"]["share"]) == share
+        used[result["device"]] = used.get(result["device"], 0) + share
+        index = int(result["device"].removeprefix("gpu-"))
+        # What the CDI spec gave the container: the allocated GPU, MPS limits of its share.
+        env = envs[name]
+        assert env["NVIDIA_VISIBLE_DEVICES"] == f"GPU-fake-{NODE_NAME}-{index}", env
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(share // 10)
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpufrac/mps"
+        spec = json.loads(cdi_spec_path(node.cdi_dir, got["metadata"]["uid"]).read_text())
+        assert spec["devices"][0]["name"] == f"{got['metadata']['uid']}-gpu"
+    assert all(v <= 1000 for v in used.values()), used  # never over-committed
+
+    # Deleting a pod: kubelet unprepares its claim, the CDI spec goes.
+    uid = read_claim(objects, ns, "half")["metadata"]["uid"]  # type: ignore[index]
+    cluster.api.delete_namespaced_pod("half", ns, grace_period_seconds=0)
+    wait_until(lambda: not cdi_spec_path(node.cdi_dir, uid).exists(), 60, "the claim unprepared", driver)
+    assert "unprepared claim" in driver.tail(100_000)
+    cluster.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
