@@ -18,8 +18,8 @@ kube-scheduler's eyes: taints, affinity).
 
 What it costs: the reserved node's free room is idle while it drains. So no node is held while
 the pods that have waited ``reserve_after_s`` ask, in sum, for more GPU share than is free
-(``StarvationPolicy.capacity_gate``), and the holds in force end: they wait for capacity, not
-fragmentation, and under sustained overload a hold would only idle room. ``benchmarks churn`` measures both sides
+(``StarvationPolicy.capacity_gate``): they wait for capacity, not fragmentation, and under
+sustained overload a hold would only idle room. ``benchmarks churn`` measures both sides
 (docs/decisions/0020-starvation-protection.md; on by default since
 docs/decisions/0024-starvation-protection-on.md).
 """
@@ -60,8 +60,7 @@ class StarvationPolicy:
         No new hold while the GPU pods pending past ``reserve_after_s`` ask, in sum, for more
         GPU share than is free on the ready, healthy GPUs (``waiting_for_capacity``): then the
         starving pods as a whole wait for capacity, not fragmentation, and a node drained for
-        one of them would idle while the others still wait; the starvation holds in force end
-        then too (a hold made before the queue grew). Under sustained overload (thousands
+        one of them would idle while the others still wait. Under sustained overload (thousands
         waiting for hours) this turns holds off; at moderate load, where a few large pods
         starve beside free room in pieces, it leaves them be.
     """
@@ -218,21 +217,13 @@ class Reservations:
             del self.by_node[r.node]
         for uid in pending:
             self._seen_s.setdefault(uid, now_s)
-        if not self.policy.enabled:
+        starvation_holds = sum(r.ttl_s is None for r in self.by_node.values())
+        if not self.policy.enabled or starvation_holds >= self.policy.max_reserved_nodes:
             return [], ended
         starving = [(s, uid) for uid, s in self._seen_s.items() if now_s - s >= self.policy.reserve_after_s]
         if not starving:
             return [], ended
         if self.policy.capacity_gate and waiting_for_capacity(ledger, (pending[uid] for _s, uid in starving)):
-            # Shut: the starving pods wait for capacity, so a node drained for one of them idles
-            # room the others cannot use either; the holds in force end too.
-            shut = [r for r in self.by_node.values() if r.ttl_s is None]
-            for r in shut:
-                del self.by_node[r.node]
-            ledger.generation += bool(shut)
-            return [], ended + shut
-        starvation_holds = sum(r.ttl_s is None for r in self.by_node.values())
-        if starvation_holds >= self.policy.max_reserved_nodes:
             return [], ended
         holders = {r.uid for r in self.by_node.values()}
         waited = sorted((s, uid) for s, uid in starving if uid not in holders)

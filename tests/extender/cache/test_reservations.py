@@ -167,27 +167,6 @@ def test_no_new_hold_while_the_starving_pods_ask_for_more_than_is_free() -> None
     assert [r.pod for r in sweep(cache, 700)] == ["openb/big"]
 
 
-def test_a_hold_in_force_ends_when_the_starving_pods_come_to_ask_for_more_than_is_free() -> None:
-    # big gets b at 700 s; a 2 x 1,000 pod first seen at 800 s starves at 1,400 s and takes the
-    # starving ask (4,000) past the free share (3,200): the hold idles room, so it ends and
-    # b takes other pods again. A defragmentation hold (its own TTL) is not the gate's.
-    cache, big = half_full_cluster()
-    sweep(cache, 0)
-    assert [r.node for r in sweep(cache, 700)] == ["b"]
-    send_event(cache, "ADDED", trace_pod("extra", 2, 1000))
-    assert cache.reserve_for_waiting(800) == cache.reserve_for_waiting(1399) == ([], [])
-    made, ended = cache.reserve_for_waiting(1400)
-    assert made == [] and [(r.node, r.pod) for r in ended] == [("b", "openb/big")]
-    assert filtered(cache, trace_pod("small", 1, 200), ["a", "b"])["NodeNames"] == ["a", "b"]
-    # Without the gate the hold stands until its pod is placed or its TTL.
-    cache, big = half_full_cluster(StarvationPolicy(reserve_after_s=600, capacity_gate=False))
-    sweep(cache, 0)
-    assert [r.node for r in sweep(cache, 700)] == ["b"]
-    send_event(cache, "ADDED", trace_pod("extra", 2, 1000))
-    sweep(cache, 800)
-    assert cache.reserve_for_waiting(1400)[1] == []
-
-
 def test_the_node_held_is_one_the_pods_node_selector_matches() -> None:
     # The waiting pod (2 whole GPUs) selects zone=x, and only a is in zone x. a: 4 GPUs, three
     # holding 600 each (free 3 * 400 + 1000 = 2200 >= 2000, one whole GPU: fragmentation);
