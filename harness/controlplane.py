@@ -212,13 +212,14 @@ class ControlPlane:
         wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 60, f"{name} /healthz", proc)
         return proc
 
-    def start_controller_manager(self) -> Proc:
+    def start_controller_manager(self, only: Sequence[str] = ()) -> Proc:
         """Start kube-controller-manager (built on first use) and wait for its health check.
 
         Every on-by-default controller runs but those that act on nodes' conditions and
         clouds: the real node (``harness/node.py``) stays NotReady without a CNI, and the
         node-lifecycle and taint-eviction controllers would taint it ``NoExecute`` and evict
-        the pods on it.
+        the pods on it. ``only``: these controllers and no other (e.g.
+        ``resourceclaim-controller`` beside a session's tests that expect none).
         """
         bins = build_go_commands(GO_MODULE_DIR.parent / "controller-manager",
                                  {"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager"},
@@ -232,7 +233,8 @@ class ControlPlane:
             f"--authorization-kubeconfig={kc}", f"--bind-address={LOOPBACK}", f"--secure-port={port}",
             "--leader-elect=false", f"--root-ca-file={self.pki.ca_cert}",
             f"--service-account-private-key-file={self.pki.sa_key}",
-            "--controllers=*," + ",".join(f"-{c}" for c in off), "--v=1"], self.workdir))
+            "--controllers=" + (",".join(only) if only else "*," + ",".join(f"-{c}" for c in off)), "--v=1"],
+            self.workdir))
         wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 90, "kube-controller-manager /healthz",
                    proc)
         return proc

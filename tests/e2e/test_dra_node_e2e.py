@@ -13,15 +13,18 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
 from agent.dra.kubelet_plugin import cdi_spec_path
 from agent.dra.slice import DRIVER, slice_name
+from harness.helm import helm
 from harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
 from harness.processes import Proc, start, wait_until
 from tests.e2e.conftest import Cluster, unique
@@ -30,8 +33,9 @@ from tests.e2e.helpers import SCHEDULER, new_namespace
 pytestmark = pytest.mark.e2e
 
 GPUS, GPU_MIB = 2, 24576
-DEVICE_CLASS = "gpufrac-share"
+DEVICE_CLASS = "gpu.gpufrac.io"
 RESOURCE = ("resource.k8s.io", "v1")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +65,13 @@ def driver(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
         "--cdi-dir", str(node.cdi_dir), "--mps-pipe-dir", str(mps), "--metrics-port", "0",
         "--log-level", "info"], node.workdir))
     objects = client.CustomObjectsApi(cluster.api.api_client)
-    objects.create_cluster_custom_object(*RESOURCE, "deviceclasses", {
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+    # The DeviceClass as the chart ships it with agent.draDriver on.
+    rendered = helm("template", "gpufrac", str(ROOT / "deploy/helm/gpufrac"), "--namespace", "gpufrac-system",
+                    "--kube-version", "1.36.3", "--set", "agent.draDriver=true",
+                    "--show-only", "templates/dra.yaml").stdout
+    (device_class,) = [d for d in yaml.safe_load_all(rendered) if d]
+    assert device_class["metadata"]["name"] == DEVICE_CLASS
+    objects.create_cluster_custom_object(*RESOURCE, "deviceclasses", device_class)
     yield proc
     objects.delete_cluster_custom_object(*RESOURCE, "deviceclasses", DEVICE_CLASS)
     proc.stop()
@@ -148,4 +156,44 @@ def test_claims_for_shares_of_a_gpu_are_prepared_with_cdi_and_released(cluster: 
     cluster.api.delete_namespaced_pod("half", ns, grace_period_seconds=0)
     wait_until(lambda: not cdi_spec_path(node.cdi_dir, uid).exists(), 60, "the claim unprepared", driver)
     assert "unprepared claim" in driver.tail(100_000)
+    cluster.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_the_shipped_claim_templates_are_accepted_and_select_by_model(cluster: Cluster, node: RealNode,
+                                                                      driver: Proc) -> None:
+    # deploy/dra/claim-templates.yaml as a user applies it: the API server keeps all three; a
+    # pod of "whole-gpu" runs on a whole GPU (no MPS limit); one of "quarter-of-an-a100" finds
+    # no device on this node of A10s and waits, with kube-scheduler's reason.
+    # kube-controller-manager's resourceclaim controller makes each pod's claim from its
+    # template (only that controller: the session's other tests expect none).
+    controller = cluster.cp.start_controller_manager(only=["resourceclaim-controller"])
+    try:
+        shipped_templates(cluster, driver)
+    finally:
+        controller.stop()
+
+
+def shipped_templates(cluster: Cluster, driver: Proc) -> None:
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    ns = new_namespace(cluster.api, unique("dra-templates"))
+    templates = [d for d in yaml.safe_load_all((ROOT / "deploy/dra/claim-templates.yaml").read_text()) if d]
+    for template in templates:
+        objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaimtemplates", template)
+    assert {t["metadata"]["name"] for t in objects.list_namespaced_custom_object(
+        *RESOURCE, ns, "resourceclaimtemplates")["items"]} == {"quarter-of-an-a100", "l4-8gib", "whole-gpu"}
+    for name, template in (("whole", "whole-gpu"), ("a100", "quarter-of-an-a100")):
+        body = pod(name, "")
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+        cluster.api.create_namespaced_pod(ns, body)
+    env = wait_until(lambda: env_of(cluster, ns, "whole"), 120, "the whole-GPU pod running", driver)
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith(f"GPU-fake-{NODE_NAME}-")
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
+
+    def refused() -> str | None:
+        events = cluster.api.list_namespaced_event(ns, field_selector="involvedObject.name=a100").items
+        found = [e.message for e in events if e.reason == "FailedScheduling"]
+        return found[0] if found else None
+    message = wait_until(refused, 60, "the A100 pod's FailedScheduling event", driver)
+    assert "claim" in message, message
+    assert cluster.api.read_namespaced_pod("a100", ns).spec.node_name is None
     cluster.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)

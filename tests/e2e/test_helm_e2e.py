@@ -121,7 +121,10 @@ def test_the_dra_driver_value_mounts_kubelets_plugin_dirs_and_grants_reading_cla
         (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
         (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-agent"]
         return ds["spec"]["template"]["spec"], role["rules"]
-    spec, rules = agent_of(render("agent.draDriver=true"))
+    dra = render("agent.draDriver=true")
+    spec, rules = agent_of(dra)
+    (device_class,) = [d for d in dra if d["kind"] == "DeviceClass"]
+    assert device_class["spec"]["selectors"] == [{"cel": {"expression": 'device.driver == "gpu.gpufrac.io"'}}]
     (container,) = spec["containers"]
     assert {"--dra-driver", "--dra-registry-dir=/var/lib/kubelet/plugins_registry",
             "--dra-plugin-dir=/var/lib/kubelet/plugins/gpu.gpufrac.io", "--cdi-dir=/var/run/cdi"} <= set(
@@ -131,7 +134,9 @@ def test_the_dra_driver_value_mounts_kubelets_plugin_dirs_and_grants_reading_cla
     for name in ("plugins-registry", "dra-plugin", "cdi"):
         assert mounts[name] == paths[name]  # the host's own path, as kubelet and containerd see it
     assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]} in rules
-    spec, rules = agent_of(render())
+    off = render()
+    spec, rules = agent_of(off)
+    assert "DeviceClass" not in {d["kind"] for d in off}
     assert not any("dra" in a for a in spec["containers"][0]["command"])
     assert not any("resource.k8s.io" in r.get("apiGroups", []) for r in rules)
 
