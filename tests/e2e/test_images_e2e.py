@@ -60,10 +60,13 @@ def test_extender_image_runs_gpufrac_as_non_root(images: Images) -> None:
     assert "usage: gpufrac config validate" in "\n".join(help_text)
 
 
-def test_agent_image_carries_the_device_plugin_stubs(images: Images) -> None:
+def test_agent_image_carries_the_kubelet_plugin_stubs(images: Images) -> None:
     out = img.run(images.agent, "sh", "-c", "gpufrac-agent --version; python -c 'import agent.deviceplugin.stubs "
-                  "as s; pb, grpc = s.load(); print(pb.DESCRIPTOR.package, grpc.RegistrationStub.__name__)'")
-    assert out.splitlines() == ["gpufrac-agent 0.1.0", "v1beta1 RegistrationStub"]
+                  "as s; pb, grpc = s.load(); print(pb.DESCRIPTOR.package, grpc.RegistrationStub.__name__); "
+                  "[print(s.load(api=a)[0].DESCRIPTOR.package) for a in (\"dra\", \"registration\")]'")
+    # The device plugin's, and the DRA driver's (kubelet's DRA service and plugin registration).
+    assert out.splitlines() == ["gpufrac-agent 0.1.0", "v1beta1 RegistrationStub", "k8s.io.kubelet.pkg.apis.dra.v1",
+                                "pluginregistration"]
 
 
 def test_scheduler_image_is_the_harness_release(images: Images) -> None:
