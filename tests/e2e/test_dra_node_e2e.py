@@ -85,7 +85,10 @@ def claim(name: str, share_milli: int) -> dict[str, Any]:
 
 def pod(name: str, claim_name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            # Pinned to the real node: fake nodes of other modules may publish slices of the
+            # driver too (test_dra_e2e's), and nothing runs a pod there.
             "spec": {"schedulerName": SCHEDULER, "hostNetwork": True, "tolerations": [NOT_READY_TOLERATION],
+                     "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
                      "terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
                      "automountServiceAccountToken": False,
                      "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
