@@ -31,7 +31,7 @@ class GpuSpec:
     Parameters
     ----------
     index : int
-        Device index on the node (NVML index), >= 0.
+        Device index on the node (NVML index), >= 0; the MIG devices of one GPU share it.
     uuid : str
         NVML UUID (``GPU-...``), unique in the cluster.
     model : str
@@ -236,8 +236,8 @@ class ClusterState:
         Raises
         ------
         ValueError
-            On duplicate node names, duplicate GPU indices on a node, duplicate UUIDs,
-            or non-positive memory / replicas.
+            On duplicate node names, duplicate UUIDs, or non-positive memory / replicas
+            (GPU indices may repeat on a node: the MIG devices of one GPU share its index).
         """
         n = len(nodes)
         max_gpus = max((len(nd.gpus) for nd in nodes), default=0)
@@ -279,9 +279,6 @@ class ClusterState:
         model_id: dict[str, int] = {}
         seen_uuid: set[str] = set()
         for row, nd in enumerate(nodes):
-            cols = [g.index for g in nd.gpus]
-            if len(set(cols)) != len(cols):
-                raise ValueError(f"node {nd.name}: duplicate GPU index in {cols}")
             for g in nd.gpus:
                 if g.memory_mib <= 0:
                     raise ValueError(f"node {nd.name} gpu {g.index}: memory_mib must be > 0")
@@ -291,7 +288,8 @@ class ClusterState:
                     raise ValueError(f"node {nd.name} gpu {g.index}: duplicate UUID {g.uuid}")
                 seen_uuid.add(g.uuid)
             # Columns are positions in index order, so a node with indices {0, 2} still
-            # packs into columns 0..1; ``gpu_index`` maps back.
+            # packs into columns 0..1; ``gpu_index`` maps back. The MIG devices of one GPU
+            # share its index (the inventory's rule): each is a column, in inventory order.
             for col, g in enumerate(sorted(nd.gpus, key=lambda x: x.index)):
                 state.gpu_exists[row, col] = True
                 state.gpu_healthy[row, col] = g.healthy

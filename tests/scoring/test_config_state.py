@@ -66,6 +66,17 @@ def test_gpu_index_gaps_map_to_columns() -> None:
     assert st.gpu_index.tolist() == [[0, 2]]
 
 
+def test_mig_devices_of_one_gpu_share_its_index_and_are_columns_of_their_own() -> None:
+    # The agent publishes a MIG GPU's devices under the GPU's index (the inventory allows it);
+    # each is a placement unit, in inventory order, beside the node's whole GPUs.
+    st = ClusterState.from_nodes([NodeSpec("a", 1, 1, (
+        GpuSpec(0, "MIG-x", "A100 MIG 3g.40gb", 40960), GpuSpec(0, "MIG-y", "A100 MIG 3g.40gb", 40960),
+        GpuSpec(1, "GPU-z", "A100", 81920)))])
+    assert st.gpu_index.tolist() == [[0, 0, 1]]
+    assert st.gpu_uuid == [["MIG-x", "MIG-y", "GPU-z"]]
+    assert st.gpu_mem_total_mib.tolist() == [[40960, 40960, 81920]]
+
+
 def test_pod_request_validation() -> None:
     with pytest.raises(ValueError, match="gpu_milli: must be 1000 when gpu_count > 1"):
         PodRequest(2, 500)
