@@ -89,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         from agent.dra.slice_publisher import SlicePublisher
 
         try:
-            load(api="dra"), load(api="registration")
+            for stubs in ("dra", "registration"):
+                load(api=stubs)
         except StubsUnavailable as exc:
             print(f"gpufrac-agent: {exc} (or pass --no-dra-driver)", file=sys.stderr)
             return 3

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+import urllib3
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.rest import ApiException
 
@@ -78,6 +79,12 @@ class SlicePublisher:
             except ApiException as exc:
                 log.warning("ResourceSlice %s not written (%s %s); retried on the next inventory write",
                             slice_name(self.node), exc.status, exc.reason)
+                return False
+            except (OSError, urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError) as exc:
+                # The API server unreachable, or an answer that is not the object asked: never out of here
+                # (the publisher's thread calls this after every inventory write).
+                log.warning("ResourceSlice %s not written (%s: %s); retried on the next inventory write",
+                            slice_name(self.node), type(exc).__name__, exc)
                 return False
             self._written = wanted
             self._checked_s = time.monotonic()

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
+from typing import Any
 
-from agent.dra.slice import DRIVER, resource_slice, slice_name
+import pytest
+import urllib3
+
+from agent.dra.slice import resource_slice, slice_name
+from agent.dra.slice_publisher import SlicePublisher
 from podspec.annotations import GpuInventory, NodeInventory
+from podspec.claims import DRIVER
 
 
 def _inventory(node: str = "n1") -> NodeInventory:
@@ -42,3 +49,24 @@ def test_the_slice_name_fits_an_object_name_for_the_longest_node_name() -> None:
     node = "n" * 253
     assert len(slice_name(node)) <= 253 and slice_name("a.b") == "a.b-gpufrac"
     assert "ownerReferences" not in resource_slice(_inventory(), 0)["metadata"]
+
+
+@pytest.mark.parametrize("failure", [
+    urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes/n1", "connection refused"),  # type: ignore[arg-type]
+    ConnectionResetError("reset by peer"),
+    ValueError("not JSON"),
+])
+def test_publishing_never_raises_when_the_api_server_cannot_be_reached(failure: Exception) -> None:
+    # The publisher's thread calls publish after every inventory write: a network error or an
+    # answer that is not JSON is logged, nothing is taken as written, and the next call tries again.
+    calls: list[str] = []
+
+    def read_node(name: str, **kw: Any) -> Any:
+        calls.append(name)
+        raise failure
+
+    publisher = SlicePublisher(SimpleNamespace(api_client=None, read_node=read_node), "n1", recheck_s=3600)
+    inv = _inventory()
+    assert publisher.publish(inv) is False
+    assert publisher.publish(inv) is False
+    assert calls == ["n1", "n1"] and publisher.writes == 0
