@@ -142,7 +142,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         sync = ClusterSync(kube_api, cache, SyncOptions(
             inventory_stale_after_s=settings.inventory_stale_after_s,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
-            scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods),
+            scheduler_name=settings.scheduler_name, requeue_max_pods=settings.requeue_max_pods,
+            resource_claims=settings.resource_claims),
             quarantine=quarantine, binder=kube_binder, on_plan=metrics.planned,
             count_eviction=lambda result: metrics.defrag_evictions.labels(result).inc())
         metrics.cluster.inventory_ages = sync.inventory_ages

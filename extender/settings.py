@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     bind first writes its claim there by compare-and-swap, so several replicas never commit
     colliding allocations (deploy sets it to gpufrac's own namespace). Unset: no fence, for
     one replica only."""
+    resource_claims: bool = False
+    """Cluster mode: also watch ResourceClaims (``resource.k8s.io/v1``, Kubernetes 1.34+) and
+    count the shares they hold of gpufrac's DRA driver ``gpu.gpufrac.io`` in the same book as
+    annotation pods (``extender.cluster.resource_claims``); readiness then waits for the
+    first claim list. The chart sets it with ``agent.draDriver``."""
     bind_api_timeout_s: float = Field(4.0, gt=0, le=300)
     """Cluster mode: limit of each API call a bind makes (reading the pod or the claim
     ledger, writing the claim, the Binding), seconds. Below kube-scheduler's ``httpTimeout``

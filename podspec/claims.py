@@ -22,16 +22,46 @@ Sources: ``k8s.io/api/resource/v1`` (``ResourceClaimStatus``, ``AllocationResult
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from podspec.quantities import MAX_GPU_MEMORY_MIB, MIB, PodSpecError, bounded_text, quantity, quote
 from scoring.request import MILLI_PER_GPU
 
+DRIVER = "gpu.gpufrac.io"
+"""gpufrac's DRA driver name: a DNS subdomain gpufrac owns (its annotations' domain)."""
+
 MAX_RESULTS = 32
 """Results one claim may hold (``resource.k8s.io/v1`` ``AllocationResultsMaxSize``)."""
 MAX_SHARE_ID_CHARS = 64
+
+CLAIM_RECORD_PREFIX = "resourceclaim/"
+"""The UID of a claim's device share in the extender's book is ``resourceclaim/<claim UID>/<n>``:
+never a pod's UID (those are RFC 4122 UUIDs), so a pod list never forgets it."""
+
+
+def device_names(indices: Sequence[int]) -> list[str]:
+    """The DRA device name of each GPU of a node's inventory, given their NVML indices in
+    inventory order (sorted by index).
+
+    ``gpu-<index>``; where several GPUs share an index (the MIG devices of one GPU, listed
+    under its index), ``gpu-<index>-<k>``, ``k`` counting them from 0 in inventory order.
+    Names are DNS labels, unique in the node's pool, and computed over every GPU, healthy or
+    not, so a GPU turning unhealthy renames no other. The agent's ResourceSlice, its kubelet
+    plugin and the extender's claim book all name devices by this function.
+    """
+    counts = Counter(indices)
+    seen: Counter[int] = Counter()
+    names = []
+    for index in indices:
+        if counts[index] == 1:
+            names.append(f"gpu-{index}")
+        else:
+            names.append(f"gpu-{index}-{seen[index]}")
+            seen[index] += 1
+    return names
 
 
 @dataclass(frozen=True, slots=True)

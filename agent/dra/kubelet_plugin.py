@@ -44,9 +44,8 @@ import grpc
 
 from agent.deviceplugin import assign
 from agent.deviceplugin.stubs import load
-from agent.dra.slice import DRIVER, device_name
 from podspec.annotations import NodeInventory
-from podspec.claims import claim_allocation
+from podspec.claims import DRIVER, claim_allocation, device_names
 from podspec.quantities import PodSpecError, quote
 
 log = logging.getLogger(__name__)
@@ -152,7 +151,8 @@ def prepare_claim(claim: Mapping[str, Any], uid: str, node: str, inventory: Node
         raise ClaimError(f"{where} has uid {alloc.uid}, not {uid}: it was replaced")
     if not alloc.devices:
         raise ClaimError(f"{where} is not allocated any {DRIVER} device")
-    gpus = {device_name(g.index): g for g in (inventory.gpus if inventory is not None else ())}
+    listed = sorted(inventory.gpus, key=lambda g: g.index) if inventory is not None else []
+    gpus = dict(zip(device_names([g.index for g in listed]), listed, strict=True))
     by_request: dict[str, list[Any]] = {}
     for share in alloc.devices:
         if share.pool != node:

@@ -6,7 +6,8 @@ each healthy GPU of the inventory is a device that several claims may share
 Kubernetes 1.36). A GPU that NVML reports unhealthy leaves the slice, so no new claim is
 allocated on it; the claims it holds keep their allocation. Per device:
 
-- ``name``: ``gpu-<index>`` (NVML index; unique in the pool, a DNS label);
+- ``name``: ``gpu-<index>`` (NVML index), ``gpu-<index>-<k>`` for the MIG devices of one GPU
+  (``podspec.claims.device_names``: unique in the pool, a DNS label);
 - ``attributes``: ``uuid``, ``model`` (what ``gpufrac.io/gpu-model`` matches), ``index``,
   ``migParent`` for a MIG device;
 - ``capacity``: ``share`` in milli-GPU (1000), ``memory`` (the GPU's, MiB) and ``slots`` (its
@@ -26,17 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from podspec.annotations import NodeInventory
-
-DRIVER = "gpu.gpufrac.io"
-"""The DRA driver name: a DNS subdomain gpufrac owns (its annotations' domain)."""
+from podspec.claims import DRIVER, device_names
 
 SHARE_MILLI = 1000
 """A GPU's share capacity, milli-GPU (``scoring.request.MILLI_PER_GPU``)."""
-
-
-def device_name(index: int) -> str:
-    """The device name of NVML GPU ``index`` in the pool."""
-    return f"gpu-{index}"
 
 
 def slice_name(node: str) -> str:
@@ -48,7 +42,8 @@ def slice_name(node: str) -> str:
 def devices(inventory: NodeInventory) -> list[dict[str, Any]]:
     """The healthy GPUs of ``inventory`` as ResourceSlice devices (module notes), by index."""
     out = []
-    for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+    gpus = sorted(inventory.gpus, key=lambda g: g.index)
+    for name, gpu in zip(device_names([g.index for g in gpus]), gpus, strict=True):
         if not gpu.healthy:
             continue
         attributes: dict[str, dict[str, Any]] = {
@@ -57,7 +52,7 @@ def devices(inventory: NodeInventory) -> list[dict[str, Any]]:
             attributes["migParent"] = {"string": gpu.mig_parent}
         memory = f"{gpu.memory_mib}Mi"
         out.append({
-            "name": device_name(gpu.index),
+            "name": name,
             "allowMultipleAllocations": True,
             "attributes": attributes,
             "capacity": {

@@ -21,6 +21,7 @@ from extender.cache import accounting
 from extender.cache.records import EventType, PodRecord, is_pending, task_key
 from extender.cache.tenancy import TenantLedger
 from extender.translate import inbound
+from podspec.claims import CLAIM_RECORD_PREFIX
 from podspec.pods import PodIntent
 from scoring.scorer import Scorer
 from scoring.state import Allocation, ClusterState, NodeSpec
@@ -297,7 +298,8 @@ class Ledger:
         """A full pod list (start-up, or a new list after the watch expired).
 
         Pods missing from the list are forgotten, except those with a bind in flight
-        (assumed): the list may predate their Binding. Every listed pod is applied as
+        (assumed): the list may predate their Binding; and the records of ResourceClaims
+        (``podspec.claims.CLAIM_RECORD_PREFIX``), which the claim watch keeps. Every listed pod is applied as
         ``ADDED``, oldest ``creationTimestamp`` first (the learned workload counts the pods it
         has not seen as arrivals in that order; those without one last, by UID). ``on_error``: a pod whose update raises is reported there and skipped
         (cluster mode quarantines it) instead of stopping the list.
@@ -305,7 +307,7 @@ class Ledger:
         intents = sorted(intents, key=lambda i: (not i.created_at, i.created_at, i.uid))
         listed = {i.uid for i in intents}
         for uid, rec in list(self.pods.items()):
-            if uid not in listed and rec.assumed_until is None:
+            if uid not in listed and rec.assumed_until is None and not uid.startswith(CLAIM_RECORD_PREFIX):
                 self.remove_pod(uid)
         for intent in intents:
             try:

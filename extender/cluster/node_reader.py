@@ -33,7 +33,7 @@ from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.nodes import NodeObservation, node_observation
 from podspec.quantities import quote
-from scoring.state import NodeSpec
+from scoring.state import GpuSpec, NodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,13 @@ class NodeReader:
         now = self._monotonic()
         with self._lock:
             return [self._spec(obs, now) for obs in self._observations.values()]
+
+    def gpus(self, node: str) -> tuple[GpuSpec, ...] | None:
+        """The GPUs of ``node``'s inventory in index order, unhealthy ones included (empty
+        when it has no valid inventory); None for a node not seen."""
+        with self._lock:
+            obs = self._observations.get(node)
+        return None if obs is None else obs.gpus
 
     def ages(self) -> dict[str, float | None]:
         """Seconds since this process saw each node's heartbeat change (None: no valid inventory)."""

@@ -52,6 +52,9 @@ class SyncOptions:
         At most this many pending GPU pods are requeued per release (0: never).
     requeue_delay_s : float
         Releases within this window are coalesced into one requeue.
+    resource_claims : bool
+        Also watch ResourceClaims (``resource.k8s.io/v1``) and count the shares they hold of
+        gpufrac's DRA driver (``extender.cluster.resource_claims``).
     """
 
     inventory_stale_after_s: float = 180.0
@@ -63,6 +66,7 @@ class SyncOptions:
     scheduler_name: str = "gpufrac-scheduler"
     requeue_max_pods: int = 100
     requeue_delay_s: float = 0.5
+    resource_claims: bool = False
 
 
 def raw_watch_target(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,4 +1,5 @@
-"""``ClusterSync``: the cache kept equal to the API's Nodes, Pods, Namespaces and claims.
+"""``ClusterSync``: the cache kept equal to the API's Nodes, Pods, Namespaces, claim ledgers and
+ResourceClaims.
 
 List-then-watch on each (from the list's ``resourceVersion``, with bookmarks; a new list on
 ``410 Gone``; bounded exponential backoff on any other error), plus a housekeeping loop that
@@ -35,6 +36,7 @@ from extender.cluster.objects import (
     raw_watch_target,
     revision,
 )
+from extender.cluster.resource_claims import ResourceClaimBook
 from extender.fence import CLAIMS_LABEL
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
@@ -87,6 +89,11 @@ class ClusterSync:
         self.claims_synced = threading.Event()
         if self._binder is None:
             self.claims_synced.set()
+        self.resource_claims = ResourceClaimBook(cache, self.quarantine, self._nodes.gpus)
+        """The shares ResourceClaims hold of gpufrac's DRA driver (``SyncOptions.resource_claims``)."""
+        self.resource_claims_synced = threading.Event()
+        if not options.resource_claims:
+            self.resource_claims_synced.set()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self._alive_at: dict[str, float] = {}  # watch -> monotonic time of its last sign of life
@@ -102,7 +109,7 @@ class ClusterSync:
         """True once Nodes, then Pods, and Namespaces (and, fenced, the claim ledgers) have
         each been listed in full."""
         return (self.nodes_synced.is_set() and self.pods_synced.is_set() and self.namespaces_synced.is_set()
-                and self.claims_synced.is_set())
+                and self.claims_synced.is_set() and self.resource_claims_synced.is_set())
 
     def silent_watches(self) -> dict[str, float]:
         """Watches with no sign of life (an event, a bookmark, the server closing the request
@@ -128,7 +135,10 @@ class ClusterSync:
                              (self._run_housekeeping, "gpufrac-housekeeping"),
                              (self._run_requeue, "gpufrac-requeue"),
                              (lambda: self.defrag.loop(self._stop, lambda: self.synced), "gpufrac-defrag"),
-                             *(((self._run_claims, "gpufrac-claims"),) if self._binder is not None else ())):
+                             *(((lambda: self._after_pods(self._list_and_watch_claims, "claim ledger"),
+                                 "gpufrac-claims"),) if self._binder is not None else ()),
+                             *(((lambda: self._after_pods(self._list_and_watch_resource_claims, "resourceclaim"),
+                                 "gpufrac-resourceclaims"),) if self._opts.resource_claims else ())):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -183,12 +193,12 @@ class ClusterSync:
             if got is not None:
                 self._cache.upsert_namespace(got[0], None if kind == "DELETED" else got[1])
 
-    def _run_claims(self) -> None:
-        # Claims are folded into pods' records: list them after the pods.
+    def _after_pods(self, list_and_watch: Callable[[], None], what: str) -> None:
+        # Claims are folded into pods' records, on known nodes: list them after the pods.
         while not self.pods_synced.wait(0.2):
             if self._stop.is_set():
                 return
-        self._loop(self._list_and_watch_claims, "claim ledger")
+        self._loop(list_and_watch, what)
 
     def _list_and_watch_claims(self) -> None:
         """Fold other instances' claims as they are written (``extender.fence``), so that
@@ -228,6 +238,17 @@ class ClusterSync:
         else:
             self.quarantine.reject("claims", key, ledger.problem)
 
+    def _list_and_watch_resource_claims(self) -> None:
+        api = client.ResourceV1Api(self._api.api_client)
+        data = response_json(api.list_resource_claim_for_all_namespaces(_preload_content=False))
+        if self.resource_claims.relist(data.get("items", [])):
+            self._released.set()
+        self.resource_claims_synced.set()
+        for kind, obj in self._stream(api.list_resource_claim_for_all_namespaces,
+                                      data["metadata"]["resourceVersion"], "resourceclaim"):
+            if self.resource_claims.apply(kind, obj):
+                self._released.set()
+
     def _run_housekeeping(self) -> None:
         while not self._stop.wait(self._opts.housekeeping_s):
             try:
@@ -248,6 +269,7 @@ class ClusterSync:
         """Re-judge inventory staleness, expire assumed allocations, and reserve nodes for
         pods that waited too long (``extender.cache.reservations``) (one pass)."""
         self._cache.upsert_nodes(self._nodes.specs())
+        self.resource_claims.retry()
         expired = self._cache.expire_assumed()
         for key in expired:
             log.warning("assumed allocation expired: pod %s never showed up bound", key)

@@ -21,8 +21,8 @@ from agent.dra.kubelet_plugin import (
     cdi_spec_path,
     prepare_claim,
 )
-from agent.dra.slice import DRIVER
 from podspec.annotations import GpuInventory, NodeInventory
+from podspec.claims import DRIVER
 
 UID = "0f6c1f7e-1111-4a2b-9c3d-aaaaaaaaaaaa"
 

@@ -12,13 +12,17 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from agent.dra.slice import DRIVER, slice_name
+from agent.dra.slice import slice_name
 from agent.dra.slice_publisher import GROUP, PLURAL, VERSION, SlicePublisher
 from agent.inventory import HealthTracker, build_inventory
 from agent.nvml import FakeNvml
 from harness.controlplane import ControlPlane, add_fake_node
+from harness.helm import helm
 from harness.processes import start, wait_until
+from podspec.claims import DRIVER
 from tests.e2e.conftest import unique
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _slice(objects: client.CustomObjectsApi, node: str) -> dict[str, Any] | None:
@@ -110,3 +114,76 @@ def test_an_unhealthy_gpu_leaves_the_slice_in_a_new_pool_generation(control_plan
     slices.recheck_s = 60
     slices.invalidate()
     assert slices.publish(inventory()) is True and slices.writes == 5
+
+
+def test_the_chart_refuses_claims_asking_what_the_driver_does_not_publish(control_plane: ControlPlane) -> None:
+    # The chart's gpufrac-resourceclaims policy (agent.draDriver) as the API server evaluates
+    # it: claims and claim templates of gpu.gpufrac.io asking a share, memory or slots out of
+    # the published ranges, or a capacity the driver does not have, are refused when written
+    # with the request named; the shipped templates and other DeviceClasses' claims pass.
+    rendered = helm("template", "gpufrac", str(ROOT / "deploy/helm/gpufrac"), "--namespace", "gpufrac-system",
+                    "--kube-version", "1.36.3", "--set", "agent.draDriver=true",
+                    "--show-only", "templates/dra.yaml").stdout
+    policies = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert [p["kind"] for p in policies] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    api_client = config.new_client_from_config(config_file=str(control_plane.admin_kubeconfig))
+    objects = client.CustomObjectsApi(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    ns = unique("dra-admission")
+    core.create_namespace({"metadata": {"name": ns}})
+    admission.create_validating_admission_policy(policies[0])
+    admission.create_validating_admission_policy_binding(policies[1])
+    try:
+        refusals(objects, ns)
+    finally:
+        admission.delete_validating_admission_policy_binding(policies[1]["metadata"]["name"])
+        admission.delete_validating_admission_policy(policies[0]["metadata"]["name"])
+        core.delete_namespace(ns)
+
+
+def _claim(name: str, capacity: dict[str, str] | None, device_class: str = DRIVER,
+           first_available: bool = False) -> dict[str, Any]:
+    ask: dict[str, Any] = {"deviceClassName": device_class}
+    if capacity is not None:
+        ask["capacity"] = {"requests": capacity}
+    request = ({"name": "gpu", "firstAvailable": [{"name": "any", **ask}]} if first_available
+               else {"name": "gpu", "exactly": ask})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [request]}}}
+
+
+def _refused(objects: client.CustomObjectsApi, ns: str, plural: str, body: dict[str, Any]) -> str | None:
+    """The API server's message when it refuses ``body``; None when it keeps it (then deleted)."""
+    try:
+        objects.create_namespaced_custom_object("resource.k8s.io", "v1", ns, plural, body)
+    except ApiException as exc:
+        return str(exc.body)
+    objects.delete_namespaced_custom_object("resource.k8s.io", "v1", ns, plural, body["metadata"]["name"])
+    return None
+
+
+def refusals(objects: client.CustomObjectsApi, ns: str) -> None:
+    # The policy is enforced once the API server has loaded it (a moment after creation).
+    wait_until(lambda: _refused(objects, ns, "resourceclaims", _claim(unique("probe"), {"share": "1001"})), 30,
+               "the claim policy in force")
+    for capacity, first_available in (({"share": "1001"}, False), ({"share": "0"}, False),
+                                      ({"share": "250m"}, False), ({"memory": "17Ti"}, False),
+                                      ({"slots": "2"}, False), ({"cores": "1"}, False),
+                                      ({"share": "2000"}, True)):
+        message = _refused(objects, ns, "resourceclaims", _claim(unique("bad"), capacity, first_available=first_available))
+        assert message is not None and "request gpu of DeviceClass gpu.gpufrac.io" in message, (capacity, message)
+        assert "whole milli-GPU, 1 to 1000" in message
+    good: list[dict[str, str] | None] = [{"share": "250"}, {"share": "1000", "memory": "8Gi", "slots": "1"}, None,
+                                         {"share": "1"}]
+    for asked in good:
+        assert _refused(objects, ns, "resourceclaims", _claim(unique("good"), asked)) is None, asked
+    # Another driver's class is not gpufrac's to judge.
+    assert _refused(objects, ns, "resourceclaims", _claim(unique("other"), {"share": "5000"}, "gpu.example.com")) is None
+    # Templates: the shipped three pass; one asking 1.5 GPUs is refused.
+    for template in (d for d in yaml.safe_load_all((ROOT / "deploy/dra/claim-templates.yaml").read_text()) if d):
+        assert _refused(objects, ns, "resourceclaimtemplates", template) is None, template["metadata"]["name"]
+    bad = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "too-much"},
+           "spec": {"spec": _claim("x", {"share": "1500"})["spec"]}}
+    message = _refused(objects, ns, "resourceclaimtemplates", bad)
+    assert message is not None and "request gpu of DeviceClass gpu.gpufrac.io" in message, message

@@ -1,11 +1,13 @@
 """gpufrac's DRA driver on a real kubelet + containerd node: registration, prepare with CDI.
 
 The agent runs as the DRA driver ``gpu.gpufrac.io`` (``--dra-driver``, fake NVML: two 24 GiB
-A10s) beside the real kubelet of ``harness/node.py``: it publishes the ResourceSlice,
-registers in kubelet's plugin registry and prepares claims with CDI specs that containerd
-applies. Claims are allocated by kube-scheduler's own DRA allocator (the DynamicResources
-plugin of the session's kube-scheduler profile); gpufrac does not choose the device of a claim
-yet (docs/dra.md). What each container got is read back with ``kubectl logs``.
+A10s) and as the device plugin beside the real kubelet of ``harness/node.py``: it publishes the
+ResourceSlice, registers in kubelet's plugin registry and prepares claims with CDI specs that
+containerd applies. Claims are allocated by kube-scheduler's own DRA allocator (the
+DynamicResources plugin of the session's kube-scheduler profile); gpufrac does not choose the
+device of a claim yet (docs/dra.md), but with ``--resource-claims`` counts what claims hold in
+the book its annotation pods are placed by. What each container got is read back with
+``kubectl logs``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
 from agent.dra.kubelet_plugin import cdi_spec_path
-from agent.dra.slice import DRIVER, slice_name
+from agent.dra.slice import slice_name
 from harness.helm import helm
-from harness.node import BUSYBOX_IMAGE, NODE_NAME, NOT_READY_TOLERATION, RealNode
+from harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
 from harness.processes import Proc, start, wait_until
+from podspec.claims import DRIVER
 from tests.e2e.conftest import Cluster, unique
 from tests.e2e.helpers import SCHEDULER, new_namespace
 
@@ -52,15 +55,16 @@ def node(cluster: Cluster) -> Iterator[RealNode]:
 
 @pytest.fixture(scope="module")
 def driver(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
-    """The agent as the DRA driver (no device plugin), and the DeviceClass that selects it."""
+    """The agent as the DRA driver and the device plugin, and the DeviceClass that selects it."""
     fake = node.workdir / "dra-gpus.yaml"
     fake.write_text(f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
     mps = node.workdir / "dra-mps-pipe"
     mps.mkdir(exist_ok=True)
+    (mps / "control").write_text("")  # stands for the MPS control daemon's pipe
     proc = cluster.cp.track(start("gpufrac-dra-agent", [
         sys.executable, "-m", "agent", "--node-name", NODE_NAME, "--kubeconfig", str(cluster.cp.admin_kubeconfig),
         "--nvml", "fake", "--fake-config", str(fake), "--replicas", "4", "--heartbeat-s", "5",
-        "--min-interval-s", "1", "--no-device-plugin", "--dra-driver",
+        "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--dra-driver",
         "--dra-registry-dir", str(node.plugins_registry), "--dra-plugin-dir", str(node.workdir / "dra-plugin"),
         "--cdi-dir", str(node.cdi_dir), "--mps-pipe-dir", str(mps), "--metrics-port", "0",
         "--log-level", "info"], node.workdir))
@@ -69,12 +73,32 @@ def driver(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
     rendered = helm("template", "gpufrac", str(ROOT / "deploy/helm/gpufrac"), "--namespace", "gpufrac-system",
                     "--kube-version", "1.36.3", "--set", "agent.draDriver=true",
                     "--show-only", "templates/dra.yaml").stdout
-    (device_class,) = [d for d in yaml.safe_load_all(rendered) if d]
+    (device_class,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "DeviceClass"]
     assert device_class["metadata"]["name"] == DEVICE_CLASS
     objects.create_cluster_custom_object(*RESOURCE, "deviceclasses", device_class)
     yield proc
     objects.delete_cluster_custom_object(*RESOURCE, "deviceclasses", DEVICE_CLASS)
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def claim_controller(cluster: Cluster) -> Iterator[Proc]:
+    """kube-controller-manager's resourceclaim controller alone (the session's other tests
+    expect no other controller): it makes pods' claims from templates, deallocates a claim
+    whose pod is gone and lifts its finalizer when it is deleted."""
+    proc = cluster.cp.start_controller_manager(only=["resourceclaim-controller"])
+    yield proc
+    proc.stop()
+
+
+def clean_up(cluster: Cluster, ns: str) -> None:
+    """Delete the namespace's pods and claims and wait until its claims are gone, so that the
+    next test finds the GPUs free (no namespace controller runs: the namespace stays)."""
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    cluster.api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    objects.delete_collection_namespaced_custom_object(*RESOURCE, ns, "resourceclaims")
+    wait_until(lambda: not objects.list_namespaced_custom_object(*RESOURCE, ns, "resourceclaims")["items"], 120,
+               f"the claims of {ns} deleted")
 
 
 def claim(name: str, share_milli: int) -> dict[str, Any]:
@@ -116,7 +140,7 @@ def read_claim(objects: client.CustomObjectsApi, ns: str, name: str) -> dict[str
 
 
 def test_claims_for_shares_of_a_gpu_are_prepared_with_cdi_and_released(cluster: Cluster, node: RealNode,
-                                                                        driver: Proc) -> None:
+                                                                        driver: Proc, claim_controller: Proc) -> None:
     objects = client.CustomObjectsApi(cluster.api.api_client)
     wait_until(lambda: "registered with kubelet as DRA driver gpu.gpufrac.io" in driver.tail(100_000), 60,
                "kubelet registering the DRA driver", driver)
@@ -159,24 +183,15 @@ def test_claims_for_shares_of_a_gpu_are_prepared_with_cdi_and_released(cluster: 
     cluster.api.delete_namespaced_pod("half", ns, grace_period_seconds=0)
     wait_until(lambda: not cdi_spec_path(node.cdi_dir, uid).exists(), 60, "the claim unprepared", driver)
     assert "unprepared claim" in driver.tail(100_000)
-    cluster.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    clean_up(cluster, ns)
 
 
 def test_the_shipped_claim_templates_are_accepted_and_select_by_model(cluster: Cluster, node: RealNode,
-                                                                      driver: Proc) -> None:
+                                                                      driver: Proc, claim_controller: Proc) -> None:
     # deploy/dra/claim-templates.yaml as a user applies it: the API server keeps all three; a
     # pod of "whole-gpu" runs on a whole GPU (no MPS limit); one of "quarter-of-an-a100" finds
     # no device on this node of A10s and waits, with kube-scheduler's reason.
-    # kube-controller-manager's resourceclaim controller makes each pod's claim from its
-    # template (only that controller: the session's other tests expect none).
-    controller = cluster.cp.start_controller_manager(only=["resourceclaim-controller"])
-    try:
-        shipped_templates(cluster, driver)
-    finally:
-        controller.stop()
-
-
-def shipped_templates(cluster: Cluster, driver: Proc) -> None:
+    # kube-controller-manager's resourceclaim controller makes each pod's claim from its template.
     objects = client.CustomObjectsApi(cluster.api.api_client)
     ns = new_namespace(cluster.api, unique("dra-templates"))
     templates = [d for d in yaml.safe_load_all((ROOT / "deploy/dra/claim-templates.yaml").read_text()) if d]
@@ -199,4 +214,99 @@ def shipped_templates(cluster: Cluster, driver: Proc) -> None:
     message = wait_until(refused, 60, "the A100 pod's FailedScheduling event", driver)
     assert "claim" in message, message
     assert cluster.api.read_namespaced_pod("a100", ns).spec.node_name is None
-    cluster.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    clean_up(cluster, ns)
+
+
+def annotation_pod(name: str, fraction: str) -> dict[str, Any]:
+    """A pod of today's API (``gpufrac.io/gpu`` and the fraction annotation) for the real node."""
+    body = pod(name, "")
+    del body["spec"]["resourceClaims"]
+    body["metadata"]["annotations"] = {"gpufrac.io/fraction": fraction}
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                 "limits": {"gpufrac.io/gpu": "1"}}
+    return body
+
+
+def claims_of_driver(objects: client.CustomObjectsApi) -> list[dict[str, Any]]:
+    """Every allocated claim holding a device of the driver on the real node."""
+    items = objects.list_cluster_custom_object(*RESOURCE, "resourceclaims")["items"]
+    return [c for c in items if any(r["driver"] == DRIVER and r["pool"] == NODE_NAME for r in (
+        ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []))]
+
+
+def test_claims_and_annotation_pods_are_counted_in_one_book(cluster: Cluster, node: RealNode, driver: Proc,
+                                                            claim_controller: Proc) -> None:
+    # gpufrac with --resource-claims (as the chart runs it with agent.draDriver) behind the
+    # session's kube-scheduler: what kube-scheduler's allocator gave claims is in gpufrac's
+    # book, so an annotation pod never lands on a GPU claims filled; deleting a claim's pod
+    # (kube-controller-manager's resourceclaim controller deallocates the claim) frees its
+    # share in gpufrac too, and the next annotation pod may take it.
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    wait_until(lambda: (cluster.api.read_node(NODE_NAME).status.allocatable or {}).get("gpufrac.io/gpu") == str(GPUS * 4),
+               60, "the device plugin's gpufrac.io/gpu on the node", driver)
+    assert not claims_of_driver(objects), "earlier tests' claims left allocated"
+    cluster.gpufrac.stop()
+    cluster.start_gpufrac(["--resource-claims"])
+    try:
+        one_book(cluster, objects, driver)
+    finally:
+        cluster.gpufrac.stop()
+        cluster.start_gpufrac()
+
+
+def one_book(cluster: Cluster, objects: client.CustomObjectsApi, driver: Proc) -> None:
+    ns = new_namespace(cluster.api, unique("dra-book"))
+    for name in ("a", "b"):
+        objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", claim(name, 500))
+        cluster.api.create_namespaced_pod(ns, pod(name, name))
+    for name in ("a", "b"):
+        wait_until(lambda name=name: env_of(cluster, ns, name), 120, f"claim pod {name} running", driver)
+    claims = {n: read_claim(objects, ns, n) for n in ("a", "b")}
+
+    def held_by_claims() -> dict[str, int]:
+        """GPU UUID -> share the claims of this namespace hold, from their status."""
+        held: dict[str, int] = {}
+        for c in claims_of_driver(objects):
+            if c["metadata"]["namespace"] == ns:
+                for r in c["status"]["allocation"]["devices"]["results"]:
+                    uuid = f"GPU-fake-{NODE_NAME}-{int(r['device'].removeprefix('gpu-'))}"
+                    held[uuid] = held.get(uuid, 0) + int(parse_quantity(r["consumedCapacity"]["share"]))
+        return held
+
+    def book() -> dict[str, tuple[str, list[str], int, str]] | None:
+        """gpufrac's records of this namespace's claims, by claim name, once both are there."""
+        got = {a["name"].split("/")[1]: (a["node"], a["gpu_uuids"], a["gpu_milli"], a["overcommit"])
+               for a in cluster.allocations() if a["uid"].startswith("resourceclaim/") and a["namespace"] == ns}
+        return got if len(got) == len(claims) else None
+
+    # gpufrac counts each claim where kube-scheduler's allocator put it, as its status says.
+    counted = cluster.wait(book, 60, "gpufrac's records of the claims")
+    for name, got in claims.items():
+        assert got is not None
+        [result] = got["status"]["allocation"]["devices"]["results"]
+        uuid = f"GPU-fake-{NODE_NAME}-{int(result['device'].removeprefix('gpu-'))}"
+        assert counted[name] == (NODE_NAME, [uuid], 500, ""), counted
+    claim_shares = held_by_claims()
+    assert sum(claim_shares.values()) == 1000
+
+    # A whole-GPU annotation pod through gpufrac's profile: only a GPU no claim holds fits it.
+    cluster.api.create_namespaced_pod(ns, annotation_pod("whole", "1"))
+    env = wait_until(lambda: env_of(cluster, ns, "whole"), 120, "the whole-GPU annotation pod running", driver)
+    whole_gpu = cluster.api.read_namespaced_pod("whole", ns).metadata.annotations["gpufrac.io/assigned-gpus"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == whole_gpu
+    assert whole_gpu not in claim_shares, (whole_gpu, claim_shares)
+
+    # Deleting claim a's pod: the claim is deallocated, and gpufrac frees its share.
+    cluster.api.delete_namespaced_pod("a", ns, grace_period_seconds=0)
+    cluster.wait(lambda: (read_claim(objects, ns, "a") or {}).get("status", {}).get("allocation") is None, 90,
+                 "claim a deallocated once its pod is gone")
+    cluster.wait(lambda: not any(a["name"] == "resourceclaim/a/gpu" and a["namespace"] == ns
+                                 for a in cluster.allocations()), 60, "claim a's share freed in gpufrac")
+    # Half a GPU now fits beside claim b (the whole pod holds the other GPU): the share claim a
+    # held is free again in gpufrac.
+    cluster.api.create_namespaced_pod(ns, annotation_pod("half", "0.5"))
+    wait_until(lambda: env_of(cluster, ns, "half"), 120, "the half-GPU annotation pod running", driver)
+    half_gpu = cluster.api.read_namespaced_pod("half", ns).metadata.annotations["gpufrac.io/assigned-gpus"]
+    now_held = held_by_claims()
+    assert half_gpu != whole_gpu and now_held.get(half_gpu, 0) + 500 <= 1000, (half_gpu, now_held)
+    clean_up(cluster, ns)

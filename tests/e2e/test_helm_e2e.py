@@ -134,11 +134,31 @@ def test_the_dra_driver_value_mounts_kubelets_plugin_dirs_and_grants_reading_cla
     for name in ("plugins-registry", "dra-plugin", "cdi"):
         assert mounts[name] == paths[name]  # the host's own path, as kubelet and containerd see it
     assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]} in rules
+    # The extender counts the claims' shares in its book (one book), and may watch them.
+    extender, extender_rules = extender_of(dra)
+    assert "--resource-claims" in extender["command"]
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]} in extender_rules
     off = render()
     spec, rules = agent_of(off)
     assert "DeviceClass" not in {d["kind"] for d in off}
     assert not any("dra" in a for a in spec["containers"][0]["command"])
     assert not any("resource.k8s.io" in r.get("apiGroups", []) for r in rules)
+    policies = {d["metadata"]["name"] for d in dra if d["kind"] == "ValidatingAdmissionPolicy"}
+    assert "gpufrac-resourceclaims" in policies  # claims checked when written (test_dra_e2e.py)
+    assert "gpufrac-resourceclaims" not in {d["metadata"]["name"] for d in render(
+        "agent.draDriver=true", "admissionPolicy.enabled=false") if d["kind"] == "ValidatingAdmissionPolicy"}
+    assert "gpufrac-resourceclaims" not in {d["metadata"]["name"] for d in off if d["kind"] == "ValidatingAdmissionPolicy"}
+    extender, extender_rules = extender_of(off)
+    assert "--resource-claims" not in extender["command"]
+    assert not any("resource.k8s.io" in r.get("apiGroups", []) for r in extender_rules)
+
+
+def extender_of(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The extender's container and its ClusterRole's rules in a render."""
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpufrac-extender"]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpufrac-extender"]
+    (container,) = [c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "gpufrac"]
+    return container, role["rules"]
 
 
 def test_cert_manager_mode_renders_the_same_objects_every_time() -> None:

@@ -1,0 +1,199 @@
+"""``ResourceClaimBook``: the shares ResourceClaims hold of gpufrac's DRA driver, in the cache's book.
+
+One book (issue 54): a GPU that annotation pods and claims share is counted once, in the same
+arrays, whoever allocated the claim (kube-scheduler's DRA allocator, gpufrac, or anyone with
+the right to a claim's ``status``). Each device share of an allocated claim
+(``podspec.claims.DeviceShare``) becomes a bound record in the cache: a ``PodIntent`` with
+UID ``resourceclaim/<claim UID>/<n>`` (``podspec.claims.CLAIM_RECORD_PREFIX``) on the GPU
+the share names, one GPU, the claim's share and memory (without a memory in the claim, what a
+pod of that share takes). It is then accounted exactly as a bound pod's allocation record is
+(``extender.cache.accounting``): counted as written when gpufrac could have made it; else only
+what was free of the GPU (an over-commit: the GPU reads full, so nothing more is placed on
+it, and the record is flagged in ``gpufrac inspect`` and ``gpufrac_overcommitted_pods``). It
+is never a preemption victim (its priority is above any pod's: a claim is not evicted
+through a pod here) and never moved by the defragmentation plan (no controller).
+
+Where a share is: the driver's pool is the node (``agent.dra.slice``), its device a GPU of
+the node's inventory named by ``podspec.claims.device_names``. A claim's status is untrusted:
+``podspec.claims.claim_allocation`` bounds it, and a claim that cannot be read is
+quarantined (kind ``resourceclaim``) with what was counted of it kept: the agent may still
+have prepared it, and a bad update never frees a GPU that is in use. A share on a node or
+device not (yet) known is counted once it is (``retry``, from housekeeping); until then the
+claim is quarantined with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from extender.cache import GpuCache
+from extender.cluster.objects import object_key
+from extender.quarantine import Quarantine
+from podspec.claims import CLAIM_RECORD_PREFIX, DRIVER, ClaimAllocation, claim_allocation, device_names
+from podspec.pods import PodIntent
+from podspec.quantities import INT32, PodSpecError, quote
+from scoring.request import QoSClass
+from scoring.state import GpuSpec
+
+log = logging.getLogger(__name__)
+
+KIND = "resourceclaim"
+"""The quarantine kind of a claim that cannot be read or placed."""
+
+CLAIM_PRIORITY = INT32[1]
+"""A claim record's priority: above any pod's (2,000,001,000 at most), so never a victim."""
+
+
+def claim_intents(alloc: ClaimAllocation, node_gpus: Callable[[str], Sequence[GpuSpec] | None],
+                  created_at: str = "") -> tuple[list[PodIntent], list[str]]:
+    """The cache records of a claim's device shares, and why any share could not be placed.
+
+    Parameters
+    ----------
+    alloc : ClaimAllocation
+        The claim's shares of ``DRIVER`` (bounded by ``podspec.claims``).
+    node_gpus : callable (node name) -> sequence of GpuSpec or None
+        A node's GPUs in inventory order (``NodeReader.gpus``); None for a node not known.
+    created_at : str
+        The claim's ``creationTimestamp`` (orders it among arrivals).
+
+    Returns
+    -------
+    intents : list of PodIntent
+        One per share that names a GPU of a known node, UID ``resourceclaim/<uid>/<n>``.
+    problems : list of str
+        One per share that does not (node or device unknown), naming it.
+    """
+    intents, problems = [], []
+    for n, share in enumerate(alloc.devices):
+        gpus = node_gpus(share.pool)
+        if gpus is None:
+            problems.append(f"device {share.device}: pool {quote(share.pool)} is no node gpufrac knows")
+            continue
+        by_name = dict(zip(device_names([g.index for g in gpus]), gpus, strict=True))
+        gpu = by_name.get(share.device)
+        if gpu is None:
+            problems.append(f"device {share.device}: not in node {share.pool}'s inventory")
+            continue
+        memory = share.memory_mib or None
+        intents.append(PodIntent(
+            uid=f"{CLAIM_RECORD_PREFIX}{alloc.uid}/{n}", namespace=alloc.namespace,
+            name=f"{CLAIM_RECORD_PREFIX}{alloc.name}/{share.request}", node_name=share.pool, phase="Running",
+            gpu_count=1, gpu_milli=share.gpu_milli, gpu_memory_mib=memory, gpu_models=None,
+            qos=QoSClass.BURSTABLE, cpu_milli=0, memory_mib=0, assigned_gpus=(gpu.uuid,),
+            assigned_gpu_milli=share.gpu_milli, assigned_memory_mib=(memory,) if memory else (),
+            priority=CLAIM_PRIORITY, created_at=created_at))
+    return intents, problems
+
+
+class ResourceClaimBook:
+    """Keep the cache's claim records equal to the API's ResourceClaims (module notes).
+
+    Parameters
+    ----------
+    cache : GpuCache
+    quarantine : Quarantine
+    node_gpus : callable (node name) -> sequence of GpuSpec or None
+        ``NodeReader.gpus``.
+    """
+
+    def __init__(self, cache: GpuCache, quarantine: Quarantine,
+                 node_gpus: Callable[[str], Sequence[GpuSpec] | None]) -> None:
+        self._cache = cache
+        self._quarantine = quarantine
+        self._node_gpus = node_gpus
+        self._held: dict[str, dict[str, PodIntent]] = {}  # claim key -> {record UID: record}
+        self._unplaced: dict[str, Mapping[str, Any]] = {}  # claim key -> object, tried again
+        self._lock = threading.Lock()
+
+    def held(self) -> dict[str, tuple[str, ...]]:
+        """Each claim counted (``namespace/name``) and the UIDs of its records."""
+        with self._lock:
+            return {key: tuple(recs) for key, recs in self._held.items()}
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """One claim watch event (``ADDED``, ``MODIFIED``, ``DELETED``). Never raises.
+
+        Returns
+        -------
+        bool
+            True if GPU share was freed (the claim was deleted or deallocated).
+        """
+        key = object_key(obj)
+        with self._lock:
+            try:
+                return self._apply(key, kind, obj)
+            except Exception as exc:  # noqa: BLE001 - one claim must never stop the watch
+                log.exception("resource claim %s: cache update failed", key)
+                self._quarantine.reject(KIND, key, f"internal: {type(exc).__name__}: {exc}")
+                return False
+
+    def relist(self, items: Iterable[Mapping[str, Any]]) -> bool:
+        """A full claim list: claims not in it are forgotten (deleted while no watch ran).
+
+        Returns
+        -------
+        bool
+            True if GPU share was freed.
+        """
+        items = list(items)
+        listed = {object_key(obj) for obj in items}
+        freed = False
+        with self._lock:
+            for key in set(self._held) - listed:
+                freed |= self._drop(key)
+            for key in set(self._unplaced) - listed:
+                del self._unplaced[key]
+        self._quarantine.retain(KIND, listed)
+        for obj in items:
+            freed |= self.apply("ADDED", obj)
+        return freed
+
+    def retry(self) -> None:
+        """Place again the claims whose node or device was not known (housekeeping)."""
+        with self._lock:
+            waiting = list(self._unplaced.values())
+        for obj in waiting:
+            self.apply("MODIFIED", obj)
+
+    def _drop(self, key: str) -> bool:
+        freed = False
+        for uid in self._held.pop(key, {}):
+            freed |= self._cache.remove_pod(uid)
+        return freed
+
+    def _apply(self, key: str, kind: str, obj: Mapping[str, Any]) -> bool:
+        self._unplaced.pop(key, None)
+        if kind == "DELETED":
+            self._quarantine.clear(KIND, key)
+            return self._drop(key)
+        try:
+            alloc = claim_allocation(obj, DRIVER)
+        except PodSpecError as exc:
+            self._quarantine.reject(KIND, key, f"{exc}; what was counted of it is kept")
+            return False
+        meta = obj.get("metadata")
+        created = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
+        intents, problems = claim_intents(alloc, self._node_gpus, created if isinstance(created, str) else "")
+        old = self._held.get(key, {})
+        new = {i.uid: i for i in intents}
+        freed = False
+        for uid, intent in old.items():
+            if new.get(uid) != intent:  # gone, or changed (an allocation is immutable; untrusted)
+                freed |= self._cache.remove_pod(uid)
+        for uid, intent in new.items():
+            if old.get(uid) != intent:
+                self._cache.apply_pod_event("ADDED", intent)
+        if new:
+            self._held[key] = new
+        else:
+            self._held.pop(key, None)
+        if problems:
+            self._unplaced[key] = obj
+            self._quarantine.reject(KIND, key, "; ".join(problems))
+        else:
+            self._quarantine.clear(KIND, key)
+        return freed
