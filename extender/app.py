@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,6 +36,7 @@ from extender.reload import ConfigWatcher
 from extender.routes import health, webhook
 from extender.settings import Settings, admin_config_from_settings
 from extender.verbs.bind import Binder
+from podspec.claims import pod_claim_names
 from scoring.scorer import build_scorer
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,13 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.ready = lambda: False
     app.state.ready_detail = dict
     app.state.binder = binder
+    app.state.claim_refusals = None
+    if sync is not None and settings.resource_claims:
+        book = sync.resource_claims
+
+        def claim_refusals(pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, str]:
+            return book.refusals(pod, cache.gpu_rooms(names)) if pod_claim_names(pod) else {}
+        app.state.claim_refusals = claim_refusals
     app.state.defrag = None if sync is None else sync.defrag.latest
 
     @app.exception_handler(RequestValidationError)

@@ -27,7 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podspec.quantities import MAX_GPU_MEMORY_MIB, MIB, PodSpecError, bounded_text, quantity, quote
+from podspec.quantities import (
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPUS_PER_POD,
+    MAX_NAME_CHARS,
+    MIB,
+    PodSpecError,
+    bounded_text,
+    quantity,
+    quote,
+)
 from scoring.request import MILLI_PER_GPU
 
 DRIVER = "gpu.gpufrac.io"
@@ -162,3 +171,104 @@ def claim_allocation(claim: Mapping[str, Any], driver: str) -> ClaimAllocation:
         if result.get("driver") == driver:
             shares.append(device_share(result, f"{field}[{i}]"))
     return ClaimAllocation(namespace, name, uid, tuple(shares))
+
+
+DEVICE_CLASS = DRIVER
+"""The DeviceClass the chart ships for the driver (``templates/dra.yaml``): a request naming it
+asks for devices of ``DRIVER``."""
+
+MAX_POD_CLAIMS = 32
+"""Claims one pod may name (``core/v1`` ``MaxPodResourceClaims``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAsk:
+    """One request (or ``firstAvailable`` subrequest) of a claim for ``DEVICE_CLASS``, as
+    kube-scheduler's allocator reads it."""
+
+    request: str
+    count: int
+    """Devices asked, 1..``MAX_GPUS_PER_POD`` (``allocationMode: ExactCount``)."""
+    gpu_milli: int
+    """Share asked per device, milli-GPU (the capacity's default, a whole GPU, when absent)."""
+    memory_mib: int
+    """Memory asked per device, MiB rounded up (the default, 1 MiB, when absent)."""
+    selectors: bool
+    """The request narrows devices with CEL selectors gpufrac does not evaluate."""
+
+
+def _ask(ask: Mapping[str, Any], request: str, field: str) -> DeviceAsk:
+    mode = ask.get("allocationMode", "ExactCount")
+    if mode != "ExactCount":
+        raise PodSpecError(f"{field}.allocationMode: {quote(mode)}: gpufrac's GPUs are asked by count")
+    count = ask.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_GPUS_PER_POD:
+        raise PodSpecError(f"{field}.count: {quote(count)} must be 1 to {MAX_GPUS_PER_POD}")
+    capacity = _mapping(_mapping(ask.get("capacity"), f"{field}.capacity").get("requests"),
+                        f"{field}.capacity.requests")
+    gpu_milli = MILLI_PER_GPU
+    if "share" in capacity:
+        q = quantity(capacity["share"], f"{field}.capacity.requests.share", maximum=MILLI_PER_GPU, positive=True)
+        gpu_milli = int(-(-q // 1))
+    memory_mib = 1
+    if "memory" in capacity:
+        q = quantity(capacity["memory"], f"{field}.capacity.requests.memory", maximum=MAX_GPU_MEMORY_MIB * MIB)
+        memory_mib = max(1, int(-(-q // MIB)))
+    return DeviceAsk(request, count, gpu_milli, memory_mib, bool(ask.get("selectors")))
+
+
+def device_asks(claim: Mapping[str, Any]) -> tuple[DeviceAsk, ...]:
+    """What a ResourceClaim (or a template's ``spec``, wrapped as a claim) asks of
+    ``DEVICE_CLASS``: one ``DeviceAsk`` per request naming it; a ``firstAvailable`` request
+    counts by its first subrequest naming it (the allocator tries that one first).
+
+    Raises
+    ------
+    PodSpecError
+        A request of the class is malformed or out of range (the field named).
+    """
+    spec = _mapping(claim.get("spec"), "spec")
+    requests = _mapping(spec.get("devices"), "spec.devices").get("requests") or []
+    if not isinstance(requests, list) or len(requests) > MAX_RESULTS:
+        raise PodSpecError(f"spec.devices.requests: must be a list of at most {MAX_RESULTS}")
+    asks = []
+    for i, raw in enumerate(requests):
+        field = f"spec.devices.requests[{i}]"
+        req = _mapping(raw, field)
+        name = bounded_text(req.get("name"), f"{field}.name", 63)
+        subs = req.get("firstAvailable")
+        if subs is not None:
+            if not isinstance(subs, list) or len(subs) > MAX_RESULTS:
+                raise PodSpecError(f"{field}.firstAvailable: must be a list of at most {MAX_RESULTS}")
+            for j, sub in enumerate(subs):
+                sub = _mapping(sub, f"{field}.firstAvailable[{j}]")
+                if sub.get("deviceClassName") == DEVICE_CLASS:
+                    asks.append(_ask(sub, name, f"{field}.firstAvailable[{j}]"))
+                    break
+            continue
+        exactly = _mapping(req.get("exactly"), f"{field}.exactly")
+        if exactly.get("deviceClassName") == DEVICE_CLASS:
+            asks.append(_ask(exactly, name, f"{field}.exactly"))
+    return tuple(asks)
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ResourceClaims a Pod uses, by name: ``spec.resourceClaims[].resourceClaimName``, and
+    for a claim made from a template the name in ``status.resourceClaimStatuses`` (absent until
+    kube-controller-manager made it). Unreadable entries are skipped; at most ``MAX_POD_CLAIMS``."""
+    spec = pod.get("spec")
+    entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    if not isinstance(entries, list):
+        return ()
+    status = pod.get("status")
+    made = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
+    generated = {s.get("name"): s.get("resourceClaimName") for s in (made if isinstance(made, list) else [])
+                 [:MAX_POD_CLAIMS] if isinstance(s, Mapping)}
+    names = []
+    for entry in entries[:MAX_POD_CLAIMS]:
+        if not isinstance(entry, Mapping):
+            continue
+        name = entry.get("resourceClaimName") or generated.get(entry.get("name"))
+        if isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS:
+            names.append(name)
+    return tuple(names)

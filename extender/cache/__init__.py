@@ -38,9 +38,10 @@ from extender.cache.records import (
 from extender.cache.reservations import DEFAULT_STARVATION, NO_RESERVATIONS, StarvationPolicy
 from extender.cache.store import GpuCache
 from extender.cache.victims import PreemptBudget
+from extender.cache.views import GpuRoom
 
 __all__ = [
     "DEFAULT_STARVATION", "EMPTY_PLAN", "EMPTY_VIEW", "NO_DEFRAG", "NO_RESERVATIONS", "BindError",
     "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget",
-    "EventType", "GpuCache", "Labels", "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
+    "EventType", "GpuCache", "GpuRoom", "Labels", "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
 ]

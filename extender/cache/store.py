@@ -31,6 +31,7 @@ from extender.cache.records import (
 )
 from extender.cache.reservations import Reservation, Reservations, StarvationPolicy
 from extender.cache.victims import PreemptBudget
+from extender.cache.views import GpuRoom
 from extender.tenants import TenantPolicy, Usage
 from podspec.pods import PodIntent
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
@@ -236,6 +237,11 @@ class GpuCache:
             return self._last_view
         finally:
             self._lock.release()
+
+    def gpu_rooms(self, nodes: Iterable[str]) -> dict[str, list[GpuRoom]]:
+        """What is free of each GPU of the known ``nodes`` (``views.gpu_rooms``)."""
+        with self._lock:
+            return views.gpu_rooms(self._ledger.state, nodes)
 
     def state_copy(self) -> ClusterState:
         """A deep copy of the arrays (for tests and inspection)."""

@@ -6,6 +6,8 @@ they must not wait for it (``summary``, ``metrics_view``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -77,6 +79,36 @@ def node_inventory(state: ClusterState) -> list[dict[str, Any]]:
                 for c in np.flatnonzero(state.gpu_exists[r]).tolist()]
         out.append({"name": name, "ready": bool(state.node_ready[r]), "cpu_milli": int(state.cpu_alloc_milli[r]),
                     "memory_mib": int(state.mem_alloc_mib[r]), "gpus": gpus})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRoom:
+    """One GPU of a node as ``gpu_rooms`` reads it: what is free of it in the whole book
+    (annotation pods and claims), and its totals."""
+
+    index: int
+    uuid: str
+    healthy: bool
+    free_milli: int
+    memory_free_mib: int
+    slots_free: int
+    memory_mib: int
+    replicas: int
+
+
+def gpu_rooms(state: ClusterState, nodes: Iterable[str]) -> dict[str, list[GpuRoom]]:
+    """Per known node of ``nodes``, its GPUs in column (index) order with what is free of each."""
+    out: dict[str, list[GpuRoom]] = {}
+    for name in nodes:
+        r = state.node_index.get(name)
+        if r is None:
+            continue
+        out[name] = [GpuRoom(int(state.gpu_index[r, c]), state.gpu_uuid[r][c], bool(state.gpu_healthy[r, c]),
+                             int(state.gpu_free_milli[r, c]), int(state.gpu_mem_free_mib[r, c]),
+                             int(state.gpu_slots_free[r, c]), int(state.gpu_mem_total_mib[r, c]),
+                             int(state.gpu_replicas[r, c]))
+                     for c in np.flatnonzero(state.gpu_exists[r]).tolist()]
     return out
 
 

@@ -27,12 +27,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from extender.cache import GpuCache
+from extender.cache import GpuCache, GpuRoom
+from extender.cluster import claim_safety
 from extender.cluster.objects import object_key
 from extender.quarantine import Quarantine
-from podspec.claims import CLAIM_RECORD_PREFIX, DRIVER, ClaimAllocation, claim_allocation, device_names
+from podspec.claims import (
+    CLAIM_RECORD_PREFIX,
+    DRIVER,
+    ClaimAllocation,
+    DeviceAsk,
+    claim_allocation,
+    device_asks,
+    device_names,
+    pod_claim_names,
+)
 from podspec.pods import PodIntent
 from podspec.quantities import INT32, PodSpecError, quote
 from scoring.request import QoSClass
@@ -44,6 +55,23 @@ KIND = "resourceclaim"
 """The quarantine kind of a claim that cannot be read or placed."""
 
 CLAIM_PRIORITY = INT32[1]
+
+MAX_REFUSED_PODS = 1000
+"""Pods remembered for a requeue (``refused_pods``); more are left to kube-scheduler's own
+retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedPod:
+    """A pod whose claims some node was refused for (what a requeue needs of it)."""
+
+    uid: str
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 """A claim record's priority: above any pod's (2,000,001,000 at most), so never a victim."""
 
 
@@ -107,6 +135,10 @@ class ResourceClaimBook:
         self._node_gpus = node_gpus
         self._held: dict[str, dict[str, PodIntent]] = {}  # claim key -> {record UID: record}
         self._unplaced: dict[str, Mapping[str, Any]] = {}  # claim key -> object, tried again
+        self._asks: dict[str, tuple[DeviceAsk, ...] | str] = {}  # claim key -> its asks, or why unreadable
+        self._shares: dict[str, tuple[tuple[str, str, int, int], ...]] = {}  # claim key -> (node, device, milli, MiB)
+        self._consumed: dict[str, dict[str, tuple[int, int, int]]] = {}  # node -> device -> claims' totals
+        self._refused: dict[str, RefusedPod] = {}  # pod UID -> the pod, refused a node since the last requeue
         self._lock = threading.Lock()
 
     def held(self) -> dict[str, tuple[str, ...]]:
@@ -147,6 +179,8 @@ class ResourceClaimBook:
                 freed |= self._drop(key)
             for key in set(self._unplaced) - listed:
                 del self._unplaced[key]
+            for key in set(self._asks) - listed:
+                del self._asks[key]
         self._quarantine.retain(KIND, listed)
         for obj in items:
             freed |= self.apply("ADDED", obj)
@@ -159,7 +193,66 @@ class ResourceClaimBook:
         for obj in waiting:
             self.apply("MODIFIED", obj)
 
+    def refusals(self, pod: Mapping[str, Any], rooms: Mapping[str, Sequence[GpuRoom]]) -> dict[str, str]:
+        """The candidate nodes where kube-scheduler's DRA allocator would over-commit a GPU for
+        the pod's claims not allocated yet (``extender.cluster.claim_safety``), with the reason;
+        every node when one of its claims cannot be read. Empty for a pod without claims."""
+        names = pod_claim_names(pod)
+        if not names:
+            return {}
+        meta = pod.get("metadata")
+        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        asks: list[DeviceAsk] = []
+        with self._lock:
+            for name in names:
+                key = f"{ns}/{name}"
+                got = self._asks.get(key)
+                if isinstance(got, str):
+                    return dict.fromkeys(rooms, f"gpufrac: claim {name}: {got}")
+                if got is not None and key not in self._shares:
+                    asks.extend(got)
+            if not asks:
+                return {}
+            consumed = {node: dict(self._consumed.get(node, {})) for node in rooms}
+        out = {}
+        for node, gpus in rooms.items():
+            why = claim_safety.refusal(asks, gpus, consumed[node])
+            if why:
+                out[node] = why
+        uid, name = meta.get("uid"), meta.get("name")  # type: ignore[union-attr]
+        if out and isinstance(uid, str) and isinstance(name, str) and isinstance(ns, str):
+            with self._lock:
+                if uid in self._refused or len(self._refused) < MAX_REFUSED_PODS:
+                    self._refused[uid] = RefusedPod(uid, ns, name)
+        return out
+
+    def refused_pods(self) -> list[RefusedPod]:
+        """The pods refused a node since the last call (then forgotten): when GPU share is
+        freed they are requeued as pending GPU pods are (``ClusterSync``), since gpufrac does
+        not count a claim pod as one."""
+        with self._lock:
+            got, self._refused = list(self._refused.values()), {}
+        return got
+
+    def _set_shares(self, key: str, shares: tuple[tuple[str, str, int, int], ...]) -> None:
+        """Replace what claim ``key`` consumes of the devices, as the allocator counts it."""
+        for sign, entries in ((-1, self._shares.pop(key, ())), (1, shares)):
+            for node, device, milli, mem in entries:
+                by_device = self._consumed.setdefault(node, {})
+                m, b, c = by_device.get(device, (0, 0, 0))
+                total = (m + sign * milli, b + sign * mem, c + sign)
+                if total[2] > 0:
+                    by_device[device] = total
+                else:
+                    by_device.pop(device, None)
+                    if not by_device:
+                        del self._consumed[node]
+        if shares:
+            self._shares[key] = shares
+
     def _drop(self, key: str) -> bool:
+        self._asks.pop(key, None)
+        self._set_shares(key, ())
         freed = False
         for uid in self._held.pop(key, {}):
             freed |= self._cache.remove_pod(uid)
@@ -171,10 +264,15 @@ class ResourceClaimBook:
             self._quarantine.clear(KIND, key)
             return self._drop(key)
         try:
+            self._asks[key] = device_asks(obj)
+        except PodSpecError as exc:
+            self._asks[key] = str(exc)
+        try:
             alloc = claim_allocation(obj, DRIVER)
         except PodSpecError as exc:
             self._quarantine.reject(KIND, key, f"{exc}; what was counted of it is kept")
             return False
+        self._set_shares(key, tuple((d.pool, d.device, d.gpu_milli, d.memory_mib) for d in alloc.devices))
         meta = obj.get("metadata")
         created = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
         intents, problems = claim_intents(alloc, self._node_gpus, created if isinstance(created, str) else "")

@@ -36,7 +36,7 @@ from extender.cluster.objects import (
     raw_watch_target,
     revision,
 )
-from extender.cluster.resource_claims import ResourceClaimBook
+from extender.cluster.resource_claims import RefusedPod, ResourceClaimBook
 from extender.fence import CLAIMS_LABEL
 from extender.quarantine import Quarantine
 from podspec import annotations as ann
@@ -280,8 +280,7 @@ class ClusterSync:
             self._released.set()  # share freed or a node opened: pending pods are retried (_run_requeue)
 
     def _run_requeue(self) -> None:
-        """Requeue pending GPU pods in kube-scheduler after GPU share is freed.
-
+        """Requeue pending GPU pods (and pods refused for their claims) after GPU share is freed.
         kube-scheduler retries a pod an extender rejected on the next cluster event of any
         kind (``schedule_one.go``: the pod gets the ``Extender`` unschedulable plugin, whose
         enqueue extension matches every event). The event that frees share, a pod deletion,
@@ -299,8 +298,9 @@ class ClusterSync:
             self._stop.wait(opts.requeue_delay_s)  # coalesce a burst of releases
             self._released.clear()
             stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-            pending = [i for i in self._cache.pending_gpu_pods(opts.requeue_max_pods * 4)
-                       if i.scheduler_name == opts.scheduler_name][:opts.requeue_max_pods]
+            pending: list[RefusedPod | PodIntent] = [*self.resource_claims.refused_pods()[:opts.requeue_max_pods]]
+            pending += [i for i in self._cache.pending_gpu_pods(opts.requeue_max_pods * 4)
+                        if i.scheduler_name == opts.scheduler_name][:opts.requeue_max_pods - len(pending)]
             for intent in pending:
                 body = {"metadata": {"uid": intent.uid, "annotations": {ann.REQUEUE: stamp}}}
                 try:

@@ -79,7 +79,8 @@ async def filter_verb(state: Any, raw: bytes) -> Answer:
             metrics.filter_errors.inc()
             metrics.filter_pods.labels("error").inc()
             return 200, error_reply(NOT_READY)
-        reply = await _run_sized(args, filter, state.cache, args, state.settings.decision == "filter")
+        reply = await _run_sized(args, filter, state.cache, args, state.settings.decision == "filter",
+                                 getattr(state, "claim_refusals", None))
         if reply.reasons is None:
             metrics.filter_errors.inc()
             metrics.filter_pods.labels("error").inc()

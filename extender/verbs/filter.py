@@ -16,8 +16,10 @@ and records the GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
+import numpy as np
 from pydantic import Field
 
 from extender.cache import GpuCache
@@ -56,7 +58,12 @@ def error_reply(message: str) -> ExtenderFilterResult:
             "Error": message}
 
 
-def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  # noqa: A001 - the verb's name
+Refuse = Callable[[Mapping[str, Any], Sequence[str]], dict[str, str]]
+"""(pod, nodes that passed) -> the nodes to fail and why: ``ResourceClaimBook.refusals``."""
+
+
+def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True,  # noqa: A001 - the verb's name
+           refuse: Refuse | None = None) -> Reply:
     """Answer ``filter`` from one evaluation of the pod on the candidates.
 
     Parameters
@@ -65,6 +72,10 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  
     args : ExtenderArgs
     decide : bool
         Pass only the chosen node (module notes); False: every feasible node.
+    refuse : callable, optional
+        Fails some of the nodes that passed, with a reason (cluster mode with
+        ``--resource-claims``: the nodes where kube-scheduler's DRA allocator would over-commit
+        a GPU for the pod's claims); the chosen node is the best of the others.
 
     Returns
     -------
@@ -85,8 +96,17 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True) -> Reply:  
     else:
         names_or_array = ce.names if ce.names_array is None else ce.names_array
         passed, failed, unresolvable = outbound.filter_result(ce.evaluation, intent, names_or_array, ce.pieces)
+        refused = refuse(args.Pod, passed) if refuse is not None and passed else {}
+        if refused:
+            failed.update(refused)
+            passed = [n for n in passed if n not in refused]
         if decide and len(passed) > 1:
-            passed = [ce.names[ce.evaluation.best()]]
+            if refused:
+                allowed = set(passed)
+                positions = np.array([i for i, n in enumerate(ce.names) if n in allowed], dtype=np.int64)
+                passed = [ce.names[int(positions[ce.evaluation.take(positions).best()])]]
+            else:
+                passed = [ce.names[ce.evaluation.best()]]
         unknown = ce.unknown
     failed.update(dict.fromkeys(unknown, outbound.NODE_UNKNOWN_MESSAGE))
     failed.update(ce.reserved)

@@ -30,7 +30,7 @@ from harness.helm import helm
 from harness.node import BUSYBOX_IMAGE, DEVICE_PLUGIN_DIR, NODE_NAME, NOT_READY_TOLERATION, RealNode
 from harness.processes import Proc, start, wait_until
 from podspec.claims import DRIVER
-from tests.e2e.conftest import Cluster, unique
+from tests.e2e.conftest import Cluster, failed_scheduling_message, unique
 from tests.e2e.helpers import SCHEDULER, new_namespace
 
 pytestmark = pytest.mark.e2e
@@ -296,17 +296,23 @@ def one_book(cluster: Cluster, objects: client.CustomObjectsApi, driver: Proc) -
     assert env["NVIDIA_VISIBLE_DEVICES"] == whole_gpu
     assert whole_gpu not in claim_shares, (whole_gpu, claim_shares)
 
-    # Deleting claim a's pod: the claim is deallocated, and gpufrac frees its share.
+    # A third claim of half a GPU: the claims leave the whole pod's GPU free in kube-scheduler's
+    # view, so its allocator would take it; gpufrac refuses the node, saying why.
+    objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", claim("c", 500))
+    cluster.api.create_namespaced_pod(ns, pod("c", "c"))
+    message = failed_scheduling_message(cluster, ns, "c", 60)
+    assert "DRA allocator would take device" in message and whole_gpu in message, message
+    assert (read_claim(objects, ns, "c") or {}).get("status", {}).get("allocation") is None
+
+    # Deleting claim a's pod: the claim is deallocated, gpufrac frees its share, and pod c is
+    # requeued and placed there, beside claim b.
     cluster.api.delete_namespaced_pod("a", ns, grace_period_seconds=0)
     cluster.wait(lambda: (read_claim(objects, ns, "a") or {}).get("status", {}).get("allocation") is None, 90,
                  "claim a deallocated once its pod is gone")
     cluster.wait(lambda: not any(a["name"] == "resourceclaim/a/gpu" and a["namespace"] == ns
                                  for a in cluster.allocations()), 60, "claim a's share freed in gpufrac")
-    # Half a GPU now fits beside claim b (the whole pod holds the other GPU): the share claim a
-    # held is free again in gpufrac.
-    cluster.api.create_namespaced_pod(ns, annotation_pod("half", "0.5"))
-    wait_until(lambda: env_of(cluster, ns, "half"), 120, "the half-GPU annotation pod running", driver)
-    half_gpu = cluster.api.read_namespaced_pod("half", ns).metadata.annotations["gpufrac.io/assigned-gpus"]
+    env = wait_until(lambda: env_of(cluster, ns, "c"), 120, "claim pod c running", driver)
     now_held = held_by_claims()
-    assert half_gpu != whole_gpu and now_held.get(half_gpu, 0) + 500 <= 1000, (half_gpu, now_held)
+    assert env["NVIDIA_VISIBLE_DEVICES"] != whole_gpu and now_held == {env["NVIDIA_VISIBLE_DEVICES"]: 1000}, (
+        env["NVIDIA_VISIBLE_DEVICES"], now_held)
     clean_up(cluster, ns)

@@ -15,9 +15,11 @@ from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster.resource_claims import KIND, ResourceClaimBook
 from extender.quarantine import Quarantine
+from extender.verbs.filter import ExtenderArgs, filter
 from podspec import annotations as ann
-from podspec.claims import DRIVER, device_names
+from podspec.claims import DRIVER, device_asks, device_names, pod_claim_names
 from podspec.pods import pod_intent
+from podspec.quantities import PodSpecError
 from scoring.scorer import build_scorer
 from scoring.state import GpuSpec, NodeSpec
 from tests.conftest import gpu_node, pod_json
@@ -171,3 +173,132 @@ def test_a_claim_is_no_preemption_victim_and_no_defragmentation_move() -> None:
                                        ann.ASSIGNED_FRACTION: "1"}, node="n1", phase="Running")
     c.cache.apply_pod_event("ADDED", pod_intent(bound))
     assert c.cache.preempt(pod_intent(urgent), ["n1"]) == {"n1": ["uid-p"]}
+
+
+# -- kube-scheduler's allocator replayed: nodes where it would over-commit are refused ---------
+
+def claim_spec(name: str, *asks: dict[str, Any]) -> dict[str, Any]:
+    """An unallocated claim whose requests are ``asks`` (``exactly`` bodies)."""
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+            "spec": {"devices": {"requests": [{"name": f"r{i}", "exactly": a} for i, a in enumerate(asks)]}}}
+
+
+def ask(share: str | None = "500", count: int | None = None, memory: str | None = None,
+        selectors: bool = False, device_class: str = DRIVER) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": device_class}
+    if count is not None:
+        body["count"] = count
+    capacity = {k: v for k, v in (("share", share), ("memory", memory)) if v is not None}
+    if capacity:
+        body["capacity"] = {"requests": capacity}
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": 'device.attributes["gpu.gpufrac.io"].model == "A10"'}}]
+    return body
+
+
+def claim_pod(*claims: str, generated: dict[str, str] | None = None) -> dict[str, Any]:
+    pod = pod_json("cp", gpus=None)
+    pod["metadata"]["namespace"] = "team"
+    pod["spec"]["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims] + [
+        {"name": k, "resourceClaimTemplateName": "t"} for k in (generated or {})]
+    pod["status"]["resourceClaimStatuses"] = [{"name": k, "resourceClaimName": v} for k, v in (generated or {}).items()]
+    return pod
+
+
+def annotation_pod(b: Book, name: str, gpu: str, fraction: str) -> None:
+    bound = pod_json(name, annotations={ann.FRACTION: fraction, ann.ASSIGNED_GPUS: gpu, ann.ASSIGNED_FRACTION: fraction},
+                     node=gpu.split("-")[1], phase="Running")
+    b.cache.apply_pod_event("ADDED", pod_intent(bound))
+
+
+def test_the_device_the_allocator_takes_first_must_have_room_beside_annotation_pods() -> None:
+    b = Book(gpu_node("n1", 2), gpu_node("n2", 2))
+    annotation_pod(b, "p", "GPU-n1-0", "0.75")                    # n1: gpu-0 holds 750 of annotation pods
+    b.book.apply("ADDED", claim_spec("c", ask("500")))
+    refused = b.book.refusals(claim_pod("c"), b.cache.gpu_rooms(["n1", "n2"]))
+    # First fit (claims only) takes gpu-0 on n1: 250 left there. n2 is safe.
+    assert list(refused) == ["n1"]
+    assert "device gpu-0 (GPU GPU-n1-0)" in refused["n1"] and "250 milli" in refused["n1"]
+
+
+def test_first_fit_past_a_gpu_claims_filled_is_safe_but_selectors_could_take_any() -> None:
+    b = Book(gpu_node("n1", 2))
+    b.book.apply("ADDED", claim("held", result("gpu-0", "500")))   # claims: 500 on gpu-0
+    annotation_pod(b, "p", "GPU-n1-1", "1")                        # gpu-1 full of an annotation pod
+    b.book.apply("ADDED", claim_spec("c", ask("500")))
+    # First fit takes gpu-0 (500 left of claims, 500 really free): safe.
+    assert b.book.refusals(claim_pod("c"), b.cache.gpu_rooms(["n1"])) == {}
+    # With selectors gpufrac cannot evaluate, gpu-1 (claims-free, really full) could be taken.
+    b.book.apply("ADDED", claim_spec("s", ask("500", selectors=True)))
+    assert "GPU-n1-1" in b.book.refusals(claim_pod("s"), b.cache.gpu_rooms(["n1"]))["n1"]
+
+
+def test_count_memory_unhealthy_gpus_and_allocated_claims() -> None:
+    b = Book(gpu_node("n1", 3, healthy=(False, True, True)))
+    annotation_pod(b, "p", "GPU-n1-2", "0.5")
+    # Two devices of 600: gpu-0 is not in the slice (unhealthy), so gpu-1 and gpu-2: 500 left on gpu-2.
+    b.book.apply("ADDED", claim_spec("two", ask("600", count=2)))
+    assert "GPU-n1-2" in b.book.refusals(claim_pod("two"), b.cache.gpu_rooms(["n1"]))["n1"]
+    # One device of 400: gpu-1, empty: safe.
+    b.book.apply("ADDED", claim_spec("small", ask("400")))
+    assert b.book.refusals(claim_pod("small"), b.cache.gpu_rooms(["n1"])) == {}
+    # A claim already allocated is not the allocator's to place again.
+    b.book.apply("MODIFIED", claim("two", result("gpu-1", "600"), result("gpu-2", "600")) | {
+        "spec": claim_spec("two", ask("600", count=2))["spec"]})
+    assert b.book.refusals(claim_pod("two"), b.cache.gpu_rooms(["n1"])) == {}
+
+
+def test_a_templates_claim_is_found_by_its_generated_name_and_an_unreadable_one_refuses_every_node() -> None:
+    b = Book()
+    annotation_pod(b, "p", "GPU-n1-0", "1")
+    b.book.apply("ADDED", claim_spec("cp-gpu-x7k2", ask("1000")))
+    pod = claim_pod(generated={"gpu": "cp-gpu-x7k2"})
+    assert list(b.book.refusals(pod, b.cache.gpu_rooms(["n1", "n2"]))) == ["n1"]
+    b.book.apply("ADDED", claim_spec("bad", ask("500", count=0)))
+    refused = b.book.refusals(claim_pod("bad"), b.cache.gpu_rooms(["n1", "n2"]))
+    assert set(refused) == {"n1", "n2"} and 'count: "0" must be 1 to 64' in refused["n1"]
+    # Other classes' requests, and pods without claims, are not gpufrac's to judge.
+    b.book.apply("ADDED", claim_spec("other", ask("1000", device_class="gpu.example.com")))
+    assert b.book.refusals(claim_pod("other"), b.cache.gpu_rooms(["n1"])) == {}
+    assert b.book.refusals(pod_json("plain"), b.cache.gpu_rooms(["n1"])) == {}
+
+
+def test_device_asks_and_pod_claim_names_are_bounded() -> None:
+    asks = device_asks({"spec": {"devices": {"requests": [
+        {"name": "a", "exactly": ask("250", memory="8Gi")},
+        {"name": "b", "firstAvailable": [{"name": "x", **ask("100", device_class="gpu.example.com")},
+                                         {"name": "y", **ask("300")}]},
+        {"name": "c", "exactly": ask(None)}]}}})
+    assert [(a.request, a.count, a.gpu_milli, a.memory_mib) for a in asks] == [
+        ("a", 1, 250, 8192), ("b", 1, 300, 1), ("c", 1, 1000, 1)]
+    for bad, field in ((ask("2000"), "share"), (ask(count=65), "count"), ({**ask(), "allocationMode": "All"},
+                                                                          "allocationMode")):
+        with pytest.raises(PodSpecError, match=field):
+            device_asks(claim_spec("x", bad))
+    pod = claim_pod(*[f"c{i}" for i in range(40)])
+    assert len(pod_claim_names(pod)) == 32
+    assert pod_claim_names({"spec": {"resourceClaims": "all"}}) == ()
+
+
+def test_filter_fails_the_refused_nodes_and_chooses_among_the_others() -> None:
+    b = Book(gpu_node("n1", 2), gpu_node("n2", 2))
+    args = ExtenderArgs.model_validate({"Pod": claim_pod("c"), "NodeNames": ["n1", "n2"]})
+    [chosen] = filter(b.cache, args, decide=True).body["NodeNames"]
+    [other] = {"n1", "n2"} - {chosen}
+    reply = filter(b.cache, args, decide=True, refuse=lambda pod, names: {chosen: "gpufrac: not here"})
+    assert reply.body["NodeNames"] == [other]
+    assert reply.body["FailedNodes"] == {chosen: "gpufrac: not here"}
+    every = filter(b.cache, args, decide=False, refuse=lambda pod, names: {chosen: "gpufrac: not here"})
+    assert every.body["NodeNames"] == [other]
+
+
+def test_a_refused_claim_pod_is_requeued_once_share_is_freed() -> None:
+    # gpufrac does not count a claim pod as a GPU pod, so it remembers the ones it refused a
+    # node: ClusterSync requeues them with the pending GPU pods when share is freed.
+    b = Book(gpu_node("n1", 1))
+    annotation_pod(b, "p", "GPU-n1-0", "1")
+    b.book.apply("ADDED", claim_spec("c", ask("500")))
+    assert b.book.refused_pods() == []
+    b.book.refusals(claim_pod("c"), b.cache.gpu_rooms(["n1"]))
+    assert [(p.uid, p.key) for p in b.book.refused_pods()] == [("uid-cp", "team/cp")]
+    assert b.book.refused_pods() == []  # handed out once
