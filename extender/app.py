@@ -36,7 +36,6 @@ from extender.reload import ConfigWatcher
 from extender.routes import health, webhook
 from extender.settings import Settings, admin_config_from_settings
 from extender.verbs.bind import Binder
-from podspec.claims import pod_claim_names
 from scoring.scorer import build_scorer
 
 log = logging.getLogger(__name__)
@@ -222,7 +221,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         book = sync.resource_claims
 
         def claim_refusals(pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, str]:
-            return book.refusals(pod, cache.gpu_rooms(names)) if pod_claim_names(pod) else {}
+            return book.refusals(pod, names, cache.gpu_rooms)
         app.state.claim_refusals = claim_refusals
     app.state.defrag = None if sync is None else sync.defrag.latest
 

@@ -63,17 +63,20 @@ def refusal(asks: Sequence[DeviceAsk], gpus: Sequence[GpuRoom], consumed: Consum
         room = left[n]
         return room[0] >= ask.gpu_milli and room[1] >= ask.memory_mib and room[2] >= 1
 
+    def with_ask(n: str, ask: DeviceAsk) -> list[int]:
+        """What the pod would have put on device ``n`` with one device of ``ask`` more."""
+        got = put.get(n, [0, 0, 0])
+        return [got[0] + ask.gpu_milli, got[1] + ask.memory_mib, got[2] + 1]
+
     def take(n: str, ask: DeviceAsk) -> None:
+        put[n] = with_ask(n, ask)
         for i, v in enumerate((ask.gpu_milli, ask.memory_mib, 1)):
             left[n][i] -= v
-            put.setdefault(n, [0, 0, 0])[i] += v
 
     for ask in asks:
         if ask.selectors:
             for n, g in devices:
-                if fits(n, ask) and not _room(g, [a + b for a, b in zip(put.get(n, [0, 0, 0]),
-                                                                           (ask.gpu_milli, ask.memory_mib, 1),
-                                                                           strict=True)]):
+                if fits(n, ask) and not _room(g, with_ask(n, ask)):
                     return _message(n, g, ask.gpu_milli, "its selectors may take")
             continue
         taken: set[str] = set()

@@ -55,6 +55,7 @@ KIND = "resourceclaim"
 """The quarantine kind of a claim that cannot be read or placed."""
 
 CLAIM_PRIORITY = INT32[1]
+"""A claim record's priority: above any pod's (2,000,001,000 at most), so never a victim."""
 
 MAX_REFUSED_PODS = 1000
 """Pods remembered for a requeue (``refused_pods``); more are left to kube-scheduler's own
@@ -72,7 +73,6 @@ class RefusedPod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-"""A claim record's priority: above any pod's (2,000,001,000 at most), so never a victim."""
 
 
 def claim_intents(alloc: ClaimAllocation, node_gpus: Callable[[str], Sequence[GpuSpec] | None],
@@ -175,12 +175,9 @@ class ResourceClaimBook:
         listed = {object_key(obj) for obj in items}
         freed = False
         with self._lock:
-            for key in set(self._held) - listed:
+            for key in (set(self._held) | set(self._asks) | set(self._shares) | set(self._unplaced)) - listed:
+                self._unplaced.pop(key, None)
                 freed |= self._drop(key)
-            for key in set(self._unplaced) - listed:
-                del self._unplaced[key]
-            for key in set(self._asks) - listed:
-                del self._asks[key]
         self._quarantine.retain(KIND, listed)
         for obj in items:
             freed |= self.apply("ADDED", obj)
@@ -193,37 +190,40 @@ class ResourceClaimBook:
         for obj in waiting:
             self.apply("MODIFIED", obj)
 
-    def refusals(self, pod: Mapping[str, Any], rooms: Mapping[str, Sequence[GpuRoom]]) -> dict[str, str]:
-        """The candidate nodes where kube-scheduler's DRA allocator would over-commit a GPU for
-        the pod's claims not allocated yet (``extender.cluster.claim_safety``), with the reason;
-        every node when one of its claims cannot be read. Empty for a pod without claims."""
+    def refusals(self, pod: Mapping[str, Any], nodes: Sequence[str],
+                 gpu_rooms: Callable[[Sequence[str]], Mapping[str, Sequence[GpuRoom]]]) -> dict[str, str]:
+        """The candidate ``nodes`` where kube-scheduler's DRA allocator would over-commit a GPU
+        for the pod's claims not allocated yet (``extender.cluster.claim_safety``), with the
+        reason; every node when one of its claims cannot be read. Empty for a pod without such
+        claims. ``gpu_rooms`` (``GpuCache.gpu_rooms``) is read only when there is one."""
         names = pod_claim_names(pod)
-        if not names:
+        if not names:  # most pods: no lock taken
             return {}
-        meta = pod.get("metadata")
-        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        raw_meta = pod.get("metadata")
+        meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+        ns = meta.get("namespace")
         asks: list[DeviceAsk] = []
         with self._lock:
             for name in names:
                 key = f"{ns}/{name}"
                 got = self._asks.get(key)
                 if isinstance(got, str):
-                    return dict.fromkeys(rooms, f"gpufrac: claim {name}: {got}")
+                    return dict.fromkeys(nodes, f"gpufrac: claim {name}: {got}")
                 if got is not None and key not in self._shares:
                     asks.extend(got)
             if not asks:
                 return {}
-            consumed = {node: dict(self._consumed.get(node, {})) for node in rooms}
+            consumed = {node: dict(self._consumed.get(node, {})) for node in nodes}
         out = {}
-        for node, gpus in rooms.items():
+        for node, gpus in gpu_rooms(nodes).items():
             why = claim_safety.refusal(asks, gpus, consumed[node])
             if why:
                 out[node] = why
-        uid, name = meta.get("uid"), meta.get("name")  # type: ignore[union-attr]
-        if out and isinstance(uid, str) and isinstance(name, str) and isinstance(ns, str):
+        uid, pod_name = meta.get("uid"), meta.get("name")
+        if out and isinstance(uid, str) and isinstance(pod_name, str) and isinstance(ns, str):
             with self._lock:
                 if uid in self._refused or len(self._refused) < MAX_REFUSED_PODS:
-                    self._refused[uid] = RefusedPod(uid, ns, name)
+                    self._refused[uid] = RefusedPod(uid, ns, pod_name)
         return out
 
     def refused_pods(self) -> list[RefusedPod]:
