@@ -222,16 +222,23 @@ def test_the_device_the_allocator_takes_first_must_have_room_beside_annotation_p
     assert "device gpu-0 (GPU GPU-n1-0)" in refused["n1"] and "250 milli" in refused["n1"]
 
 
-def test_first_fit_past_a_gpu_claims_filled_is_safe_but_selectors_could_take_any() -> None:
+def test_any_device_the_allocator_may_take_must_have_room_not_only_the_first() -> None:
+    # gpu-0 holds 500 of claims, gpu-1 is full of an annotation pod. First fit on gpufrac's view
+    # would take gpu-0, but kube-scheduler's view may lag (a claim on gpu-0 it still counts)
+    # and take gpu-1: the real node e2e saw that happen. So gpu-1 refuses the node, with or
+    # without selectors.
     b = Book(gpu_node("n1", 2))
-    b.book.apply("ADDED", claim("held", result("gpu-0", "500")))   # claims: 500 on gpu-0
-    annotation_pod(b, "p", "GPU-n1-1", "1")                        # gpu-1 full of an annotation pod
+    b.book.apply("ADDED", claim("held", result("gpu-0", "500")))
+    annotation_pod(b, "p", "GPU-n1-1", "1")
     b.book.apply("ADDED", claim_spec("c", ask("500")))
-    # First fit takes gpu-0 (500 left of claims, 500 really free): safe.
-    assert b.book.refusals(claim_pod("c"), ["n1"], b.cache.gpu_rooms) == {}
-    # With selectors gpufrac cannot evaluate, gpu-1 (claims-free, really full) could be taken.
     b.book.apply("ADDED", claim_spec("s", ask("500", selectors=True)))
-    assert "GPU-n1-1" in b.book.refusals(claim_pod("s"), ["n1"], b.cache.gpu_rooms)["n1"]
+    for name in ("c", "s"):
+        assert "GPU-n1-1" in b.book.refusals(claim_pod(name), ["n1"], b.cache.gpu_rooms)["n1"]
+    # A device the claims already fill cannot be taken: with the annotation pod on gpu-1 gone,
+    # and gpu-0 full of claims, nothing refuses the node.
+    b.cache.remove_pod("uid-p")
+    b.book.apply("ADDED", claim("more", result("gpu-0", "500")))
+    assert b.book.refusals(claim_pod("c"), ["n1"], b.cache.gpu_rooms) == {}
 
 
 def test_count_memory_unhealthy_gpus_and_allocated_claims() -> None:
