@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
         "inventory_stale_after_s": args.inventory_stale_after_s,
         "assume_ttl_s": args.assume_ttl_s, "config_poll_s": args.config_poll_s,
         "fence_namespace": args.fence_namespace, "claim_ttl_s": args.claim_ttl_s,
-        "resource_claims": args.resource_claims or None,
+        "resource_claims": args.resource_claims or None, "allocate_claims": args.allocate_claims or None,
         "bind_api_timeout_s": args.bind_api_timeout_s,
         "scheduler_name": args.scheduler_name, "requeue_max_pods": args.requeue_max_pods,
         "stall_after_s": args.stall_after_s, "scheduler_lease": args.scheduler_lease,
@@ -321,6 +321,9 @@ def build_parser(prog: str = "gpufrac") -> argparse.ArgumentParser:
                        "in this namespace (needed for more than one replica)")
     serve.add_argument("--resource-claims", action="store_true",
                        help="cluster mode: also count the shares ResourceClaims hold of gpu.gpufrac.io (DRA)")
+    serve.add_argument("--allocate-claims", action="store_true",
+                       help="cluster mode: allocate pods' ResourceClaims of gpu.gpufrac.io to the GPUs gpufrac "
+                            "chooses (a profile without DynamicResources; implies --resource-claims)")
     serve.add_argument("--claim-ttl-s", type=float, help="cluster mode, fenced: seconds a claim counts (60)")
     serve.add_argument("--bind-api-timeout-s", type=float,
                        help=f"cluster mode: limit of each API call of a bind, seconds, below kube-scheduler's "

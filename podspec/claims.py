@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from podspec.quantities import (
@@ -195,6 +195,9 @@ class DeviceAsk:
     """Memory asked per device, MiB rounded up (the default, 1 MiB, when absent)."""
     selectors: bool
     """The request narrows devices with CEL selectors gpufrac does not evaluate."""
+    subrequest: str = ""
+    """The ``firstAvailable`` subrequest it is, ``""`` for an ``exactly`` request (an
+    allocation result names ``<request>/<subrequest>``)."""
 
 
 def _ask(ask: Mapping[str, Any], request: str, field: str) -> DeviceAsk:
@@ -243,7 +246,9 @@ def device_asks(claim: Mapping[str, Any]) -> tuple[DeviceAsk, ...]:
             for j, sub in enumerate(subs):
                 sub = _mapping(sub, f"{field}.firstAvailable[{j}]")
                 if sub.get("deviceClassName") == DEVICE_CLASS:
-                    asks.append(_ask(sub, name, f"{field}.firstAvailable[{j}]"))
+                    got = _ask(sub, name, f"{field}.firstAvailable[{j}]")
+                    sub_name = bounded_text(sub.get("name"), f"{field}.firstAvailable[{j}].name", 63)
+                    asks.append(replace(got, subrequest=sub_name))
                     break
             continue
         exactly = _mapping(req.get("exactly"), f"{field}.exactly")
@@ -252,10 +257,11 @@ def device_asks(claim: Mapping[str, Any]) -> tuple[DeviceAsk, ...]:
     return tuple(asks)
 
 
-def pod_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
-    """The ResourceClaims a Pod uses, by name: ``spec.resourceClaims[].resourceClaimName``, and
-    for a claim made from a template the name in ``status.resourceClaimStatuses`` (absent until
-    kube-controller-manager made it). Unreadable entries are skipped; at most ``MAX_POD_CLAIMS``."""
+def pod_claim_refs(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ResourceClaims a Pod uses, by name, one per readable ``spec.resourceClaims`` entry:
+    its ``resourceClaimName``, or for a claim made from a template the name in
+    ``status.resourceClaimStatuses``, ``""`` until kube-controller-manager made it. Unreadable
+    entries are skipped; at most ``MAX_POD_CLAIMS``."""
     spec = pod.get("spec")
     entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
     if not isinstance(entries, list):
@@ -268,7 +274,31 @@ def pod_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
     for entry in entries[:MAX_POD_CLAIMS]:
         if not isinstance(entry, Mapping):
             continue
-        name = entry.get("resourceClaimName") or generated.get(entry.get("name"))
-        if isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS:
+        name = entry.get("resourceClaimName") or generated.get(entry.get("name")) or ""
+        if isinstance(name, str) and len(name) <= MAX_NAME_CHARS:
             names.append(name)
     return tuple(names)
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """``pod_claim_refs`` without the claims not made yet."""
+    return tuple(n for n in pod_claim_refs(pod) if n)
+
+
+def other_requests(claim: Mapping[str, Any]) -> int:
+    """How many requests of a ResourceClaim ask for devices of another class than
+    ``DEVICE_CLASS`` (no subrequest of it names the class); 0 when unreadable (``device_asks``
+    then says why)."""
+    spec = claim.get("spec")
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    if not isinstance(requests, list):
+        return 0
+    other = 0
+    for req in requests[:MAX_RESULTS]:
+        if not isinstance(req, Mapping):
+            continue
+        subs = req.get("firstAvailable")
+        options = subs if isinstance(subs, list) else [req.get("exactly")]
+        other += not any(isinstance(o, Mapping) and o.get("deviceClassName") == DEVICE_CLASS for o in options)
+    return other

@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from podspec import annotations as ann
+from podspec.claims import pod_claim_refs
 from podspec.quantities import (
     INT32,
     MAX_CORES,
@@ -90,6 +91,9 @@ class PodIntent:
         ``metadata.creationTimestamp`` as the API server writes it (``2026-11-27T11:09:55Z``),
         ``""`` when absent or in any other form. Only ordered, never compared with a clock: a
         pod list is counted as arrivals oldest first (``scoring.workload.WorkloadModel``).
+    resource_claims : tuple of str
+        The ResourceClaims the pod uses, by name (``podspec.claims.pod_claim_refs``; ``""``
+        for one a template will make that kube-controller-manager has not made yet).
     """
 
     uid: str
@@ -114,6 +118,7 @@ class PodIntent:
     labels: tuple[tuple[str, str], ...] = ()
     placement_rules: bool = False
     created_at: str = ""
+    resource_claims: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -286,6 +291,7 @@ def pod_intent(pod: Mapping[str, Any], defrag_fields: bool = True) -> PodIntent:
         labels=(_pairs(meta.get("labels")) or ()) if defrag_fields else (),
         placement_rules=rules,
         created_at=_created_at(meta.get("creationTimestamp")) if defrag_fields else "",
+        resource_claims=pod_claim_refs(pod) if spec.get("resourceClaims") else (),
     )
 
 

@@ -19,11 +19,12 @@ from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
 from extender.cache.records import BindError, ClaimCount, ClaimedAllocation, PodRecord
 from extender.translate import inbound, outbound
+from podspec.pods import PodIntent
 from scoring.fit import Reason
 
 
 def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name: str, node: str,
-           ttl_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
+           ttl_s: float | None, claims: Iterable[ClaimedAllocation] = (), shape: PodIntent | None = None) -> PodRecord:
     """Choose the GPUs on ``node``, re-check the fit and hold the allocation (``GpuCache.assume``).
 
     Parameters
@@ -38,6 +39,9 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
     claims : iterable of ClaimedAllocation
         Fenced binds: other instances' live claims on ``node``, counted first under the same
         lock (``count_claim``), so nothing frees one between counting and choosing.
+    shape : PodIntent, optional
+        The pod as placed, when it asks more than its own object says: what its
+        ResourceClaims ask (``extender.cluster.claim_allocator``); the held record carries it.
 
     Returns
     -------
@@ -60,6 +64,8 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
     rec = ledger.pods.get(uid)
     if rec is None:
         raise BindError(f"gpufrac: pod {namespace}/{name} (uid {uid}) unknown: no pod event seen")
+    if shape is not None and rec.allocation is None:
+        rec = replace(rec, intent=replace(shape, uid=uid))
     if (rec.intent.namespace, rec.intent.name) != (namespace, name):
         raise BindError(f"gpufrac: uid {uid} is pod {rec.intent.key}, not {namespace}/{name}")
     if rec.allocation is not None:
@@ -139,13 +145,14 @@ def count_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimCount:
     return ClaimCount.COUNTED
 
 
-def forget(ledger: Ledger, uid: str) -> bool:
-    """Give back an assumed allocation (``GpuCache.forget``); True if one was freed."""
+def forget(ledger: Ledger, uid: str, intent: PodIntent | None = None) -> bool:
+    """Give back an assumed allocation (``GpuCache.forget``); True if one was freed. ``intent``:
+    the pod's record is that pending pod after (the pod's own, when ``assume`` held a shape)."""
     rec = ledger.pods.get(uid)
     if rec is None or rec.allocation is None or rec.assumed_until is None:
         return False
     ledger.release(rec)
-    ledger.store(uid, PodRecord(replace(rec.intent, node_name="", assigned_gpus=())))
+    ledger.store(uid, PodRecord(replace(intent or rec.intent, node_name="", assigned_gpus=())))
     ledger.generation += 1
     return True
 

@@ -121,10 +121,11 @@ class GpuCache:
         with self._lock:
             return self._ledger.pending(limit)
 
-    def knows_pod(self, uid: str) -> bool:
-        """True if a pod event for ``uid`` has been applied (and the pod not deleted)."""
+    def pod_intent(self, uid: str) -> PodIntent | None:
+        """The pod as the cache last read it (None: no event seen, or deleted)."""
         with self._lock:
-            return uid in self._ledger.pods
+            rec = self._ledger.pods.get(uid)
+            return None if rec is None else rec.intent
 
     def shows_bound(self, uid: str, node: str, gpu_uuids: Sequence[str]) -> bool:
         """True when the pod watch has shown the pod bound to ``node`` on exactly
@@ -175,13 +176,13 @@ class GpuCache:
         """``assume`` recorded as confirmed (standalone mode); raises ``BindError`` as it."""
         return self.assume(uid, namespace, name, node, ttl_s=None)
 
-    def assume(self, uid: str, namespace: str, name: str, node: str,
-               ttl_s: float | None, claims: Iterable[ClaimedAllocation] = ()) -> PodRecord:
+    def assume(self, uid: str, namespace: str, name: str, node: str, ttl_s: float | None,
+               claims: Iterable[ClaimedAllocation] = (), shape: PodIntent | None = None) -> PodRecord:
         """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically
         under the lock: of two binds racing for the last share of a GPU exactly one gets it.
         Parameters, return value and ``BindError``: ``extender.cache.assume.assume``."""
         with self._lock:
-            rec = assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims)
+            rec = assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims, shape)
             self._reservations.release(uid)
             return rec
 
@@ -198,11 +199,11 @@ class GpuCache:
         bounded by ``budget``, the lock taken per node)."""
         return victims.preempt(self._lock, self._ledger, intent, nodes, budget or PreemptBudget())
 
-    def forget(self, uid: str) -> bool:
-        """Give back an assumed allocation (a bind that failed); the pod is pending again.
+    def forget(self, uid: str, intent: PodIntent | None = None) -> bool:
+        """Give back an assumed allocation (a bind that failed; ``intent``: ``assume_.forget``);
         False if there was none (confirmed by the watch, expired, or the pod is gone)."""
         with self._lock:
-            return assume_.forget(self._ledger, uid)
+            return assume_.forget(self._ledger, uid, intent)
 
     def expire_assumed(self, now: float | None = None) -> list[str]:
         """Free assumed allocations whose deadline passed; return their pods' ``ns/name``.

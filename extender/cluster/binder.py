@@ -23,10 +23,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
+from extender.cluster.claim_allocator import ClaimPlacement, ClaimWriter, shaped
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
+from extender.cluster.resource_claims import ResourceClaimBook
 from extender.fence import Claim, ClaimFence, ClaimLedger, FenceConflict
 from podspec.kubeio import core_path, response_json, write_json
-from podspec.pods import allocation_annotations, pod_intent
+from podspec.pods import PodIntent, allocation_annotations, pod_intent
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class KubeBinder:
         # watermark, and drop claims of pods it shows bound (extender.fence).
         self.pods_rv: Callable[[], int | None] = lambda: None
         self.bound_rv: Callable[[str], int | None] = lambda uid: None
+        # --allocate-claims (set by create_app): pods whose ResourceClaims gpufrac allocates.
+        self.claims: tuple[ClaimPlacement, ClaimWriter, ResourceClaimBook] | None = None
 
     def _node_lock(self, node: str) -> threading.Lock:
         """The node's lock: unfenced binds hold it around assume; fenced ones go through
@@ -102,7 +106,7 @@ class KubeBinder:
         BindError
             The pod cannot be read, is not the pod ``uid`` (recreated), or does not parse.
         """
-        if self._cache.knows_pod(uid):
+        if self._cache.pod_intent(uid) is not None:
             return
         try:
             obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False,
@@ -134,6 +138,9 @@ class KubeBinder:
             API, or the Binding failed; nothing stays held, and nothing was written.
         """
         self._ensure_known(uid, namespace, name)
+        intent = self._cache.pod_intent(uid) if self.claims is not None else None
+        if intent is not None and intent.resource_claims and self._bind_claims(intent, node):
+            return
         if self.fence is not None:
             self._read_claimed_pods(node)
             rec = self._assume_and_claim(uid, namespace, name, node)
@@ -157,11 +164,55 @@ class KubeBinder:
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
 
+    def _bind_claims(self, intent: PodIntent, node: str) -> bool:
+        """Bind a pod whose ResourceClaims gpufrac allocates (``extender.cluster.claim_allocator``,
+        module notes 3); False when none of them is of gpufrac's driver (a plain bind then).
+
+        Raises
+        ------
+        BindError
+            What the claims ask cannot be allocated there, a claim or the Binding cannot be
+            written; what was written is undone, nothing stays held.
+        """
+        assert self.claims is not None
+        placement, writer, book = self.claims
+        uid, ns, name = intent.uid, intent.namespace, intent.name
+        try:
+            plan = placement.plan(intent)
+        except ValueError as exc:
+            raise BindError(str(exc)) from None
+        if plan is None:
+            return False
+        if plan.node and plan.node != node:
+            raise BindError(f"gpufrac: pod {intent.key}: its claims are allocated on node {plan.node}, not {node}")
+        with self._node_lock(node):
+            rec = self._cache.assume(uid, ns, name, node, ttl_s=self._ttl, shape=shaped(intent, plan))
+        try:
+            written = writer.allocate(plan, intent, node, rec.gpu_uuids)
+        except BindError:
+            self._cache.forget(uid, intent)
+            raise
+        for obj in written:  # the claims hold the share from now on, before the pod's hold is given back
+            book.apply("MODIFIED", obj)
+        try:
+            self._create_binding(uid, ns, name, node, {})
+        except ApiException as exc:
+            if not (exc.status == HTTP_CONFLICT and self._bound_there(uid, ns, name, node)):
+                for obj in writer.undo(written, intent, {v.uid for v, _a in plan.asks}):
+                    book.apply("MODIFIED", obj)
+                self._cache.forget(uid, intent)
+                raise BindError(f"gpufrac: binding pod {ns}/{name} to {node}: {exc.status} {exc.reason}") from None
+        if plan.gpu_count:
+            self._cache.forget(uid, intent)  # the pod holds no GPU of its own: its claims do
+        log.info("allocated claim(s) %s of pod %s on %s: GPUs %s", ", ".join(
+            f"{ns}/{v.name}" for v in plan.claims), intent.key, node, ",".join(rec.gpu_uuids) or "-")
+        return True
+
     def _unseen_claims(self, ledger: ClaimLedger) -> list[ClaimedAllocation]:
         """Live foreign claims of pods neither the cache knows nor a read found absent."""
         now = time.monotonic()
         return [c for c in self._claimed(ledger)
-                if not self._cache.knows_pod(c.uid) and self._absent.get(c.uid, 0.0) <= now]
+                if self._cache.pod_intent(c.uid) is None and self._absent.get(c.uid, 0.0) <= now]
 
     def _read_claimed_pods(self, node: str) -> None:
         """Before the node lock: read ``node``'s ledger if never seen, and the pods its live

@@ -42,6 +42,7 @@ from podspec.claims import (
     claim_allocation,
     device_asks,
     device_names,
+    other_requests,
     pod_claim_names,
 )
 from podspec.pods import PodIntent
@@ -60,6 +61,22 @@ CLAIM_PRIORITY = INT32[1]
 MAX_REFUSED_PODS = 1000
 """Pods remembered for a requeue (``refused_pods``); more are left to kube-scheduler's own
 retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """What the book read of one claim (``ResourceClaimBook.claims_of``)."""
+
+    name: str
+    uid: str
+    asks: tuple[DeviceAsk, ...] | str
+    """Its requests of ``DEVICE_CLASS``, or why they cannot be read."""
+    other_requests: int
+    """Requests of other device classes (``podspec.claims.other_requests``)."""
+    allocated: bool
+    """``status.allocation`` is set (by anyone, for any driver)."""
+    nodes: frozenset[str]
+    """The nodes (pools) of its shares of the driver."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +156,12 @@ class ResourceClaimBook:
         self._shares: dict[str, tuple[tuple[str, str, int, int], ...]] = {}  # claim key -> (node, device, milli, MiB)
         self._consumed: dict[str, dict[str, tuple[int, int, int]]] = {}  # node -> device -> claims' totals
         self._refused: dict[str, RefusedPod] = {}  # pod UID -> the pod, refused a node since the last requeue
+        self._views: dict[str, ClaimView] = {}  # claim key -> what gpufrac's allocation reads of it
         self._lock = threading.Lock()
+
+    def node_gpus(self, node: str) -> Sequence[GpuSpec] | None:
+        """A node's GPUs in inventory order (the ``node_gpus`` given); None for a node not known."""
+        return self._node_gpus(node)
 
     def held(self) -> dict[str, tuple[str, ...]]:
         """Each claim counted (``namespace/name``) and the UIDs of its records."""
@@ -189,6 +211,12 @@ class ResourceClaimBook:
             waiting = list(self._unplaced.values())
         for obj in waiting:
             self.apply("MODIFIED", obj)
+
+    def claims_of(self, namespace: str, names: Iterable[str]) -> list[ClaimView | None]:
+        """The book's view of each named claim of ``namespace``; None for one not seen (not
+        made yet, or the watch has not delivered it)."""
+        with self._lock:
+            return [self._views.get(f"{namespace}/{name}") if name else None for name in names]
 
     def refusals(self, pod: Mapping[str, Any], nodes: Sequence[str],
                  gpu_rooms: Callable[[Sequence[str]], Mapping[str, Sequence[GpuRoom]]]) -> dict[str, str]:
@@ -252,6 +280,7 @@ class ResourceClaimBook:
 
     def _drop(self, key: str) -> bool:
         self._asks.pop(key, None)
+        self._views.pop(key, None)
         self._set_shares(key, ())
         freed = False
         for uid in self._held.pop(key, {}):
@@ -270,9 +299,14 @@ class ResourceClaimBook:
         try:
             alloc = claim_allocation(obj, DRIVER)
         except PodSpecError as exc:
+            self._views.pop(key, None)  # never allocated to, nor bound by, while unreadable
             self._quarantine.reject(KIND, key, f"{exc}; what was counted of it is kept")
             return False
         self._set_shares(key, tuple((d.pool, d.device, d.gpu_milli, d.memory_mib) for d in alloc.devices))
+        status = obj.get("status")
+        self._views[key] = ClaimView(alloc.name, alloc.uid, self._asks[key], other_requests(obj),
+                                     isinstance(status, Mapping) and bool(status.get("allocation")),
+                                     frozenset(d.pool for d in alloc.devices))
         meta = obj.get("metadata")
         created = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
         intents, problems = claim_intents(alloc, self._node_gpus, created if isinstance(created, str) else "")

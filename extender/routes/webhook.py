@@ -80,7 +80,7 @@ async def filter_verb(state: Any, raw: bytes) -> Answer:
             metrics.filter_pods.labels("error").inc()
             return 200, error_reply(NOT_READY)
         reply = await _run_sized(args, filter, state.cache, args, state.settings.decision == "filter",
-                                 getattr(state, "claim_refusals", None))
+                                 getattr(state, "claim_refusals", None), getattr(state, "claim_shape", None))
         if reply.reasons is None:
             metrics.filter_errors.inc()
             metrics.filter_pods.labels("error").inc()
@@ -125,7 +125,7 @@ async def prioritize_verb(state: Any, raw: bytes) -> Answer:
         args = await _args(raw)
         if not state.ready():
             return 503, {"Error": NOT_READY}
-        reply = await _run_sized(args, prioritize, state.cache, args)
+        reply = await _run_sized(args, prioritize, state.cache, args, getattr(state, "claim_shape", None))
         return reply.status, reply.body
 
 

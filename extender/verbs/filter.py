@@ -25,7 +25,7 @@ from pydantic import Field
 from extender.cache import GpuCache
 from extender.translate import inbound, outbound
 from extender.verbs import Reply, WireModel
-from podspec.pods import item_name
+from podspec.pods import PodIntent, item_name
 
 
 class NodeList(WireModel):
@@ -62,8 +62,13 @@ Refuse = Callable[[Mapping[str, Any], Sequence[str]], dict[str, str]]
 """(pod, nodes that passed) -> the nodes to fail and why: ``ResourceClaimBook.refusals``."""
 
 
+Shape = Callable[[PodIntent], PodIntent]
+"""The pod as gpufrac places it, asking what its ResourceClaims ask (``--allocate-claims``:
+``ClaimPlacement.shape``); raises ``ValueError`` with the reason it cannot be placed."""
+
+
 def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True,  # noqa: A001 - the verb's name
-           refuse: Refuse | None = None) -> Reply:
+           refuse: Refuse | None = None, shape: Shape | None = None) -> Reply:
     """Answer ``filter`` from one evaluation of the pod on the candidates.
 
     Parameters
@@ -76,6 +81,9 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True,  # noqa: A0
         Fails some of the nodes that passed, with a reason (cluster mode with
         ``--resource-claims``: the nodes where kube-scheduler's DRA allocator would over-commit
         a GPU for the pod's claims); the chosen node is the best of the others.
+    shape : callable, optional
+        Applied to the pod before it is evaluated (``Shape``); its ``ValueError`` is the
+        reply's ``Error``.
 
     Returns
     -------
@@ -85,6 +93,8 @@ def filter(cache: GpuCache, args: ExtenderArgs, decide: bool = True,  # noqa: A0
     node_items = args.Nodes.items if args.Nodes is not None else None
     try:
         intent, names = inbound.extender_args(args.Pod, node_items, args.NodeNames)
+        if shape is not None:
+            intent = shape(intent)
     except ValueError as exc:
         return Reply(error_reply(str(exc)))
     ce = cache.evaluate(intent, names)

@@ -13,7 +13,7 @@ from typing import TypedDict
 from extender.cache import GpuCache
 from extender.translate import inbound, outbound
 from extender.verbs import Reply
-from extender.verbs.filter import ExtenderArgs
+from extender.verbs.filter import ExtenderArgs, Shape
 
 
 class HostPriority(TypedDict):
@@ -23,12 +23,14 @@ class HostPriority(TypedDict):
     Score: int
 
 
-def prioritize(cache: GpuCache, args: ExtenderArgs) -> Reply:
+def prioritize(cache: GpuCache, args: ExtenderArgs, shape: Shape | None = None) -> Reply:
     """Answer ``prioritize``; right after ``filter`` for the same pod the evaluation is the
-    cache's memo (``GpuCache.evaluate``), not a second one."""
+    cache's memo (``GpuCache.evaluate``), not a second one. ``shape``: as ``filter``'s."""
     try:
         intent, names = inbound.extender_args(
             args.Pod, args.Nodes.items if args.Nodes is not None else None, args.NodeNames)
+        if shape is not None:
+            intent = shape(intent)
     except ValueError as exc:
         return Reply({"Error": str(exc)}, status=400)
     ce = cache.evaluate(intent, names)

@@ -39,6 +39,8 @@ GPUS, GPU_MIB = 2, 24576
 DEVICE_CLASS = "gpu.gpufrac.io"
 RESOURCE = ("resource.k8s.io", "v1")
 ROOT = Path(__file__).resolve().parents[2]
+ALLOCATE_CLAIMS_PLUGINS = {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}
+"""What the chart's profile says with ``extender.allocateClaims``."""
 
 
 @pytest.fixture(scope="module")
@@ -321,4 +323,102 @@ def one_book(cluster: Cluster, objects: client.CustomObjectsApi, driver: Proc) -
     now_held = held_by_claims()
     assert env["NVIDIA_VISIBLE_DEVICES"] in now_held and all(v <= 1000 for v in now_held.values()), now_held
     assert sum(now_held.values()) == 1000, now_held
+    clean_up(cluster, ns)
+
+
+DRA_PROFILE = "gpufrac-dra"
+"""The profile of the kube-scheduler that leaves claims to gpufrac (``--allocate-claims``)."""
+
+
+def allocating_scheduler_config(workdir: Path) -> Path:
+    """The project's kube-scheduler configuration with the profile the chart renders for
+    ``extender.allocateClaims``: no DynamicResources plugin (tests/deploy/test_helm_render.py
+    checks the chart's profile against ``ALLOCATE_CLAIMS_PLUGINS``)."""
+    cfg = yaml.safe_load((ROOT / "scheduler-config.yaml").read_text())
+    cfg["profiles"][0]["plugins"] = ALLOCATE_CLAIMS_PLUGINS
+    path = workdir / "scheduler-config-allocate-claims.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def test_gpufrac_allocates_claims_to_the_gpus_its_core_chooses(cluster: Cluster, node: RealNode, driver: Proc,
+                                                               claim_controller: Proc) -> None:
+    # gpufrac with --allocate-claims behind a kube-scheduler profile without DynamicResources:
+    # a half-GPU annotation pod, then claims for 0.25 (a claim), 0.5 (from a template) and 0.25
+    # of a GPU. gpufrac's core places each share on a GPU and writes it into the claim; the
+    # agent prepares it (CDI); nothing is over-committed; deleting a pod frees its share.
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    wait_until(lambda: (cluster.api.read_node(NODE_NAME).status.allocatable or {}).get("gpufrac.io/gpu") == str(GPUS * 4),
+               60, "the device plugin's gpufrac.io/gpu on the node", driver)
+    assert not claims_of_driver(objects), "earlier tests' claims left allocated"
+    cluster.gpufrac.stop()
+    cluster.start_gpufrac(["--allocate-claims"])
+    scheduler = cluster.cp.start_scheduler(cluster.url, name="kube-scheduler-dra", profile=DRA_PROFILE,
+                                           config=allocating_scheduler_config(cluster.cp.workdir))
+    try:
+        allocated_by_gpufrac(cluster, objects, driver, scheduler)
+    finally:
+        scheduler.stop()
+        cluster.gpufrac.stop()
+        cluster.start_gpufrac()
+
+
+def allocated_by_gpufrac(cluster: Cluster, objects: client.CustomObjectsApi, driver: Proc, scheduler: Proc) -> None:
+    ns = new_namespace(cluster.api, unique("dra-alloc"))
+    cluster.api.create_namespaced_pod(ns, annotation_pod("annotated", "0.5"))
+    wait_until(lambda: env_of(cluster, ns, "annotated"), 120, "the annotation pod running", driver)
+    annotated = cluster.api.read_namespaced_pod("annotated", ns).metadata.annotations["gpufrac.io/assigned-gpus"]
+    objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaimtemplates", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "half"},
+        "spec": {"spec": claim("unused", 500)["spec"]}})
+    shares = {"a": 250, "b": 500, "c": 250}
+    placed: dict[str, str] = {}
+    for name, share in shares.items():
+        body = pod(name, name)
+        body["spec"]["schedulerName"] = DRA_PROFILE
+        if name == "b":
+            body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "half"}]
+        else:
+            objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", claim(name, share))
+        cluster.api.create_namespaced_pod(ns, body)
+        env = wait_until(lambda name=name: env_of(cluster, ns, name), 120, f"claim pod {name} running", driver)
+        claim_name = name if name != "b" else cluster.api.read_namespaced_pod(
+            name, ns).status.resource_claim_statuses[0].resource_claim_name
+        got = read_claim(objects, ns, claim_name)
+        assert got is not None
+        [result] = got["status"]["allocation"]["devices"]["results"]
+        uuid = f"GPU-fake-{NODE_NAME}-{int(result['device'].removeprefix('gpu-'))}"
+        assert (result["driver"], result["pool"], result["request"]) == (DRIVER, NODE_NAME, "gpu")
+        assert parse_quantity(result["consumedCapacity"]["share"]) == share and result["shareID"]
+        assert got["status"]["reservedFor"] == [{"resource": "pods", "name": name,
+                                                 "uid": cluster.api.read_namespaced_pod(name, ns).metadata.uid}]
+        assert "resource.kubernetes.io/delete-protection" in got["metadata"]["finalizers"]
+        # The GPU in the claim is the one gpufrac's book holds the share on, and the container's.
+        [record] = [a for a in cluster.allocations() if a["name"] == f"resourceclaim/{claim_name}/gpu"]
+        assert (record["node"], record["gpu_uuids"], record["gpu_milli"]) == (NODE_NAME, [uuid], share)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(share // 10)
+        pod_anns = cluster.api.read_namespaced_pod(name, ns).metadata.annotations or {}
+        assert "gpufrac.io/assigned-gpus" not in pod_anns  # the claim is the record, counted once
+        placed[name] = uuid
+    # gpufrac's core packed the quarters beside the annotation pod and kept the other GPU for
+    # the half: one GPU full, the other half used. (The DRA allocator's first fit does not
+    # see the annotation pod: its first quarter would go to gpu-0 whichever GPU that is.)
+    assert placed["a"] == placed["c"] == annotated != placed["b"], (placed, annotated)
+    held: dict[str, int] = {}
+    for a in cluster.allocations():
+        if a["namespace"] == ns:
+            for uuid, milli in zip(a["gpu_uuids"], a["held_milli"], strict=True):
+                held[uuid] = held.get(uuid, 0) + milli
+    assert held == {annotated: 1000, placed["b"]: 500}, held
+    # gpufrac wrote the three claims (kube-scheduler's allocator is not in this profile).
+    written = [line for line in cluster.gpufrac.tail(200_000).splitlines() if "allocated claim" in line]
+    assert len([w for w in written if f"{ns}/" in w]) == 3, written
+
+    # Deleting a claim pod: kube-controller-manager deallocates its claim, gpufrac frees the share.
+    cluster.api.delete_namespaced_pod("a", ns, grace_period_seconds=0)
+    cluster.wait(lambda: (read_claim(objects, ns, "a") or {}).get("status", {}).get("allocation") is None, 90,
+                 "claim a deallocated once its pod is gone")
+    cluster.wait(lambda: not any(a["name"] == "resourceclaim/a/gpu" for a in cluster.allocations()), 60,
+                 "claim a's share freed in gpufrac")
     clean_up(cluster, ns)

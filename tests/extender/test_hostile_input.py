@@ -160,7 +160,7 @@ def test_pod_events_need_the_token_and_are_off_without_one() -> None:
     from fastapi.testclient import TestClient
     with TestClient(app) as client:
         r = client.post("/standalone/pod-events", json=event, headers={"Authorization": "Bearer x"})
-        assert r.status_code == 404 and cache.knows_pod("uid-forged") is False
+        assert r.status_code == 404 and cache.pod_intent("uid-forged") is None
 
 
 # -- cluster mode: one unreadable pod costs nobody else anything ------------------------------
@@ -189,7 +189,7 @@ def test_a_poison_pod_in_the_pod_list_is_quarantined_and_sync_completes() -> Non
         sync._list_and_watch_pods()
     # Was: the poison pod raised inside set_pods, so pods_synced never became true.
     assert sync.pods_synced.is_set() and sync.nodes_synced.is_set()
-    assert cache.summary()["gpu_allocated_milli"] == 500 and cache.knows_pod("uid-good")
+    assert cache.summary()["gpu_allocated_milli"] == 500 and cache.pod_intent("uid-good") is not None
     keys = {(r.kind, r.key) for r in sync.quarantine.entries()}
     assert ("pod", "mallory/poison") in keys and ("node", "?") in keys and len(keys) == 3
     assert ("pod", "Pod") in counted or ("pod", "gpufrac.io/fraction") in counted

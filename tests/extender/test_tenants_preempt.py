@@ -318,10 +318,10 @@ def test_request_bodies_over_the_limit_get_413_and_change_nothing(tmp_path: Path
         r = client.post("/standalone/pod-events", content=chunks(),
                         headers={"content-type": "application/json"})
         assert r.status_code == 413
-        assert not cache.knows_pod("uid-p")
+        assert cache.pod_intent("uid-p") is None
         small = pod("s", "default", "0.5")
         add(client, small)
-        assert cache.knows_pod("uid-s")
+        assert cache.pod_intent("uid-s") is not None
 
 
 def test_tls_settings_come_in_pairs(tmp_path: Path) -> None:
