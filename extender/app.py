@@ -26,7 +26,7 @@ from extender.bodies import (
 )
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
-from extender.cluster.claim_allocator import ClaimPlacement, ClaimWriter
+from extender.cluster.claim_allocator import ClaimBinding, ClaimPlacement, ClaimWriter
 from extender.cluster.models import GpuModelsPublisher, ModelsOptions
 from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
@@ -220,9 +220,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.claim_refusals = app.state.claim_shape = None
     if sync is not None and settings.allocate_claims:
         placement = ClaimPlacement(sync.resource_claims)
-        kube_binder.claims = (placement, ClaimWriter(
-            kube_api, sync.resource_claims.node_gpus, settings.bind_api_timeout_s),
-                              sync.resource_claims)
+        kube_binder.claims = ClaimBinding(placement, ClaimWriter(
+            kube_api, sync.resource_claims.node_gpus, settings.bind_api_timeout_s), sync.resource_claims, cache)
         app.state.claim_refusals, app.state.claim_shape = placement.refusals, placement.shape
     elif sync is not None and settings.resource_claims:
         book = sync.resource_claims

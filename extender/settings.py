@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     """Cluster mode: gpufrac allocates the ResourceClaims of the pods it binds (for a profile
     without kube-scheduler's DynamicResources plugin; ``extender.cluster.claim_allocator``):
     the share is placed by gpufrac's core to the GPU and written to the claim before the
-    Binding. Implies ``resource_claims``; not yet with ``fence_namespace`` (one replica)."""
+    Binding. Implies ``resource_claims``."""
     bind_api_timeout_s: float = Field(4.0, gt=0, le=300)
     """Cluster mode: limit of each API call a bind makes (reading the pod or the claim
     ledger, writing the claim, the Binding), seconds. Below kube-scheduler's ``httpTimeout``
@@ -137,9 +137,6 @@ class Settings(BaseSettings):
             raise ValueError("tls_cert_file and tls_key_file: give both or neither")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise ValueError("tls_client_ca_file: client certificates need tls_cert_file and tls_key_file")
-        if self.allocate_claims and self.fence_namespace is not None:
-            raise ValueError("allocate_claims: gpufrac's claim allocations are not fenced yet; run one replica "
-                             "without fence_namespace (docs/dra.md)")
         if self.allocate_claims:
             self.resource_claims = True
         return self

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes import client
 
 
-def check_invariants(api: client.CoreV1Api) -> list[str]:
+def check_invariants(api: client.CoreV1Api, claims: Iterable[Mapping[str, Any]] = ()) -> list[str]:
     """Check gpufrac's allocations as recorded in the API (independently of gpufrac's cache).
+
+    ``claims``: ResourceClaim objects; each allocation result of gpufrac's DRA driver counts on
+    its GPU (pool = node, device ``gpu-<index>``) as a pod would: its ``consumedCapacity`` share
+    and memory, one replica slot.
 
     Per GPU (from each node's published inventory): the sum of ``assigned-fraction`` over
     the pods bound to it <= 1000 milli, the sum of ``assigned-memory`` <= its memory, at most
@@ -70,6 +75,21 @@ def check_invariants(api: client.CoreV1Api) -> list[str]:
             pods_on[u].append(key)
             if milli == 1000:
                 whole.add(u)
+    by_device = {(g["node"], f"gpu-{g['index']}"): u for u, g in gpus.items()}
+    for obj in claims:
+        key = f"claim {obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        for r in results:
+            if r.get("driver") != "gpu.gpufrac.io":
+                continue
+            u = by_device.get((r["pool"], r["device"]))
+            if u is None:
+                problems.append(f"{key}: device {r['device']} is no GPU of node {r['pool']}")
+                continue
+            consumed = r.get("consumedCapacity") or {}
+            share[u] += int(parse_quantity(consumed.get("share", "1000")))
+            memory[u] += int(parse_quantity(consumed.get("memory", "0")) / (1024 * 1024))
+            pods_on[u].append(key)
     for u, g in gpus.items():
         if share[u] > 1000:
             problems.append(f"GPU {u} on {g['node']}: {share[u]} milli > 1000")

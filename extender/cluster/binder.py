@@ -23,9 +23,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
-from extender.cluster.claim_allocator import ClaimPlacement, ClaimWriter, shaped
+from extender.cluster.claim_allocator import ClaimBinding, shaped
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
-from extender.cluster.resource_claims import ResourceClaimBook
 from extender.fence import Claim, ClaimFence, ClaimLedger, FenceConflict
 from podspec.kubeio import core_path, response_json, write_json
 from podspec.pods import PodIntent, allocation_annotations, pod_intent
@@ -40,6 +39,7 @@ class _Queued:
     uid: str
     namespace: str
     name: str
+    shape: PodIntent | None = None  # what its ResourceClaims ask (GpuCache.assume)
     done: bool = False
     record: PodRecord | None = None
     error: BindError | None = None
@@ -91,7 +91,7 @@ class KubeBinder:
         self.pods_rv: Callable[[], int | None] = lambda: None
         self.bound_rv: Callable[[str], int | None] = lambda uid: None
         # --allocate-claims (set by create_app): pods whose ResourceClaims gpufrac allocates.
-        self.claims: tuple[ClaimPlacement, ClaimWriter, ResourceClaimBook] | None = None
+        self.claims: ClaimBinding | None = None
 
     def _node_lock(self, node: str) -> threading.Lock:
         """The node's lock: unfenced binds hold it around assume; fenced ones go through
@@ -175,7 +175,7 @@ class KubeBinder:
             written; what was written is undone, nothing stays held.
         """
         assert self.claims is not None
-        placement, writer, book = self.claims
+        placement, writer, book = self.claims.placement, self.claims.writer, self.claims.book
         uid, ns, name = intent.uid, intent.namespace, intent.name
         try:
             plan = placement.plan(intent)
@@ -185,8 +185,12 @@ class KubeBinder:
             return False
         if plan.node and plan.node != node:
             raise BindError(f"gpufrac: pod {intent.key}: its claims are allocated on node {plan.node}, not {node}")
-        with self._node_lock(node):
-            rec = self._cache.assume(uid, ns, name, node, ttl_s=self._ttl, shape=shaped(intent, plan))
+        if self.fence is not None:  # fenced as any bind (module notes of claim_allocator, 4)
+            self._read_claimed_pods(node)
+            rec = self._assume_and_claim(uid, ns, name, node, shaped(intent, plan))
+        else:
+            with self._node_lock(node):
+                rec = self._cache.assume(uid, ns, name, node, ttl_s=self._ttl, shape=shaped(intent, plan))
         try:
             written = writer.allocate(plan, intent, node, rec.gpu_uuids)
         except BindError:
@@ -252,6 +256,10 @@ class KubeBinder:
                 if len(self._absent) >= MAX_ABSENT:
                     self._absent = {u: t for u, t in list(self._absent.items()) if t > time.monotonic()}
                 self._absent[c.uid] = time.monotonic() + c.ttl_s
+        if self.claims is not None:  # claim pods bound there: wait a moment for the claim watch
+            deadline = time.monotonic() + WATERMARK_WAIT_S
+            while self.claims.behind(ledger, fence) and time.monotonic() <= deadline:
+                time.sleep(0.002)
 
     def _reached(self, ledger: ClaimLedger) -> bool:
         """True when this instance's pod watch has applied every pod event up to the
@@ -290,6 +298,9 @@ class KubeBinder:
             c = unseen[-1]
             raise BindError(f"gpufrac: the claim ledger of {node} names pod {c.namespace}/{c.name}, "
                             "not seen yet; kube-scheduler retries the pod")
+        if self.claims is not None and (behind := self.claims.behind(ledger, fence)):
+            raise BindError(f"gpufrac: pod {behind} is bound on {node} with ResourceClaims this instance's "
+                            "claim watch has not shown allocated yet; kube-scheduler retries the pod")
         return ledger, self._claimed(ledger)
 
     def _claimed(self, ledger: ClaimLedger) -> list[ClaimedAllocation]:
@@ -297,7 +308,8 @@ class KubeBinder:
         assume, or were given back when their Binding failed)."""
         fence = self.fence
         assert fence is not None
-        return [c.counted(left) for c, left in fence.live(ledger) if c.owner != fence.identity]
+        return [c.counted(left) for c, left in fence.live(ledger)
+                if c.owner != fence.identity and (self.claims is None or self.claims.held(c.uid, c.gpu_uuids) is not True)]
 
     def fold(self, ledger: ClaimLedger) -> None:
         """Count other instances' live claims of ``ledger`` in the cache now (the claims
@@ -305,7 +317,8 @@ class KubeBinder:
         for c in self._claimed(ledger):
             self._cache.count_claim(c)
 
-    def _assume_and_claim(self, uid: str, namespace: str, name: str, node: str) -> PodRecord:
+    def _assume_and_claim(self, uid: str, namespace: str, name: str, node: str,
+                          shape: PodIntent | None = None) -> PodRecord:
         """Fenced: choose and hold the pod's GPUs, and commit its claim, in a group commit.
 
         Binds to one node queue up; the first one not waiting on a write becomes the
@@ -324,7 +337,7 @@ class KubeBinder:
             The pod does not fit, or its group's claim could not be written.
         """
         group = self._group(node)
-        me = _Queued(uid, namespace, name)
+        me = _Queued(uid, namespace, name, shape)
         with group.cond:
             group.queue.append(me)
             while not me.done:
@@ -358,7 +371,8 @@ class KubeBinder:
             return
         for q in batch:
             try:
-                q.record = self._cache.assume(q.uid, q.namespace, q.name, node, ttl_s=self._ttl, claims=claims)
+                q.record = self._cache.assume(q.uid, q.namespace, q.name, node, ttl_s=self._ttl, claims=claims,
+                                              shape=q.shape)
             except BindError as exc:
                 q.error = exc
         assumed = [q for q in batch if q.error is None]

@@ -30,8 +30,23 @@ kube-scheduler allocates no claim of the pods it schedules; gpufrac does, in ``b
 
 The pod's claims are released as kube-scheduler's are: kube-controller-manager's
 resourceclaim controller removes a finished pod from ``reservedFor`` and deallocates a claim no
-pod reserves; the claim watch then frees the share. Not fenced yet: one replica binds
-(``Settings.allocate_claims`` refuses ``fence_namespace``).
+pod reserves; the claim watch then frees the share.
+
+4. **Fenced** (``--fence-namespace``, several replicas): the bind goes through the node's claim
+   ledger as any bind (``extender.fence``: group commit, compare-and-swap), so two replicas
+   never choose against the same ledger version. Why another replica B never under-counts the
+   share a claim pod P got from replica A: A's fence claim of P (P's UID, the GPUs) is never
+   dropped as "shown bound" (P never shows GPUs of its own), so it stays live for its
+   ``ttl_s``. While it is live, B counts it at every bind on that node, unless B's claim book
+   already counts P's claims on those GPUs (``ClaimBinding.held``: then the book does, and
+   the fence claim is left out, not counted twice), or B's pod watch shows P bound without
+   GPUs while B's book does not yet show its claims: then the fence claim would count
+   nothing (``count_claim``: bound without those GPUs), so B waits for its claim watch and
+   refuses the bind if it does not catch up (``ClaimBinding.behind``; kube-scheduler
+   retries). Left open: a claim watch more than ``ttl_s`` behind the API server after the
+   fence claim expired (the same bound the fence puts on a pod watch when a replica dies
+   between its claim and its Binding); a claim B cannot read (quarantined) holds binds on
+   its node for up to ``ttl_s``.
 
 Sources: ``k8s.io/api/resource/v1`` (``AllocationResult``, ``DeviceRequestAllocationResult``,
 ``ResourceClaimConsumerReference``), KEP-4381 (a custom allocator writes the status as the
@@ -52,8 +67,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from extender.cache import BindError
+from extender.cache import BindError, GpuCache
 from extender.cluster.resource_claims import ClaimView, ResourceClaimBook
+from extender.fence import ClaimFence, ClaimLedger
 from podspec.claims import DRIVER, DeviceAsk, device_names, pod_claim_refs
 from podspec.kubeio import write_json
 from podspec.pods import PodIntent
@@ -191,6 +207,39 @@ class ClaimPlacement:
             return {}  # none, or a conflict the shape already refused
         (node,) = pinned
         return {n: f"gpufrac: the pod's claims are allocated on node {node}" for n in nodes if n != node}
+
+
+class ClaimBinding:
+    """What ``KubeBinder`` needs to bind pods whose claims gpufrac allocates (module notes, 3),
+    and to count, fenced, the claims of other instances' such binds (module notes, 4)."""
+
+    def __init__(self, placement: ClaimPlacement, writer: ClaimWriter, book: ResourceClaimBook,
+                 cache: GpuCache) -> None:
+        self.placement, self.writer, self.book = placement, writer, book
+        self._cache = cache
+
+    def held(self, uid: str, gpu_uuids: Sequence[str]) -> bool | None:
+        """For a pod with ResourceClaims: True when the claim book counts its claims' shares on
+        ``gpu_uuids`` (a fence claim of its bind is then not counted twice), else False; None
+        for a pod without claims."""
+        intent = self._cache.pod_intent(uid)
+        if intent is None or not intent.resource_claims:
+            return None
+        views = self.book.claims_of(intent.namespace, intent.resource_claims)
+        return set(gpu_uuids) <= {g for v in views if v is not None and v.allocated for g in v.gpus}
+
+    def behind(self, ledger: ClaimLedger, fence: ClaimFence) -> str | None:
+        """A pod another instance claimed on the ledger's node that the pod watch shows bound
+        there, holding no GPU of its own (its claims do), whose claims' shares the claim book
+        does not count yet: its fence claim then counts nothing (``count_claim``: bound
+        without those GPUs), so binds there wait for the claim watch. Its ``namespace/name``,
+        or None."""
+        for c, _left in fence.live(ledger):
+            if c.owner != fence.identity and self.held(c.uid, c.gpu_uuids) is False:
+                intent = self._cache.pod_intent(c.uid)
+                if intent is not None and intent.node_name == ledger.node:
+                    return intent.key
+        return None
 
 
 def allocation_results(plan: ClaimPlan, node: str, devices: Sequence[str]) -> dict[str, list[dict[str, Any]]]:

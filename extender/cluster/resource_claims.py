@@ -77,6 +77,8 @@ class ClaimView:
     """``status.allocation`` is set (by anyone, for any driver)."""
     nodes: frozenset[str]
     """The nodes (pools) of its shares of the driver."""
+    gpus: tuple[str, ...] = ()
+    """The UUIDs of the GPUs its shares are counted on in the book."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,13 +305,14 @@ class ResourceClaimBook:
             self._quarantine.reject(KIND, key, f"{exc}; what was counted of it is kept")
             return False
         self._set_shares(key, tuple((d.pool, d.device, d.gpu_milli, d.memory_mib) for d in alloc.devices))
-        status = obj.get("status")
-        self._views[key] = ClaimView(alloc.name, alloc.uid, self._asks[key], other_requests(obj),
-                                     isinstance(status, Mapping) and bool(status.get("allocation")),
-                                     frozenset(d.pool for d in alloc.devices))
         meta = obj.get("metadata")
         created = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
         intents, problems = claim_intents(alloc, self._node_gpus, created if isinstance(created, str) else "")
+        status = obj.get("status")
+        self._views[key] = ClaimView(alloc.name, alloc.uid, self._asks[key], other_requests(obj),
+                                     isinstance(status, Mapping) and bool(status.get("allocation")),
+                                     frozenset(d.pool for d in alloc.devices),
+                                     tuple(g for i in intents for g in i.assigned_gpus))
         old = self._held.get(key, {})
         new = {i.uid: i for i in intents}
         freed = False

@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 from extender.cache import BindError
 from extender.cluster import claim_allocator as ca
 from extender.cluster.binder import KubeBinder
-from extender.cluster.claim_allocator import ClaimPlacement, ClaimWriter, claim_plan
+from extender.cluster.claim_allocator import ClaimBinding, ClaimPlacement, ClaimWriter, claim_plan
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.prioritize import prioritize
 from podspec import annotations as ann
@@ -214,7 +214,7 @@ class StubWriter:
 
 def binder_over(b: Book, writer: StubWriter, binding_status: int | None = None) -> tuple[KubeBinder, list[Any]]:
     binder = KubeBinder(None, b.cache, assume_ttl_s=30.0)
-    binder.claims = (ClaimPlacement(b.book), writer, b.book)  # type: ignore[assignment]
+    binder.claims = ClaimBinding(ClaimPlacement(b.book), writer, b.book, b.cache)  # type: ignore[arg-type]
     bindings: list[Any] = []
 
     def create_binding(uid: str, ns: str, name: str, node: str, annotations: Any) -> None:
@@ -264,3 +264,55 @@ def test_a_bind_to_another_node_than_the_allocated_claims_is_refused() -> None:
     with pytest.raises(BindError, match="allocated on node n1, not n2"):
         binder.bind(pod["metadata"]["uid"], "team", "cp", "n2")
     assert not bindings
+
+
+def fenced_replica(api: Any, identity: str, claim_pod_obj: dict[str, Any], other: dict[str, Any]) -> tuple[Book, KubeBinder]:
+    """One fenced gpufrac instance over the shared fake API: n1 (one GPU), the claim pod and
+    another pod pending, a claim book of its own (its own claim watch)."""
+    from extender.fence import ClaimFence
+
+    b = Book(gpu_node("n1", 1))
+    for obj in (claim_pod_obj, other):
+        api.pods[obj["metadata"]["name"]] = obj
+        b.cache.apply_pod_event("ADDED", pod_intent(obj))
+    binder = KubeBinder(api, b.cache, 60, fence=ClaimFence(api, "gpufrac", identity, ttl_s=60, clock=lambda: 1000.0))
+    binder.claims = ClaimBinding(ClaimPlacement(b.book), StubWriter(), b.book, b.cache)  # type: ignore[arg-type]
+    return b, binder
+
+
+def test_fenced_another_replica_counts_the_claim_until_its_claim_watch_shows_it() -> None:
+    from tests.extender.test_fence import CasApi
+
+    api = CasApi()
+    c = claim_spec("c", ask("600"))
+    pod = claim_pod("c")
+    other = pod_json("q", annotations={ann.FRACTION: "0.6"})
+    other["metadata"]["namespace"] = "team"
+    small = pod_json("s", annotations={ann.FRACTION: "0.4"})
+    small["metadata"]["namespace"] = "team"
+    a, binder_a = fenced_replica(api, "a", pod, other)
+    b, binder_b = fenced_replica(api, "b", pod, other)
+    for rep in (a, b):
+        rep.book.apply("ADDED", c)
+        api.pods["s"] = small
+        rep.cache.apply_pod_event("ADDED", pod_intent(small))
+    binder_a.bind(pod["metadata"]["uid"], "team", "cp", "n1")
+    assert a.held() == {"GPU-n1-0": [600]} and [n for n, _ in api.bindings] == ["cp"]
+    # B has seen neither the bind nor the claim's allocation: A's fence claim counts.
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        binder_b.bind(other["metadata"]["uid"], "team", "q", "n1")
+    # B's pod watch shows the pod bound with no GPU of its own, its claim watch is behind:
+    # the fence claim would count nothing, so B refuses to bind there.
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}, "status": {**pod["status"], "phase": "Running"}}
+    b.cache.apply_pod_event("MODIFIED", pod_intent(bound))
+    with pytest.raises(BindError, match="claim watch has not shown allocated yet"):
+        binder_b.bind(other["metadata"]["uid"], "team", "q", "n1")
+    # B's claim watch delivers the allocation: the book counts it, the fence claim is left
+    # out (not counted twice): 400 are left, the 0.4 pod fits, the 0.6 one does not.
+    written = {**c, "status": {"allocation": {"devices": {"results": [
+        result("gpu-0", share="600", pool="n1", request="r0")]}}}}
+    b.book.apply("MODIFIED", written)
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        binder_b.bind(other["metadata"]["uid"], "team", "q", "n1")
+    binder_b.bind(small["metadata"]["uid"], "team", "s", "n1")
+    assert sorted(sum(b.held().values(), [])) == [400, 600]
