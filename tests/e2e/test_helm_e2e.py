@@ -153,6 +153,28 @@ def test_the_dra_driver_value_mounts_kubelets_plugin_dirs_and_grants_reading_cla
     assert not any("resource.k8s.io" in r.get("apiGroups", []) for r in extender_rules)
 
 
+def test_allocate_claims_drops_dynamic_resources_from_the_profile_and_grants_the_claim_writes() -> None:
+    from tests.e2e.test_dra_node_e2e import ALLOCATE_CLAIMS_PLUGINS
+
+    docs = render("agent.draDriver=true", "extender.allocateClaims=true")
+    extender, rules = extender_of(docs)
+    assert "--allocate-claims" in extender["command"] and "--resource-claims" not in extender["command"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpufrac-scheduler-config"]
+    (profile,) = yaml.safe_load(cm["data"]["scheduler-config.yaml"])["profiles"]
+    assert profile["plugins"] == ALLOCATE_CLAIMS_PLUGINS  # what the e2e tests' kube-scheduler runs
+    for rule in ({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
+                 {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "update"]},
+                 {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status", "resourceclaims/binding"],
+                  "verbs": ["update"]}):
+        assert rule in rules
+    (off,) = [d for d in render("agent.draDriver=true") if d["kind"] == "ConfigMap"
+              and d["metadata"]["name"] == "gpufrac-scheduler-config"]
+    assert "plugins" not in yaml.safe_load(off["data"]["scheduler-config.yaml"])["profiles"][0]
+    refused = helm("template", "gpufrac", str(CHART), "--kube-version", "1.36.3", "--set", "extender.allocateClaims=true",
+                   check=False)
+    assert refused.returncode != 0 and "extender.allocateClaims needs agent.draDriver" in refused.stderr
+
+
 def extender_of(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The extender's container and its ClusterRole's rules in a render."""
     (deploy,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpufrac-extender"]

@@ -9,6 +9,12 @@ leaderElection:
 percentageOfNodesToScore: 100
 profiles:
 - schedulerName: {{ .Values.schedulerName }}
+  {{- if .Values.extender.allocateClaims }}
+  plugins:
+    multiPoint:
+      disabled:
+      - name: DynamicResources
+  {{- end }}
 extenders:
 - urlPrefix: {{ include "gpufrac.extenderURL" . | quote }}
   enableHTTPS: true
