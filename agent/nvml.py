@@ -207,9 +207,11 @@ class FakeNvml:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> FakeNvml:
-        """Build from ``{"gpus": [{"name", "memory_mib", "count"?, "mig"?: [...]}, ...]}``.
+        """Build from ``{"gpus": [{"name", "memory_mib", "count"?, "mig"?: [...], "xid"?}, ...]}``.
 
-        UUIDs are ``GPU-fake-<node>-<index>``; ``node`` comes from the config's ``node``.
+        UUIDs are ``GPU-fake-<node>-<index>``; ``node`` comes from the config's ``node``. A
+        GPU with ``xid`` reports that XID once, at start (what a GPU that failed looks like to
+        the agent's health tracker).
         """
         node = str(config.get("node", "node"))
         out: list[GpuReading] = []
@@ -221,7 +223,15 @@ class FakeNvml:
                     for j, m in enumerate(spec.get("mig", [])))
                 out.append(GpuReading(i, f"GPU-fake-{node}-{i}", str(spec["name"]), int(spec["memory_mib"]),
                                       0, 0, "default", bool(migs), migs))
-        return cls(out)
+        fake = cls(out)
+        start = 0
+        for spec in config.get("gpus", []):
+            count = int(spec.get("count", 1))
+            if "xid" in spec:
+                for g in out[start:start + count]:
+                    fake.inject_xid(g.uuid, int(spec["xid"]))
+            start += count
+        return fake
 
     def read(self) -> list[GpuReading]:
         """The configured GPUs."""

@@ -55,21 +55,27 @@ def node(cluster: Cluster) -> Iterator[RealNode]:
                  "the real node's pods gone from gpufrac")
 
 
-@pytest.fixture(scope="module")
-def driver(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
-    """The agent as the DRA driver and the device plugin, and the DeviceClass that selects it."""
-    fake = node.workdir / "dra-gpus.yaml"
-    fake.write_text(f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
+def start_agent(cluster: Cluster, node: RealNode, fake_gpus: str, name: str = "gpufrac-dra-agent") -> Proc:
+    """The agent as the DRA driver and the device plugin on the real node, its GPUs the fake
+    NVML config ``fake_gpus`` (YAML)."""
+    fake = node.workdir / f"{name}-gpus.yaml"
+    fake.write_text(fake_gpus)
     mps = node.workdir / "dra-mps-pipe"
     mps.mkdir(exist_ok=True)
     (mps / "control").write_text("")  # stands for the MPS control daemon's pipe
-    proc = cluster.cp.track(start("gpufrac-dra-agent", [
+    return cluster.cp.track(start(name, [
         sys.executable, "-m", "agent", "--node-name", NODE_NAME, "--kubeconfig", str(cluster.cp.admin_kubeconfig),
         "--nvml", "fake", "--fake-config", str(fake), "--replicas", "4", "--heartbeat-s", "5",
         "--min-interval-s", "1", "--plugin-dir", str(DEVICE_PLUGIN_DIR), "--dra-driver",
         "--dra-registry-dir", str(node.plugins_registry), "--dra-plugin-dir", str(node.workdir / "dra-plugin"),
         "--cdi-dir", str(node.cdi_dir), "--mps-pipe-dir", str(mps), "--metrics-port", "0",
         "--log-level", "info"], node.workdir))
+
+
+@pytest.fixture(scope="module")
+def driver(cluster: Cluster, node: RealNode) -> Iterator[Proc]:
+    """The agent as the DRA driver and the device plugin, and the DeviceClass that selects it."""
+    proc = start_agent(cluster, node, f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: {GPUS}}}\n")
     objects = client.CustomObjectsApi(cluster.api.api_client)
     # The DeviceClass as the chart ships it with agent.draDriver on.
     rendered = helm("template", "gpufrac", str(ROOT / "deploy/helm/gpufrac"), "--namespace", "gpufrac-system",
@@ -422,3 +428,50 @@ def allocated_by_gpufrac(cluster: Cluster, objects: client.CustomObjectsApi, dri
     cluster.wait(lambda: not any(a["name"] == "resourceclaim/a/gpu" for a in cluster.allocations()), 60,
                  "claim a's share freed in gpufrac")
     clean_up(cluster, ns)
+
+
+def test_an_unhealthy_gpu_leaves_the_slice_and_gpufrac_allocates_it_no_claim(cluster: Cluster, node: RealNode,
+                                                                             driver: Proc, claim_controller: Proc) -> None:
+    # Last in the module: the agent is restarted with GPU 1 reporting XID 79 (fallen off the
+    # bus). The slice keeps gpu-0 only; gpufrac, allocating claims, puts a 0.75 claim on GPU 0
+    # and leaves a second one pending with its reason, though GPU 1 has all its share.
+    objects = client.CustomObjectsApi(cluster.api.api_client)
+    assert not claims_of_driver(objects), "earlier tests' claims left allocated"
+    driver.stop()
+    agent = start_agent(cluster, node, f"gpus:\n- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: 1}}\n"
+                                       f"- {{name: NVIDIA A10, memory_mib: {GPU_MIB}, count: 1, xid: 79}}\n",
+                        name="gpufrac-dra-agent-xid")
+
+    def devices() -> list[str] | None:
+        try:
+            got = objects.get_cluster_custom_object(*RESOURCE, "resourceslices", slice_name(NODE_NAME))
+        except ApiException:
+            return None
+        names = [d["name"] for d in got["spec"]["devices"]]
+        return names if names == ["gpu-0"] else None
+    wait_until(devices, 90, "the slice without the unhealthy GPU", agent)
+    cluster.gpufrac.stop()
+    cluster.start_gpufrac(["--allocate-claims"])
+    scheduler = cluster.cp.start_scheduler(cluster.url, name="kube-scheduler-dra-xid", profile=DRA_PROFILE,
+                                           config=allocating_scheduler_config(cluster.cp.workdir))
+    ns = new_namespace(cluster.api, unique("dra-xid"))
+    try:
+        for name in ("x", "y"):
+            objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", claim(name, 750))
+            body = pod(name, name)
+            body["spec"]["schedulerName"] = DRA_PROFILE
+            cluster.api.create_namespaced_pod(ns, body)
+        env = wait_until(lambda: env_of(cluster, ns, "x"), 120, "claim pod x running", agent)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == f"GPU-fake-{NODE_NAME}-0"
+        message = cluster.wait(lambda: next((e.message for e in cluster.api.list_namespaced_event(
+            ns, field_selector="involvedObject.name=y,reason=FailedScheduling").items if "gpufrac" in e.message),
+            None), 60, "pod y's FailedScheduling from gpufrac")
+        assert cluster.api.read_namespaced_pod("y", ns).spec.node_name is None, message
+        assert (read_claim(objects, ns, "y") or {}).get("status", {}).get("allocation") is None
+        assert not any(f"GPU-fake-{NODE_NAME}-1" in a["gpu_uuids"] for a in cluster.allocations()), cluster.allocations()
+    finally:
+        scheduler.stop()
+        clean_up(cluster, ns)
+        cluster.gpufrac.stop()
+        cluster.start_gpufrac()
+        agent.stop()
