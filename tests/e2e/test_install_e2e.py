@@ -319,3 +319,54 @@ def test_helm_uninstall_removes_what_the_docs_say(installed: Installed) -> None:
     inst.sh(docs.command(INSTALL_MD, "kubectl delete namespace gpufrac-claims"))
     inst.sh(docs.command(INSTALL_MD, "kubectl annotate nodes --all gpufrac.io/inventory-"))
     assert "gpufrac.io/inventory" not in inst.kubectl_json("get", "node", NODE_NAME)["metadata"].get("annotations", {})
+
+
+def test_dra_mode_the_installed_profile_and_gpufrac_allocate_a_claim(installed: Installed) -> None:
+    # After the uninstall above, the chart installed again in DRA mode: agent.draDriver and
+    # extender.allocateClaims, with this node's kubelet root and CDI directory as values. A pod
+    # with a claim for a quarter of a GPU goes through the chart's kube-scheduler profile (no
+    # DynamicResources plugin): the installed gpufrac writes the GPU into the claim, the
+    # installed agent prepares it, the container gets that GPU and a quarter's MPS limit.
+    inst = installed
+    wait_until(lambda: not inst.cp.kubectl("get", "namespace", "gpufrac-claims", "-o", "name",
+                                          check=False).stdout.strip(), 120, "the old claims namespace gone")
+    inst.helm("install", "gpufrac", str(CHART), "-n", NS, "-f", str(inst.values), "--set", "agent.draDriver=true",
+              "--set", "extender.allocateClaims=true",
+              "--set", f"agent.kubeletDir={inst.node.plugins_registry.parent}", "--set", f"agent.cdiDir={inst.node.cdi_dir}")
+    try:
+        for component in ("extender", "scheduler", "agent"):
+            wait_until(lambda c=component: running(inst.pods(c)), 180, f"a {component} pod running and ready")
+        wait_until(lambda: inst.kubectl_json("get", "resourceslices")["items"], 120, "the agent's ResourceSlice")
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{inst.debug()}") from None
+    inst.cp.kubectl("create", "namespace", "team-dra")
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "quarter"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "gpu.gpufrac.io", "capacity": {"requests": {"share": "250"}}}}]}}}
+    pod = fractional_pod("claimed")
+    del pod["metadata"]["annotations"]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "quarter"}]
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                 "claims": [{"name": "gpu"}]}
+    inst.cp.kubectl("apply", "-n", "team-dra", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                                "items": [claim, pod]}))
+
+    def started() -> dict[str, str] | None:
+        out = inst.logs("team-dra", "claimed")
+        return dict(line.split("=", 1) for line in out.split("END-OF-ENV")[0].splitlines()
+                    if "=" in line) if "END-OF-ENV" in out else None
+    try:
+        env = wait_until(started, 180, "the claim pod running", interval_s=0.5)
+    except Exception as exc:
+        events = inst.cp.kubectl("get", "events", "-n", "team-dra", check=False).stdout
+        raise AssertionError(f"{exc}\n{events}\n{inst.debug()}") from None
+    got = inst.kubectl_json("get", "resourceclaim", "quarter", "-n", "team-dra")
+    [result] = got["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"], result["consumedCapacity"]["share"]) == ("gpu.gpufrac.io", NODE_NAME, "250")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == f"GPU-fake-{NODE_NAME}-{int(result['device'].removeprefix('gpu-'))}"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    bound = inst.kubectl_json("get", "pod", "claimed", "-n", "team-dra")
+    assert [r["uid"] for r in got["status"]["reservedFor"]] == [bound["metadata"]["uid"]]
+    assert "gpufrac.io/assigned-gpus" not in bound["metadata"].get("annotations", {})
+    extender = running(inst.pods("extender"))[0]["metadata"]["name"]
+    assert "allocated claim(s) team-dra/quarter of pod team-dra/claimed" in inst.logs(NS, extender)
