@@ -31,6 +31,7 @@ RUN_BY: dict[tuple[str, str], str] = {
     ("deploy/README.md", "kubectl apply -k deploy/base"): "tests/e2e/test_docs_e2e.py",
     ("deploy/README.md", "gpufrac inspect"): "tests/e2e/test_docs_e2e.py",
     ("docs/install.md", "helm install gpufrac"): "tests/e2e/test_install_e2e.py",
+    ("docs/dra.md", "helm install gpufrac"): "tests/e2e/test_install_e2e.py",
     ("README.md", "helm install gpufrac"): "tests/e2e/test_docs_e2e.py",
     ("README.md", "deploy/release.sh "): "tests/e2e/test_docs_e2e.py",
     ("docs/install.md", "kubectl -n gpufrac-system rollout status ds/gpufrac-agent"): "tests/e2e/test_install_e2e.py",

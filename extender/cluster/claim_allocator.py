@@ -155,7 +155,7 @@ def claim_plan(intent: PodIntent, views: Sequence[ClaimView | None]) -> ClaimPla
         return None
     if len(nodes) > 1:
         raise _refuse(intent, f"its claims are allocated on different nodes: {', '.join(sorted(nodes))}")
-    if intent.gpu_count and asks:
+    if intent.gpu_count:  # the Binding would carry no record of the annotation GPUs
         raise _refuse(intent, "asks GPUs both by gpufrac.io/gpu and by a ResourceClaim; use one")
     shapes = {(a.gpu_milli, a.memory_mib) for _v, a in asks}
     if len(shapes) > 1:

@@ -47,7 +47,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpufrac"
 NS = "gpufrac-system"
-INSTALL_MD, ADMIN_MD = "docs/install.md", "docs/admin.md"
+INSTALL_MD, ADMIN_MD, DRA_MD = "docs/install.md", "docs/admin.md", "docs/dra.md"
 GPUS, GPU_MIB = 2, 24576
 
 
@@ -330,9 +330,10 @@ def test_dra_mode_the_installed_profile_and_gpufrac_allocate_a_claim(installed: 
     inst = installed
     wait_until(lambda: not inst.cp.kubectl("get", "namespace", "gpufrac-claims", "-o", "name",
                                           check=False).stdout.strip(), 120, "the old claims namespace gone")
-    inst.helm("install", "gpufrac", str(CHART), "-n", NS, "-f", str(inst.values), "--set", "agent.draDriver=true",
-              "--set", "extender.allocateClaims=true",
-              "--set", f"agent.kubeletDir={inst.node.plugins_registry.parent}", "--set", f"agent.cdiDir={inst.node.cdi_dir}")
+    # docs/dra.md's command, with this cluster's values file and this node's directories.
+    command = docs.command(DRA_MD, "helm install gpufrac").replace("my-values.yaml", str(inst.values))
+    inst.sh(f"{command} --set agent.kubeletDir={inst.node.plugins_registry.parent} "
+            f"--set agent.cdiDir={inst.node.cdi_dir}", cwd=inst.values.parent / "checkout")
     try:
         for component in ("extender", "scheduler", "agent"):
             wait_until(lambda c=component: running(inst.pods(c)), 180, f"a {component} pod running and ready")

@@ -87,6 +87,11 @@ def test_both_annotations_and_claims_are_refused() -> None:
     pod["spec"]["containers"][0]["resources"] = {"limits": {ann.RESOURCE_GPU: "1"}}
     with pytest.raises(ValueError, match="both by gpufrac.io/gpu and by a ResourceClaim"):
         plan_of(b, pod)
+    b.book.apply("ADDED", allocated("shared", result("gpu-0", share="100", pool="n1")))
+    pod = claim_pod("shared")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {ann.RESOURCE_GPU: "1"}}
+    with pytest.raises(ValueError, match="both by gpufrac.io/gpu and by a ResourceClaim"):
+        plan_of(b, pod)
 
 
 def test_filter_and_prioritize_place_the_claims_share_and_allocated_claims_pin_the_node() -> None:
