@@ -42,6 +42,12 @@ from scoring.request import MILLI_PER_GPU
 DRIVER = "gpu.gpufrac.io"
 """gpufrac's DRA driver name: a DNS subdomain gpufrac owns (its annotations' domain)."""
 
+DEFAULT_MEMORY_MIB = 1
+"""The slice's ``requestPolicy`` default for ``memory`` (``agent.dra.slice``): a claim that asks
+no memory is allocated this much. gpufrac reads it as "no memory asked": the share's part of
+the GPU's memory counts in the book and bounds the MPS limit, as for a pod without
+``gpufrac.io/memory``."""
+
 MAX_RESULTS = 32
 """Results one claim may hold (``resource.k8s.io/v1`` ``AllocationResultsMaxSize``)."""
 MAX_SHARE_ID_CHARS = 64
@@ -213,7 +219,7 @@ def _ask(ask: Mapping[str, Any], request: str, field: str) -> DeviceAsk:
     if "share" in capacity:
         q = quantity(capacity["share"], f"{field}.capacity.requests.share", maximum=MILLI_PER_GPU, positive=True)
         gpu_milli = int(-(-q // 1))
-    memory_mib = 1
+    memory_mib = DEFAULT_MEMORY_MIB
     if "memory" in capacity:
         q = quantity(capacity["memory"], f"{field}.capacity.requests.memory", maximum=MAX_GPU_MEMORY_MIB * MIB)
         memory_mib = max(1, int(-(-q // MIB)))

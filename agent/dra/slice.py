@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from podspec.annotations import NodeInventory
-from podspec.claims import DRIVER, device_names
+from podspec.claims import DEFAULT_MEMORY_MIB, DRIVER, device_names
 
 SHARE_MILLI = 1000
 """A GPU's share capacity, milli-GPU (``scoring.request.MILLI_PER_GPU``)."""
@@ -59,7 +59,7 @@ def devices(inventory: NodeInventory) -> list[dict[str, Any]]:
                 "share": {"value": str(SHARE_MILLI), "requestPolicy": {
                     "default": str(SHARE_MILLI), "validRange": {"min": "1", "max": str(SHARE_MILLI), "step": "1"}}},
                 "memory": {"value": memory, "requestPolicy": {
-                    "default": "1Mi", "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"}}},
+                    "default": f"{DEFAULT_MEMORY_MIB}Mi", "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"}}},
                 "slots": {"value": str(gpu.replicas), "requestPolicy": {
                     "default": "1", "validRange": {"min": "1", "max": "1"}}},
             },

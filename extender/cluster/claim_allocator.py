@@ -70,7 +70,7 @@ from kubernetes.client.rest import ApiException
 from extender.cache import BindError, GpuCache
 from extender.cluster.resource_claims import ClaimView, ResourceClaimBook
 from extender.fence import ClaimFence, ClaimLedger
-from podspec.claims import DRIVER, DeviceAsk, device_names, pod_claim_refs
+from podspec.claims import DEFAULT_MEMORY_MIB, DRIVER, DeviceAsk, device_names, pod_claim_refs
 from podspec.kubeio import write_json
 from podspec.pods import PodIntent
 from podspec.quantities import MAX_GPUS_PER_POD
@@ -162,11 +162,11 @@ def claim_plan(intent: PodIntent, views: Sequence[ClaimView | None]) -> ClaimPla
         raise _refuse(intent, "its requests ask unequal shares or memory (" + ", ".join(
             f"{m} milli-GPU / {b} MiB" for m, b in sorted(shapes)) + "); gpufrac places one size per pod")
     count = sum(a.count for _v, a in asks)
-    milli, memory = shapes.pop() if shapes else (MILLI_PER_GPU, 1)
+    milli, memory = shapes.pop() if shapes else (MILLI_PER_GPU, DEFAULT_MEMORY_MIB)
     if count > MAX_GPUS_PER_POD or (milli < MILLI_PER_GPU and count > 1):
         raise _refuse(intent, f"asks {count} devices of {milli} milli-GPU; a share below a whole GPU is "
                               f"placed on one device, and at most {MAX_GPUS_PER_POD} devices per pod")
-    return ClaimPlan(tuple(ours), tuple(asks), count, milli, memory if memory > 1 else None,
+    return ClaimPlan(tuple(ours), tuple(asks), count, milli, memory if memory > DEFAULT_MEMORY_MIB else None,
                      next(iter(nodes), ""))
 
 

@@ -36,6 +36,7 @@ from extender.cluster.objects import object_key
 from extender.quarantine import Quarantine
 from podspec.claims import (
     CLAIM_RECORD_PREFIX,
+    DEFAULT_MEMORY_MIB,
     DRIVER,
     ClaimAllocation,
     DeviceAsk,
@@ -125,7 +126,9 @@ def claim_intents(alloc: ClaimAllocation, node_gpus: Callable[[str], Sequence[Gp
         if gpu is None:
             problems.append(f"device {share.device}: not in node {share.pool}'s inventory")
             continue
-        memory = share.memory_mib or None
+        # 1 MiB is the slice's requestPolicy default: no memory asked, so the share's part of the
+        # GPU's memory counts, as for a pod without gpufrac.io/memory (the agent's MPS limit too).
+        memory = share.memory_mib if share.memory_mib > DEFAULT_MEMORY_MIB else None
         intents.append(PodIntent(
             uid=f"{CLAIM_RECORD_PREFIX}{alloc.uid}/{n}", namespace=alloc.namespace,
             name=f"{CLAIM_RECORD_PREFIX}{alloc.name}/{share.request}", node_name=share.pool, phase="Running",

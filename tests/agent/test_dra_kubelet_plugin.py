@@ -69,6 +69,14 @@ def test_a_quarter_gpu_claim_gets_its_gpu_and_mps_limits_as_the_device_plugin_gi
         ("gpu", "n1", "gpu-0", f"gpufrac.io/gpu={UID}-gpu", "5d5e0c1a-share")]
 
 
+def test_a_claim_that_asked_no_memory_gets_its_shares_part_of_the_gpu_memory() -> None:
+    # consumedCapacity memory 1Mi is the slice's default (no memory asked), not a 1 MiB limit:
+    # a quarter of a 24 GiB GPU, as the device plugin gives a pod without gpufrac.io/memory.
+    for consumed in ({"share": "250", "memory": "1Mi", "slots": "1"}, {"share": "250"}):
+        spec, _ = prepare_claim(claim(result(**consumed)), UID, "n1", inventory(), "/run/mps")
+        assert env_of(spec)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M", consumed
+
+
 def test_a_whole_gpu_result_and_a_two_gpu_request_get_no_mps_limit() -> None:
     # No consumedCapacity: the device held whole (the gate off, or a whole GPU asked).
     spec, devices = prepare_claim(claim(result("gpu-0", request="pair"), result("gpu-2", request="pair")),

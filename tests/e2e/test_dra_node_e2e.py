@@ -404,6 +404,8 @@ def allocated_by_gpufrac(cluster: Cluster, objects: client.CustomObjectsApi, dri
         assert (record["node"], record["gpu_uuids"], record["gpu_milli"]) == (NODE_NAME, [uuid], share)
         assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(share // 10)
+        # No memory asked (consumedCapacity 1Mi, the slice's default): the share's part of it.
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={GPU_MIB * share // 1000}M"
         pod_anns = cluster.api.read_namespaced_pod(name, ns).metadata.annotations or {}
         assert "gpufrac.io/assigned-gpus" not in pod_anns  # the claim is the record, counted once
         placed[name] = uuid

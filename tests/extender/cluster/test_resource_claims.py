@@ -78,6 +78,16 @@ def test_an_allocated_claim_is_counted_on_its_gpu_and_freed_when_deleted() -> No
     assert b.cache.allocations() == [] and b.book.held() == {}
 
 
+def test_a_claim_that_asked_no_memory_holds_its_shares_part_of_the_gpu_memory() -> None:
+    # consumedCapacity memory 1Mi is the slice's default: counted as a pod of that share
+    # without gpufrac.io/memory (a quarter of the 16 GiB T4: 4096 MiB), not as 1 MiB.
+    b = Book()
+    b.book.apply("ADDED", claim("c", result("gpu-0", share="250", memory="1Mi")))
+    b.book.apply("ADDED", claim("d", result("gpu-1", share="250", memory="2Gi"), uid="uid-d"))
+    assert {a["name"]: a["gpu_memory_mib"] for a in b.cache.allocations()} == {
+        "resourceclaim/c/gpu": [4096], "resourceclaim/d/gpu": [2048]}
+
+
 def test_deallocation_frees_the_share_and_other_drivers_are_not_ours() -> None:
     b = Book()
     b.book.apply("ADDED", claim("c", result("gpu-0", "500"), result("gpu-0", "500", driver="gpu.nvidia.com")))
