@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubernetes import client
 
 from harness.controlplane import add_fake_node, fake_node_gpus
 from harness.invariants import check_invariants
+from harness.processes import Proc, wait_until
 
 __all__ = ["SCHEDULER", "check_invariants", "gpu_pod", "make_nodes", "new_namespace"]
 
@@ -50,3 +52,21 @@ def new_namespace(api: client.CoreV1Api, name: str) -> str:
     """Create a namespace for one test."""
     api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     return name
+
+
+def race_pairs(api: client.CoreV1Api, ns: str, pairs: Sequence[tuple[Proc, Proc]], create: Callable[[], None],
+               pods: int, timeout_s: float) -> None:
+    """Run ``create`` (the pods of ``ns``) while the scheduler pairs (gpufrac, kube-scheduler)
+    race to bind them; wait until ``pods`` are bound, then stop every pair. A failure carries
+    the pairs' logs."""
+    try:
+        create()
+        wait_until(lambda: sum(1 for p in api.list_namespaced_pod(ns).items if p.spec.node_name) >= pods,
+                   timeout_s, f"{pods} pods bound by {len(pairs)} schedulers at once", interval_s=0.5)
+    except Exception:
+        raise AssertionError("\n".join(f"--- {proc.name} ---\n{proc.tail(3000)}" for pair in pairs
+                                       for proc in pair)) from None
+    finally:
+        for gpufrac, sched in pairs:
+            sched.stop()
+            gpufrac.stop()

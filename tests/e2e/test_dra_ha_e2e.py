@@ -13,16 +13,16 @@ import pytest
 from kubernetes import client
 
 from harness.invariants import check_invariants
-from harness.processes import LOOPBACK, Proc, free_port, wait_until
+from harness.processes import LOOPBACK, Proc, free_port
 from podspec.claims import DRIVER
 from tests.e2e.conftest import Cluster, unique
-from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace
+from tests.e2e.helpers import gpu_pod, make_nodes, new_namespace, race_pairs
 from tests.e2e.test_dra_node_e2e import RESOURCE, allocating_scheduler_config
 
 pytestmark = pytest.mark.e2e
 
-CLAIM_PODS, ANNOTATION_PODS = 160, 40
-"""200 quarter-GPU pods onto 13 nodes of 4 GPUs (208 quarters): claims and annotation pods."""
+CLAIM_PODS, ANNOTATION_PODS, NODES = 200, 20, 14
+"""220 quarter-GPU pods onto 14 nodes of 4 GPUs (224 quarters): 200 claims, 20 annotation pods."""
 
 
 def start_pair(cl: Cluster, fence_ns: str, name: str, profile: str) -> tuple[Proc, Proc]:
@@ -50,31 +50,23 @@ def test_two_replicas_allocating_200_claims_at_once_never_overcommit(cluster: Cl
     objects = client.CustomObjectsApi(cl.api.api_client)
     group, ns, fence_ns = unique("dra-race"), new_namespace(cl.api, unique("dra-race")), new_namespace(
         cl.api, unique("fence"))
-    make_nodes(cl.api, group, 13, gpus=4, replicas=4)
+    make_nodes(cl.api, group, NODES, gpus=4, replicas=4)
     profile = unique("gpufrac-dra-race")
     pairs = [start_pair(cl, fence_ns, n, profile) for n in ("r1", "r2")]
-    try:
+
+    def create() -> None:
         for i in range(CLAIM_PODS):
             objects.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", {
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": f"c{i:03d}"},
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                     "deviceClassName": DRIVER, "capacity": {"requests": {"share": "250"}}}}]}}})
+        claimed = iter(range(CLAIM_PODS))
         for i in range(CLAIM_PODS + ANNOTATION_PODS):
-            if i % 5 == 4:  # every fifth an annotation pod, the rest claim pods, in one stream
+            if i % 11 == 10:  # every eleventh an annotation pod, the rest claim pods, in one stream
                 cl.api.create_namespaced_pod(ns, gpu_pod(f"a{i:03d}", group, fraction="0.25", scheduler=profile))
             else:
-                cl.api.create_namespaced_pod(ns, claim_pod(f"c{i - i // 5:03d}", group, profile))
-
-        def all_bound() -> bool:
-            return sum(1 for p in cl.api.list_namespaced_pod(ns).items if p.spec.node_name) >= 200
-        wait_until(all_bound, 300, "200 pods bound by two schedulers at once", interval_s=0.5)
-    except Exception:
-        raise AssertionError("\n".join(f"--- {proc.name} ---\n{proc.tail(3000)}" for pair in pairs
-                                       for proc in pair)) from None
-    finally:
-        for gpufrac, sched in pairs:
-            sched.stop()
-            gpufrac.stop()
+                cl.api.create_namespaced_pod(ns, claim_pod(f"c{next(claimed):03d}", group, profile))
+    race_pairs(cl.api, ns, pairs, create, CLAIM_PODS + ANNOTATION_PODS, 300)
     claims = objects.list_namespaced_custom_object(*RESOURCE, ns, "resourceclaims")["items"]
     pods = {p.metadata.name: p for p in cl.api.list_namespaced_pod(ns).items}
     assert len(claims) == CLAIM_PODS

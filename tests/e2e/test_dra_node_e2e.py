@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -250,13 +251,21 @@ def test_claims_and_annotation_pods_are_counted_in_one_book(cluster: Cluster, no
     # (kube-controller-manager's resourceclaim controller deallocates the claim) frees its
     # share in gpufrac too, and the next annotation pod may take it.
     objects = client.CustomObjectsApi(cluster.api.api_client)
+    with gpufrac_with(cluster, objects, driver, ["--resource-claims"]):
+        one_book(cluster, objects, driver)
+
+
+@contextmanager
+def gpufrac_with(cluster: Cluster, objects: client.CustomObjectsApi, driver: Proc, flags: list[str]) -> Iterator[None]:
+    """The session's gpufrac restarted with ``flags`` for one test, once the device plugin's
+    resource is on the node and no earlier test's claim is left; then restarted as it was."""
     wait_until(lambda: (cluster.api.read_node(NODE_NAME).status.allocatable or {}).get("gpufrac.io/gpu") == str(GPUS * 4),
                60, "the device plugin's gpufrac.io/gpu on the node", driver)
     assert not claims_of_driver(objects), "earlier tests' claims left allocated"
     cluster.gpufrac.stop()
-    cluster.start_gpufrac(["--resource-claims"])
+    cluster.start_gpufrac(flags)
     try:
-        one_book(cluster, objects, driver)
+        yield
     finally:
         cluster.gpufrac.stop()
         cluster.start_gpufrac()
@@ -354,19 +363,13 @@ def test_gpufrac_allocates_claims_to_the_gpus_its_core_chooses(cluster: Cluster,
     # of a GPU. gpufrac's core places each share on a GPU and writes it into the claim; the
     # agent prepares it (CDI); nothing is over-committed; deleting a pod frees its share.
     objects = client.CustomObjectsApi(cluster.api.api_client)
-    wait_until(lambda: (cluster.api.read_node(NODE_NAME).status.allocatable or {}).get("gpufrac.io/gpu") == str(GPUS * 4),
-               60, "the device plugin's gpufrac.io/gpu on the node", driver)
-    assert not claims_of_driver(objects), "earlier tests' claims left allocated"
-    cluster.gpufrac.stop()
-    cluster.start_gpufrac(["--allocate-claims"])
-    scheduler = cluster.cp.start_scheduler(cluster.url, name="kube-scheduler-dra", profile=DRA_PROFILE,
-                                           config=allocating_scheduler_config(cluster.cp.workdir))
-    try:
-        allocated_by_gpufrac(cluster, objects, driver, scheduler)
-    finally:
-        scheduler.stop()
-        cluster.gpufrac.stop()
-        cluster.start_gpufrac()
+    with gpufrac_with(cluster, objects, driver, ["--allocate-claims"]):
+        scheduler = cluster.cp.start_scheduler(cluster.url, name="kube-scheduler-dra", profile=DRA_PROFILE,
+                                               config=allocating_scheduler_config(cluster.cp.workdir))
+        try:
+            allocated_by_gpufrac(cluster, objects, driver, scheduler)
+        finally:
+            scheduler.stop()
 
 
 def allocated_by_gpufrac(cluster: Cluster, objects: client.CustomObjectsApi, driver: Proc, scheduler: Proc) -> None:

@@ -27,7 +27,7 @@ from podspec.nodes import node_observation
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 from tests.e2e.conftest import Cluster, unique
-from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
+from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace, race_pairs
 
 pytestmark = pytest.mark.e2e
 
@@ -178,20 +178,11 @@ def test_two_schedulers_both_leading_for_good_never_overcommit(cluster: Cluster)
     make_nodes(cl.api, group, 13, gpus=4, replicas=4)
     profile = unique("gpufrac-both")
     pairs = [start_pair(cl, fence_ns, n, profile=profile, leader_lease_s=None) for n in ("b1", "b2")]
-    try:
+
+    def create() -> None:
         for i in range(200):
             cl.api.create_namespaced_pod(ns, gpu_pod(f"p{i:03d}", group, fraction="0.25", scheduler=profile))
-
-        def all_bound() -> bool:
-            return sum(1 for p in cl.api.list_namespaced_pod(ns).items if p.spec.node_name) >= 200
-        wait_until(all_bound, 240, "200 pods bound by two schedulers at once", interval_s=0.5)
-    except Exception:
-        raise AssertionError("\n".join(f"--- {proc.name} ---\n{proc.tail(2000)}" for pair in pairs
-                                       for proc in pair)) from None
-    finally:
-        for gpufrac, sched in pairs:
-            sched.stop()
-            gpufrac.stop()
+    race_pairs(cl.api, ns, pairs, create, 200, 240)
     violations = check_invariants(cl.api)
     assert violations == [], "\n".join([*violations, *ledger_report(cl, ns, fence_ns, violations)])
     logs = "".join(sched.log.read_text(errors="replace") for _, sched in pairs)

@@ -321,16 +321,28 @@ def test_helm_uninstall_removes_what_the_docs_say(installed: Installed) -> None:
     assert "gpufrac.io/inventory" not in inst.kubectl_json("get", "node", NODE_NAME)["metadata"].get("annotations", {})
 
 
-def test_dra_mode_the_installed_profile_and_gpufrac_allocate_a_claim(installed: Installed) -> None:
-    # After the uninstall above, the chart installed again in DRA mode: agent.draDriver and
-    # extender.allocateClaims, with this node's kubelet root and CDI directory as values. A pod
-    # with a claim for a quarter of a GPU goes through the chart's kube-scheduler profile (no
-    # DynamicResources plugin): the installed gpufrac writes the GPU into the claim, the
-    # installed agent prepares it, the container gets that GPU and a quarter's MPS limit.
+def claim_pod(name: str, claim: str) -> dict[str, Any]:
+    """A pod of the chart's profile using the ResourceClaim ``claim`` (no gpufrac annotation)."""
+    pod = fractional_pod(name)
+    del pod["metadata"]["annotations"]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                 "claims": [{"name": "gpu"}]}
+    return pod
+
+
+def test_dra_mode_the_installed_profile_and_gpufrac_allocate_claims(installed: Installed) -> None:
+    # After the uninstall above, the chart installed again in DRA mode with docs/dra.md's
+    # command (agent.draDriver, extender.allocateClaims; this node's kubelet root and CDI
+    # directory as values). An annotation pod and claims for 0.25, 0.5 and 0.25 of a GPU go
+    # through the chart's kube-scheduler profile (no DynamicResources plugin): the installed,
+    # fenced gpufrac writes the GPUs its core chose into the claims, the installed agent
+    # prepares them, each container gets that GPU and its MPS limit, and no GPU holds more
+    # than all of it, counting the claims and the annotation pods (two from before the
+    # reinstall among them).
     inst = installed
     wait_until(lambda: not inst.cp.kubectl("get", "namespace", "gpufrac-claims", "-o", "name",
                                           check=False).stdout.strip(), 120, "the old claims namespace gone")
-    # docs/dra.md's command, with this cluster's values file and this node's directories.
     command = docs.command(DRA_MD, "helm install gpufrac").replace("my-values.yaml", str(inst.values))
     inst.sh(f"{command} --set agent.kubeletDir={inst.node.plugins_registry.parent} "
             f"--set agent.cdiDir={inst.node.cdi_dir}", cwd=inst.values.parent / "checkout")
@@ -340,34 +352,46 @@ def test_dra_mode_the_installed_profile_and_gpufrac_allocate_a_claim(installed: 
         wait_until(lambda: inst.kubectl_json("get", "resourceslices")["items"], 120, "the agent's ResourceSlice")
     except Exception as exc:
         raise AssertionError(f"{exc}\n{inst.debug()}") from None
-    inst.cp.kubectl("create", "namespace", "team-dra")
-    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "quarter"},
-             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                 "deviceClassName": "gpu.gpufrac.io", "capacity": {"requests": {"share": "250"}}}}]}}}
-    pod = fractional_pod("claimed")
-    del pod["metadata"]["annotations"]
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "quarter"}]
-    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"},
-                                                 "claims": [{"name": "gpu"}]}
-    inst.cp.kubectl("apply", "-n", "team-dra", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                                "items": [claim, pod]}))
+    ns = "team-dra"
+    inst.cp.kubectl("create", "namespace", ns)
+    run_pod(inst, ns, "annotated")
+    shares = {"a": 250, "b": 500, "c": 250}
+    for name, share in shares.items():
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                     "deviceClassName": "gpu.gpufrac.io", "capacity": {"requests": {"share": str(share)}}}}]}}}
+        inst.cp.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": [claim, claim_pod(name, name)]}))
 
-    def started() -> dict[str, str] | None:
-        out = inst.logs("team-dra", "claimed")
-        return dict(line.split("=", 1) for line in out.split("END-OF-ENV")[0].splitlines()
-                    if "=" in line) if "END-OF-ENV" in out else None
-    try:
-        env = wait_until(started, 180, "the claim pod running", interval_s=0.5)
-    except Exception as exc:
-        events = inst.cp.kubectl("get", "events", "-n", "team-dra", check=False).stdout
-        raise AssertionError(f"{exc}\n{events}\n{inst.debug()}") from None
-    got = inst.kubectl_json("get", "resourceclaim", "quarter", "-n", "team-dra")
-    [result] = got["status"]["allocation"]["devices"]["results"]
-    assert (result["driver"], result["pool"], result["consumedCapacity"]["share"]) == ("gpu.gpufrac.io", NODE_NAME, "250")
-    assert env["NVIDIA_VISIBLE_DEVICES"] == f"GPU-fake-{NODE_NAME}-{int(result['device'].removeprefix('gpu-'))}"
-    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    bound = inst.kubectl_json("get", "pod", "claimed", "-n", "team-dra")
-    assert [r["uid"] for r in got["status"]["reservedFor"]] == [bound["metadata"]["uid"]]
-    assert "gpufrac.io/assigned-gpus" not in bound["metadata"].get("annotations", {})
-    extender = running(inst.pods("extender"))[0]["metadata"]["name"]
-    assert "allocated claim(s) team-dra/quarter of pod team-dra/claimed" in inst.logs(NS, extender)
+        def started(name: str = name) -> dict[str, str] | None:
+            out = inst.logs(ns, name)
+            return dict(line.split("=", 1) for line in out.split("END-OF-ENV")[0].splitlines()
+                        if "=" in line) if "END-OF-ENV" in out else None
+        try:
+            env = wait_until(started, 180, f"claim pod {name} running", interval_s=0.5)
+        except Exception as exc:
+            events = inst.cp.kubectl("get", "events", "-n", ns, check=False).stdout
+            raise AssertionError(f"{exc}\n{events}\n{inst.debug()}") from None
+        got = inst.kubectl_json("get", "resourceclaim", name, "-n", ns)
+        [result] = got["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == ("gpu.gpufrac.io", NODE_NAME)
+        assert result["consumedCapacity"]["share"] == str(share)
+        uuid = f"GPU-fake-{NODE_NAME}-{int(result['device'].removeprefix('gpu-'))}"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == uuid and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(share // 10)
+        bound = inst.kubectl_json("get", "pod", name, "-n", ns)
+        assert [r["uid"] for r in got["status"]["reservedFor"]] == [bound["metadata"]["uid"]]
+        assert "gpufrac.io/assigned-gpus" not in bound["metadata"].get("annotations", {})
+        # The GPU gpufrac's core chose, as its bind logged it, is the claim's.
+        logs = "".join(inst.logs(NS, p["metadata"]["name"]) for p in running(inst.pods("extender")))
+        assert f"allocated claim(s) {ns}/{name} of pod {ns}/{name} on {NODE_NAME}: GPUs {uuid}" in logs
+    held: dict[str, int] = {}
+    for pod in inst.kubectl_json("get", "pods", "-A")["items"]:
+        notes = pod["metadata"].get("annotations", {})
+        if pod["status"].get("phase") == "Running" and "gpufrac.io/assigned-gpus" in notes:
+            uuid = notes["gpufrac.io/assigned-gpus"]
+            held[uuid] = held.get(uuid, 0) + round(float(notes["gpufrac.io/assigned-fraction"]) * 1000)
+    for c in inst.kubectl_json("get", "resourceclaims", "-A")["items"]:
+        for r in c["status"]["allocation"]["devices"]["results"]:
+            uuid = f"GPU-fake-{NODE_NAME}-{int(r['device'].removeprefix('gpu-'))}"
+            held[uuid] = held.get(uuid, 0) + int(r["consumedCapacity"]["share"])
+    assert sum(held.values()) == 4 * 250 + 500 + 250 and max(held.values()) <= 1000, held
