@@ -196,8 +196,11 @@ class KubeBinder:
         except BindError:
             self._cache.forget(uid, intent)
             raise
-        for obj in written:  # the claims hold the share from now on, before the pod's hold is given back
-            book.apply("MODIFIED", obj)
+        with self._node_lock(node):  # no bind chooses on this node between the two: the share moves
+            if plan.gpu_count:
+                self._cache.forget(uid, intent)  # the pod holds no GPU of its own: its claims do
+            for obj in written:
+                book.apply("MODIFIED", obj)
         try:
             self._create_binding(uid, ns, name, node, {})
         except ApiException as exc:
@@ -206,8 +209,6 @@ class KubeBinder:
                     book.apply("MODIFIED", obj)
                 self._cache.forget(uid, intent)
                 raise BindError(f"gpufrac: binding pod {ns}/{name} to {node}: {exc.status} {exc.reason}") from None
-        if plan.gpu_count:
-            self._cache.forget(uid, intent)  # the pod holds no GPU of its own: its claims do
         log.info("allocated claim(s) %s of pod %s on %s: GPUs %s", ", ".join(
             f"{ns}/{v.name}" for v in plan.claims), intent.key, node, ",".join(rec.gpu_uuids) or "-")
         return True

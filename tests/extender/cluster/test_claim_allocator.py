@@ -230,7 +230,8 @@ def binder_over(b: Book, writer: StubWriter, binding_status: int | None = None) 
     return binder, bindings
 
 
-def test_bind_places_the_claim_on_the_cores_gpu_and_hands_the_hold_to_the_claim() -> None:
+def test_bind_places_the_claim_on_the_cores_gpu_and_hands_the_hold_to_the_claim(
+        caplog: pytest.LogCaptureFixture) -> None:
     b = Book(gpu_node("n1", 2))
     annotation_pod(b, "busy", "GPU-n1-0", "0.6")
     b.book.apply("ADDED", claim_spec("c", ask("300")))
@@ -243,6 +244,9 @@ def test_bind_places_the_claim_on_the_cores_gpu_and_hands_the_hold_to_the_claim(
     assert b.book.held() == {"team/c": ("resourceclaim/uid-c/0",)}
     assert bindings == [("cp", "n1", {})]  # no allocation annotation: the claim is the record
     assert b.cache.summary()["gpu_allocated_milli"] == 900  # counted once
+    # The pod's hold is given back before the claim is counted: never read as an over-commit.
+    assert "not one gpufrac could have made" not in caplog.text
+    assert all(a["overcommit"] == "" for a in b.cache.allocations())
 
 
 @pytest.mark.parametrize("where", ["claim", "binding"])
