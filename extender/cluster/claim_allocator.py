@@ -23,10 +23,12 @@ kube-scheduler allocates no claim of the pods it schedules; gpufrac does, in ``b
    device: driver, pool = node, device, a ``shareID``, ``consumedCapacity`` share / memory /
    slots, and the node selector) with the pod in ``status.reservedFor``, each write conditioned
    on the claim's ``resourceVersion`` (a claim allocated meanwhile by anyone refuses the bind).
-   The written claims go into the book at once (their records hold the share), then the
-   Binding is created with no allocation annotation (the claims are the record; the pod counts
-   no GPU of its own), then the pod's own hold is given back. If a write or the Binding fails,
-   what was written is undone (allocation and reservation removed) and the hold given back.
+   The pod's hold then moves to the claims under the node's lock (the hold given back, the
+   written claims counted in the book: no bind chooses there in between, and the claims are
+   never read against the pod's own hold as an over-commit), then the Binding is created with
+   no allocation annotation (the claims are the record; the pod counts no GPU of its own). If
+   a write or the Binding fails, what was written is undone (allocation and reservation
+   removed) and nothing stays held.
 
 The pod's claims are released as kube-scheduler's are: kube-controller-manager's
 resourceclaim controller removes a finished pod from ``reservedFor`` and deallocates a claim no
