@@ -192,9 +192,15 @@ class ClaimPlacement:
         return claim_plan(intent, self._book.claims_of(intent.namespace, intent.resource_claims))
 
     def shape(self, intent: PodIntent) -> PodIntent:
-        """The pod as gpufrac places it; raises ``ValueError`` (the filter's ``Error``)."""
+        """The pod as gpufrac places it; raises ``ValueError`` (the filter's ``Error``). A pod
+        that asks share is remembered for the requeue after share is freed
+        (``ResourceClaimBook.refused_pods``: the cache does not count it as a pending GPU pod)."""
         plan = self.plan(intent)
-        return intent if plan is None else shaped(intent, plan)
+        if plan is None:
+            return intent
+        if plan.gpu_count:
+            self._book.note_waiting(intent.uid, intent.namespace, intent.name)
+        return shaped(intent, plan)
 
     def refusals(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, str]:
         """The candidate nodes other than the one the pod's allocated claims pin it to."""

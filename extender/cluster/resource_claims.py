@@ -259,13 +259,21 @@ class ResourceClaimBook:
                     self._refused[uid] = RefusedPod(uid, ns, pod_name)
         return out
 
+    def note_waiting(self, uid: str, namespace: str, name: str) -> None:
+        """Remember a pod whose claims gpufrac is asked to place (``--allocate-claims``), for
+        ``refused_pods`` (bounded by ``MAX_REFUSED_PODS``)."""
+        with self._lock:
+            if uid in self._refused or len(self._refused) < MAX_REFUSED_PODS:
+                self._refused[uid] = RefusedPod(uid, namespace, name)
+
     def refused_pods(self) -> list[RefusedPod]:
-        """The pods refused a node since the last call (then forgotten): when GPU share is
-        freed they are requeued as pending GPU pods are (``ClusterSync``), since gpufrac does
-        not count a claim pod as one."""
+        """The pods refused a node (or, allocating claims, filtered) since the last call, then
+        forgotten, but those the cache shows bound: when GPU share is freed they are
+        requeued as pending GPU pods are (``ClusterSync``), since gpufrac does not count a
+        claim pod as one."""
         with self._lock:
             got, self._refused = list(self._refused.values()), {}
-        return got
+        return [p for p in got if (i := self._cache.pod_intent(p.uid)) is None or not i.node_name]
 
     def _set_shares(self, key: str, shares: tuple[tuple[str, str, int, int], ...]) -> None:
         """Replace what claim ``key`` consumes of the devices, as the allocator counts it."""

@@ -475,6 +475,11 @@ def test_an_unhealthy_gpu_leaves_the_slice_and_gpufrac_allocates_it_no_claim(clu
         assert cluster.api.read_namespaced_pod("y", ns).spec.node_name is None, message
         assert (read_claim(objects, ns, "y") or {}).get("status", {}).get("allocation") is None
         assert not any(f"GPU-fake-{NODE_NAME}-1" in a["gpu_uuids"] for a in cluster.allocations()), cluster.allocations()
+        # x gone (its claim deallocated by kube-controller-manager, freed in gpufrac's book):
+        # gpufrac requeues y, which takes GPU 0 without waiting for kube-scheduler's flush.
+        cluster.api.delete_namespaced_pod("x", ns, grace_period_seconds=0)
+        env = wait_until(lambda: env_of(cluster, ns, "y"), 90, "claim pod y running once x is gone", agent)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == f"GPU-fake-{NODE_NAME}-0"
     finally:
         scheduler.stop()
         clean_up(cluster, ns)

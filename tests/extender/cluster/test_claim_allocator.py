@@ -114,6 +114,22 @@ def test_filter_and_prioritize_place_the_claims_share_and_allocated_claims_pin_t
     assert reply.body["FailedNodes"] == {"n2": "gpufrac: the pod's claims are allocated on node n1"}
 
 
+def test_a_claim_pod_filtered_is_requeued_once_share_is_freed_unless_bound_by_then() -> None:
+    b = Book(gpu_node("n1", 1))
+    b.book.apply("ADDED", claim_spec("c", ask("500")))
+    b.book.apply("ADDED", claim_spec("d", ask("500")))
+    placement = ClaimPlacement(b.book)
+    waiting, bound = claim_pod("c"), claim_pod("d")
+    waiting["metadata"].update(name="waiting", uid="uid-waiting")
+    bound["metadata"].update(name="bound", uid="uid-bound")
+    for pod in (waiting, bound):
+        b.cache.apply_pod_event("ADDED", pod_intent(pod))
+        filter(b.cache, ExtenderArgs.model_validate({"Pod": pod, "NodeNames": ["n1"]}), shape=placement.shape)
+    b.cache.apply_pod_event("MODIFIED", pod_intent({**bound, "spec": {**bound["spec"], "nodeName": "n1"}}))
+    assert [p.key for p in b.book.refused_pods()] == ["team/waiting"]
+    assert b.book.refused_pods() == []  # forgotten once handed to the requeue
+
+
 class FakeClaims:
     """The API side of ``ClaimWriter``: claims by name, every write recorded."""
 
