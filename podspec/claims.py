@@ -48,6 +48,13 @@ no memory is allocated this much. gpufrac reads it as "no memory asked": the sha
 the GPU's memory counts in the book and bounds the MPS limit, as for a pod without
 ``gpufrac.io/memory``."""
 
+def asked_memory_mib(memory_mib: int) -> int | None:
+    """The GPU memory a claim's request or result holds, MiB; None where it asked none
+    (``DEFAULT_MEMORY_MIB`` or less): then the share's part of the GPU's memory is what it
+    holds, as for a pod without ``gpufrac.io/memory`` (``scoring.fit.gpu_memory_request_mib``)."""
+    return memory_mib if memory_mib > DEFAULT_MEMORY_MIB else None
+
+
 MAX_RESULTS = 32
 """Results one claim may hold (``resource.k8s.io/v1`` ``AllocationResultsMaxSize``)."""
 MAX_SHARE_ID_CHARS = 64

@@ -45,7 +45,7 @@ import grpc
 from agent.deviceplugin import assign
 from agent.deviceplugin.stubs import load
 from podspec.annotations import NodeInventory
-from podspec.claims import DEFAULT_MEMORY_MIB, DRIVER, claim_allocation, device_names
+from podspec.claims import DRIVER, asked_memory_mib, claim_allocation, device_names
 from podspec.quantities import PodSpecError, quote
 
 log = logging.getLogger(__name__)
@@ -167,9 +167,9 @@ def prepare_claim(claim: Mapping[str, Any], uid: str, node: str, inventory: Node
     for request, pairs in by_request.items():
         name = f"{uid}-{request.replace('/', '.')}"
         gpu_milli = min(s.gpu_milli for s, _g in pairs)
-        # No memory asked (the policy's default): the share's part of the GPU's memory, as the
-        # extender gives a pod without gpufrac.io/memory.
-        memory = [s.memory_mib if s.memory_mib > DEFAULT_MEMORY_MIB else g.memory_mib * s.gpu_milli // 1000
+        # No memory asked: the share's part of the GPU's memory, rounded down as the extender
+        # counts it (scoring.fit.gpu_memory_request_mib; numpy is not loaded here for one product).
+        memory = [m if (m := asked_memory_mib(s.memory_mib)) is not None else g.memory_mib * s.gpu_milli // 1000
                   for s, g in pairs]
         env = assign.container_env([g.uuid for _s, g in pairs], gpu_milli, memory)
         mps_env, mps_mounts = assign.container_mps(gpu_milli, mps_pipe_dir)

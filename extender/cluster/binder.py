@@ -141,14 +141,7 @@ class KubeBinder:
         intent = self._cache.pod_intent(uid) if self.claims is not None else None
         if intent is not None and intent.resource_claims and self._bind_claims(intent, node):
             return
-        if self.fence is not None:
-            self._read_claimed_pods(node)
-            rec = self._assume_and_claim(uid, namespace, name, node)
-        else:
-            with self._node_lock(node):
-                # Choose and hold: serialized per node here and by the cache lock inside,
-                # so of two binds racing for the last share exactly one gets it.
-                rec = self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl)
+        rec = self._hold(uid, namespace, name, node)
         alloc = rec.allocation
         assert alloc is not None
         # The Binding runs outside the node lock: the share is already held (and claimed),
@@ -163,6 +156,23 @@ class KubeBinder:
             self._cache.forget(uid)
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
+
+    def _hold(self, uid: str, namespace: str, name: str, node: str, shape: PodIntent | None = None) -> PodRecord:
+        """Choose the pod's GPUs on ``node`` and hold them (``GpuCache.assume``; ``shape``: what
+        its claims ask): fenced, in the node's group commit; else under the node lock.
+
+        Raises
+        ------
+        BindError
+            The pod does not fit, or (fenced) its claim could not be written.
+        """
+        if self.fence is not None:
+            self._read_claimed_pods(node)
+            return self._assume_and_claim(uid, namespace, name, node, shape)
+        with self._node_lock(node):
+            # Choose and hold: serialized per node here and by the cache lock inside,
+            # so of two binds racing for the last share exactly one gets it.
+            return self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl, shape=shape)
 
     def _bind_claims(self, intent: PodIntent, node: str) -> bool:
         """Bind a pod whose ResourceClaims gpufrac allocates (``extender.cluster.claim_allocator``,
@@ -185,12 +195,7 @@ class KubeBinder:
             return False
         if plan.node and plan.node != node:
             raise BindError(f"gpufrac: pod {intent.key}: its claims are allocated on node {plan.node}, not {node}")
-        if self.fence is not None:  # fenced as any bind (module notes of claim_allocator, 4)
-            self._read_claimed_pods(node)
-            rec = self._assume_and_claim(uid, ns, name, node, shaped(intent, plan))
-        else:
-            with self._node_lock(node):
-                rec = self._cache.assume(uid, ns, name, node, ttl_s=self._ttl, shape=shaped(intent, plan))
+        rec = self._hold(uid, ns, name, node, shaped(intent, plan))  # fenced as any bind (claim_allocator, 4)
         try:
             written = writer.allocate(plan, intent, node, rec.gpu_uuids)
         except BindError:

@@ -72,7 +72,14 @@ from kubernetes.client.rest import ApiException
 from extender.cache import BindError, GpuCache
 from extender.cluster.resource_claims import ClaimView, ResourceClaimBook
 from extender.fence import ClaimFence, ClaimLedger
-from podspec.claims import DEFAULT_MEMORY_MIB, DRIVER, DeviceAsk, device_names, pod_claim_refs
+from podspec.claims import (
+    DEFAULT_MEMORY_MIB,
+    DRIVER,
+    DeviceAsk,
+    asked_memory_mib,
+    device_names,
+    pod_claim_refs,
+)
 from podspec.kubeio import write_json
 from podspec.pods import PodIntent
 from podspec.quantities import MAX_GPUS_PER_POD
@@ -168,8 +175,7 @@ def claim_plan(intent: PodIntent, views: Sequence[ClaimView | None]) -> ClaimPla
     if count > MAX_GPUS_PER_POD or (milli < MILLI_PER_GPU and count > 1):
         raise _refuse(intent, f"asks {count} devices of {milli} milli-GPU; a share below a whole GPU is "
                               f"placed on one device, and at most {MAX_GPUS_PER_POD} devices per pod")
-    return ClaimPlan(tuple(ours), tuple(asks), count, milli, memory if memory > DEFAULT_MEMORY_MIB else None,
-                     next(iter(nodes), ""))
+    return ClaimPlan(tuple(ours), tuple(asks), count, milli, asked_memory_mib(memory), next(iter(nodes), ""))
 
 
 def shaped(intent: PodIntent, plan: ClaimPlan) -> PodIntent:

@@ -36,10 +36,10 @@ from extender.cluster.objects import object_key
 from extender.quarantine import Quarantine
 from podspec.claims import (
     CLAIM_RECORD_PREFIX,
-    DEFAULT_MEMORY_MIB,
     DRIVER,
     ClaimAllocation,
     DeviceAsk,
+    asked_memory_mib,
     claim_allocation,
     device_asks,
     device_names,
@@ -126,9 +126,7 @@ def claim_intents(alloc: ClaimAllocation, node_gpus: Callable[[str], Sequence[Gp
         if gpu is None:
             problems.append(f"device {share.device}: not in node {share.pool}'s inventory")
             continue
-        # 1 MiB is the slice's requestPolicy default: no memory asked, so the share's part of the
-        # GPU's memory counts, as for a pod without gpufrac.io/memory (the agent's MPS limit too).
-        memory = share.memory_mib if share.memory_mib > DEFAULT_MEMORY_MIB else None
+        memory = asked_memory_mib(share.memory_mib)  # None: the share's part of the GPU's memory
         intents.append(PodIntent(
             uid=f"{CLAIM_RECORD_PREFIX}{alloc.uid}/{n}", namespace=alloc.namespace,
             name=f"{CLAIM_RECORD_PREFIX}{alloc.name}/{share.request}", node_name=share.pool, phase="Running",
@@ -254,14 +252,12 @@ class ResourceClaimBook:
                 out[node] = why
         uid, pod_name = meta.get("uid"), meta.get("name")
         if out and isinstance(uid, str) and isinstance(pod_name, str) and isinstance(ns, str):
-            with self._lock:
-                if uid in self._refused or len(self._refused) < MAX_REFUSED_PODS:
-                    self._refused[uid] = RefusedPod(uid, ns, pod_name)
+            self.note_waiting(uid, ns, pod_name)
         return out
 
     def note_waiting(self, uid: str, namespace: str, name: str) -> None:
-        """Remember a pod whose claims gpufrac is asked to place (``--allocate-claims``), for
-        ``refused_pods`` (bounded by ``MAX_REFUSED_PODS``)."""
+        """Remember a pod refused a node for its claims, or whose claims gpufrac is asked to
+        place (``--allocate-claims``), for ``refused_pods`` (bounded by ``MAX_REFUSED_PODS``)."""
         with self._lock:
             if uid in self._refused or len(self._refused) < MAX_REFUSED_PODS:
                 self._refused[uid] = RefusedPod(uid, namespace, name)
