@@ -196,6 +196,9 @@ class KubeBinder:
         if plan.node and plan.node != node:
             raise BindError(f"gpufrac: pod {intent.key}: its claims are allocated on node {plan.node}, not {node}")
         rec = self._hold(uid, ns, name, node, shaped(intent, plan))  # fenced as any bind (claim_allocator, 4)
+        if len(rec.gpu_uuids) != plan.gpu_count:  # a record already here, not a hold of ours: leave it be
+            raise BindError(f"gpufrac: pod {intent.key} is already bound to {node}, or another instance's bind "
+                            "of it is in flight there; kube-scheduler retries", "conflict")
         try:
             written = writer.allocate(plan, intent, node, rec.gpu_uuids)
         except BindError:

@@ -265,6 +265,59 @@ def test_bind_places_the_claim_on_the_cores_gpu_and_hands_the_hold_to_the_claim(
     assert all(a["overcommit"] == "" for a in b.cache.allocations())
 
 
+class WatchFirstWriter(StubWriter):
+    """The claim watch shows each written claim before ``allocate`` returns, as it may under
+    load: the pod's own hold still counts the same GPUs at that moment."""
+
+    def __init__(self, b: Book) -> None:
+        super().__init__()
+        self.b = b
+
+    def allocate(self, plan: ca.ClaimPlan, pod: Any, node: str, gpu_uuids: Any) -> list[dict[str, Any]]:
+        written = super().allocate(plan, pod, node, gpu_uuids)
+        for obj in written:
+            self.b.book.apply("MODIFIED", obj)
+        return written
+
+
+def test_a_claim_the_watch_shows_before_the_hand_over_is_counted_in_full_after_it() -> None:
+    b = Book(gpu_node("n1", 1))
+    annotation_pod(b, "busy", "GPU-n1-0", "0.6")
+    b.book.apply("ADDED", claim_spec("c", ask("300")))
+    pod = claim_pod("c")
+    b.cache.apply_pod_event("ADDED", pod_intent(pod))
+    binder, bindings = binder_over(b, WatchFirstWriter(b))
+    binder.bind(pod["metadata"]["uid"], "team", "cp", "n1")
+    assert bindings == [("cp", "n1", {})]
+    # Counted once and in full: read while the hold was counted it was an over-commit of 900 + 300,
+    # kept at what was free; had it stayed so, the GPU would show 300 free that the claim holds.
+    assert b.held() == {"GPU-n1-0": [600, 300]}
+    assert b.cache.summary()["gpu_allocated_milli"] == 900
+    assert all(a["overcommit"] == "" for a in b.cache.allocations())
+    # And the next 0.25 pod does not fit there (it would on a GPU counted short).
+    late = pod_json("late", annotations={ann.FRACTION: "0.25"})
+    b.cache.apply_pod_event("ADDED", pod_intent(late))
+    with pytest.raises(BindError):
+        binder.bind(late["metadata"]["uid"], "default", "late", "n1")
+
+
+def test_a_bind_of_a_pod_already_bound_there_is_refused_and_leaves_its_record() -> None:
+    # Two schedulers race for the pod: the other's Binding landed and the pod watch showed it
+    # (bound, no GPU of its own: its claims hold them), then this instance's bind comes.
+    b = Book(gpu_node("n1", 1))
+    b.book.apply("ADDED", claim_spec("c", ask("300")))
+    pod = claim_pod("c")
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
+    b.cache.apply_pod_event("ADDED", pod_intent(bound))
+    before = b.cache.allocations()
+    writer = StubWriter()
+    binder, bindings = binder_over(b, writer)
+    with pytest.raises(BindError, match="already bound to n1"):
+        binder.bind(pod["metadata"]["uid"], "team", "cp", "n1")
+    assert bindings == [] and b.book.held() == {}
+    assert b.cache.allocations() == before  # its record kept, nothing written for it
+
+
 @pytest.mark.parametrize("where", ["claim", "binding"])
 def test_a_failed_bind_holds_nothing_and_undoes_the_claim(where: str) -> None:
     b = Book(gpu_node("n1", 1))
