@@ -290,7 +290,7 @@ def test_a_claim_the_watch_shows_before_the_hand_over_is_counted_in_full_after_i
     binder.bind(pod["metadata"]["uid"], "team", "cp", "n1")
     assert bindings == [("cp", "n1", {})]
     # Counted once and in full: read while the hold was counted it was an over-commit of 900 + 300,
-    # kept at what was free; had it stayed so, the GPU would show 300 free that the claim holds.
+    # kept at the 100 that was free; had it stayed so, the GPU would show 200 free that the claim holds.
     assert b.held() == {"GPU-n1-0": [600, 300]}
     assert b.cache.summary()["gpu_allocated_milli"] == 900
     assert all(a["overcommit"] == "" for a in b.cache.allocations())
