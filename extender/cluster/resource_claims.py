@@ -32,7 +32,7 @@ from typing import Any
 
 from extender.cache import GpuCache, GpuRoom
 from extender.cluster import claim_safety
-from extender.cluster.objects import object_key
+from extender.cluster.objects import object_key, revision
 from extender.quarantine import Quarantine
 from podspec.claims import (
     CLAIM_RECORD_PREFIX,
@@ -160,6 +160,7 @@ class ResourceClaimBook:
         self._consumed: dict[str, dict[str, tuple[int, int, int]]] = {}  # node -> device -> claims' totals
         self._refused: dict[str, RefusedPod] = {}  # pod UID -> the pod, refused a node since the last requeue
         self._views: dict[str, ClaimView] = {}  # claim key -> what gpufrac's allocation reads of it
+        self._revisions: dict[str, int] = {}  # claim key -> resourceVersion applied last
         self._lock = threading.Lock()
 
     def node_gpus(self, node: str) -> Sequence[GpuSpec] | None:
@@ -172,7 +173,8 @@ class ResourceClaimBook:
             return {key: tuple(recs) for key, recs in self._held.items()}
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> bool:
-        """One claim watch event (``ADDED``, ``MODIFIED``, ``DELETED``). Never raises.
+        """One claim watch event (``ADDED``, ``MODIFIED``, ``DELETED``), or a claim as a bind
+        wrote it. A version older than the last one applied is ignored. Never raises.
 
         Returns
         -------
@@ -180,8 +182,19 @@ class ResourceClaimBook:
             True if GPU share was freed (the claim was deleted or deallocated).
         """
         key = object_key(obj)
+        rv = revision(obj)
         with self._lock:
+            # A watch event older than what the book applied (bind's own write, read back
+            # before the watch delivers it) must not undo it: the finalizer's write, one
+            # revision before the allocation, would free the share for a moment, and a bind
+            # on the node in that moment over-commits the GPU.
+            if kind != "DELETED" and rv is not None and rv < self._revisions.get(key, -1):
+                return False
             try:
+                if kind == "DELETED" or rv is None:
+                    self._revisions.pop(key, None)
+                else:
+                    self._revisions[key] = rv
                 return self._apply(key, kind, obj)
             except Exception as exc:  # noqa: BLE001 - one claim must never stop the watch
                 log.exception("resource claim %s: cache update failed", key)
@@ -288,6 +301,7 @@ class ResourceClaimBook:
             self._shares[key] = shares
 
     def _drop(self, key: str) -> bool:
+        self._revisions.pop(key, None)
         self._asks.pop(key, None)
         self._views.pop(key, None)
         self._set_shares(key, ())

@@ -353,3 +353,26 @@ def test_refusals_read_the_cache_only_for_unallocated_claims_and_take_any_pod_bo
     for hostile in ({"metadata": "x", "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": "c"}]}},
                     {"spec": "x"}, {}):
         assert b.book.refusals(hostile, ["n1"], rooms) == {}
+
+
+def test_a_watch_event_older_than_the_version_applied_never_undoes_it() -> None:
+    # bind applies the claim as it wrote it (allocated, revision 12) under the node's lock;
+    # the watch then delivers the finalizer's write (revision 11, no allocation yet): read
+    # as a deallocation it freed the share for a moment, and a bind on the node in that
+    # moment put a fifth quarter on a full GPU (tests/e2e/test_dra_ha_e2e.py).
+    b = Book()
+
+    def at(rv: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv}}
+
+    allocated = claim("c", result("gpu-1", "250"))
+    assert b.book.apply("MODIFIED", at("12", allocated)) is False
+    assert b.book.apply("MODIFIED", at("11", claim("c"))) is False
+    assert b.held() == {"GPU-n1-1": [250]}
+    assert b.book.apply("MODIFIED", at("12", allocated)) is False
+    assert b.held() == {"GPU-n1-1": [250]}
+    assert b.book.apply("MODIFIED", at("13", claim("c"))) is True   # deallocated later: freed
+    assert b.held() == {}
+    assert b.book.apply("DELETED", at("14", claim("c"))) is False
+    assert b.book.apply("ADDED", at("15", allocated)) is False      # made again: counted again
+    assert b.held() == {"GPU-n1-1": [250]}
