@@ -391,8 +391,11 @@ class KubeBinder:
         for q in assumed:
             rec = q.record
             assert rec is not None and rec.allocation is not None
-            ours.append(fence.claim_of(q.uid, q.namespace, q.name, node, rec.gpu_uuids,
-                                       rec.allocation.gpu_milli, rec.allocation.gpu_memory_mib))
+            if rec.gpu_uuids:  # a pod holding no GPU (its claims allocated already) fences nothing
+                ours.append(fence.claim_of(q.uid, q.namespace, q.name, node, rec.gpu_uuids,
+                                           rec.allocation.gpu_milli, rec.allocation.gpu_memory_mib))
+        if not ours:
+            return
         failed: BindError | None = None
         group.cond.release()
         try:

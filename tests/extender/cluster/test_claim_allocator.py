@@ -222,6 +222,8 @@ class StubWriter:
     def allocate(self, plan: ca.ClaimPlan, pod: Any, node: str, gpu_uuids: Any) -> list[dict[str, Any]]:
         if self.fail:
             raise BindError("gpufrac: writing claim: 409 Conflict", "conflict")
+        if not plan.asks:  # reserved already (the real writer skips it): nothing written
+            return []
         view, a = plan.asks[0]
         obj = claim_spec(view.name, ask(str(a.gpu_milli)))
         obj["status"] = {"allocation": {"devices": {"results": [
@@ -394,3 +396,32 @@ def test_fenced_another_replica_counts_the_claim_until_its_claim_watch_shows_it(
         binder_b.bind(other["metadata"]["uid"], "team", "q", "n1")
     binder_b.bind(small["metadata"]["uid"], "team", "s", "n1")
     assert sorted(sum(b.held().values(), [])) == [400, 600]
+
+
+def test_fenced_a_bind_that_only_reserves_allocated_claims_writes_no_empty_fence_claim() -> None:
+    # The other replica's kube-scheduler binds the same pod after its claim was allocated:
+    # the pod holds no GPU, so there is nothing to fence; a claim of no GPUs in the ledger
+    # was read by every replica as a bad entry (quarantined, logged at every read).
+    import json
+
+    from extender.fence import DATA_KEY
+    from tests.extender.test_fence import CasApi
+
+    api = CasApi()
+    c = claim_spec("c", ask("600"))
+    pod = claim_pod("c")
+    other = pod_json("q", annotations={ann.FRACTION: "0.2"})
+    other["metadata"]["namespace"] = "team"
+    a, binder_a = fenced_replica(api, "a", pod, other)
+    b, binder_b = fenced_replica(api, "b", pod, other)
+    a.book.apply("ADDED", c)
+    binder_a.bind(pod["metadata"]["uid"], "team", "cp", "n1")
+    [ledger] = api.maps.values()
+    written = {**c, "status": {"allocation": {"devices": {"results": [
+        result("gpu-0", share="600", pool="n1", request="r0")]}}, "reservedFor": [
+            {"resource": "pods", "name": "cp", "uid": pod["metadata"]["uid"]}]}}
+    b.book.apply("ADDED", written)
+    binder_b.bind(pod["metadata"]["uid"], "team", "cp", "n1")   # reserves only: already reserved
+    assert [n for n, _ in api.bindings] == ["cp", "cp"]
+    assert [ledger] == list(api.maps.values())                   # no write: nothing to fence
+    assert [cl["gpus"] for cl in json.loads(ledger["data"][DATA_KEY])] == [["GPU-n1-0"]]
