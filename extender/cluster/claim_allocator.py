@@ -25,10 +25,11 @@ kube-scheduler allocates no claim of the pods it schedules; gpufrac does, in ``b
    on the claim's ``resourceVersion`` (a claim allocated meanwhile by anyone refuses the bind).
    The pod's hold then moves to the claims under the node's lock (the hold given back, the
    written claims counted in the book: no bind chooses there in between, and the claims are
-   never read against the pod's own hold as an over-commit), then the Binding is created with
-   no allocation annotation (the claims are the record; the pod counts no GPU of its own). If
-   a write or the Binding fails, what was written is undone (allocation and reservation
-   removed) and nothing stays held.
+   never read against the pod's own hold as an over-commit; the watch's older versions of a
+   claim, its finalizer's write among them, do not undo it: ``ResourceClaimBook.apply``), then
+   the Binding is created with no allocation annotation (the claims are the record; the pod
+   counts no GPU of its own). If a write or the Binding fails, what was written is undone
+   (allocation and reservation removed) and nothing stays held.
 
 The pod's claims are released as kube-scheduler's are: kube-controller-manager's
 resourceclaim controller removes a finished pod from ``reservedFor`` and deallocates a claim no
