@@ -85,7 +85,7 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
         raise BindError(f"gpufrac: node {node!r} not in gpufrac's cache")
     row = state.node_index[node]
     request = inbound.pod_request(rec.intent, state)
-    ev = evaluator.on_node(state, request, row)
+    ev = evaluator.on_node(state, request, row, ledger.generation)
     if not ev.node_fits[0]:
         msg = outbound.reason_message(Reason(int(ev.reason[0])), request, rec.intent)
         raise BindError(f"{msg} (at bind, on {node})", "no_fit")

@@ -5,7 +5,7 @@ over ``scoring.incremental.IncrementalScorer``, which keeps each node's result p
 until its row (or the cluster-wide terms, past the tolerance) moves. Two memos, both keyed
 on what they were computed from: the candidate list's rows (``inbound.candidates``), reused
 while kube-scheduler sends the same names to the same state, and the last evaluation,
-reused when prioritize follows filter for the same pod with nothing changed
+reused when prioritize, then bind, follow filter for the same pod with nothing changed
 (``Ledger.generation``). Reads only; the caller holds the cache lock.
 """
 
@@ -33,6 +33,7 @@ class _Memo:
 
     generation: int
     intent: PodIntent
+    request: PodRequest
     candidates: inbound.Candidates
     result: CandidateEvaluation
     passed: list[str] | None = None
@@ -68,12 +69,20 @@ class Evaluator:
         else:
             cand = inbound.candidates(state, names)
             self._candidates = (state, cand)
-        ev = self._incremental.evaluate(state, inbound.pod_request(intent, state), cand.rows)
+        request = inbound.pod_request(intent, state)
+        ev = self._incremental.evaluate(state, request, cand.rows)
         rejection = ledger.tenancy.admission(intent, inbound.admission_memory_mib(intent))
         result = CandidateEvaluation(cand.known, cand.unknown, ev, rejection, cand.names_array())
-        self._memo = _Memo(ledger.generation, intent, cand, result)
+        self._memo = _Memo(ledger.generation, intent, request, cand, result)
         return result
 
-    def on_node(self, state: ClusterState, request: PodRequest, row: int) -> Evaluation:
-        """The pod on one node (bind's re-check, GPUs chosen)."""
+    def on_node(self, state: ClusterState, request: PodRequest, row: int, generation: int | None = None) -> Evaluation:
+        """The pod on one node (bind's re-check, GPUs chosen): the last evaluation's row when
+        it scored the same request there and nothing changed since (``generation``, the
+        ledger's now), else evaluated anew."""
+        memo = self._memo
+        if memo is not None and memo.generation == generation and memo.request == request:
+            at = np.flatnonzero(memo.candidates.rows == row)
+            if at.size:
+                return memo.result.evaluation.take(at[:1])
         return self._incremental.evaluate(state, request, np.array([row], dtype=np.int64))

@@ -122,3 +122,31 @@ def test_a_bind_resolves_the_model_names_once(monkeypatch: pytest.MonkeyPatch) -
     # ...and the pending pod left the workload's demand exactly as its event counted it.
     assert before.pending_share() == 500
     assert cache.state_copy().workload.pending_share() == 0
+
+
+def test_bind_takes_the_filters_row_when_nothing_changed_and_evaluates_anew_when_something_did() -> None:
+    # kube-scheduler binds right after filter: with no change in between, bind's re-check is
+    # the row filter scored (no second evaluation); a pod placed meanwhile on that node makes
+    # bind evaluate the node again, and choose what a fresh evaluation chooses.
+    scorer = build_scorer(scoring_config("default"))
+    cache = GpuCache(scorer, EXACT)
+    cache.set_nodes([gpu_node("a", 2), gpu_node("b", 2)])
+    pods = [pod_intent(pod_json(f"p{i}", annotations={"gpufrac.io/fraction": "0.5"})) for i in range(3)]
+    for p in pods:
+        cache.apply_pod_event("ADDED", p)
+    incremental = cache._evaluator._incremental  # noqa: SLF001 - what the test counts
+    ev = cache.evaluate(pods[0], ["a", "b"])
+    node = ["a", "b"][ev.evaluation.best()]
+    before = incremental.stats.evaluations
+    rec = cache.bind(pods[0].uid, "default", "p0", node)
+    assert incremental.stats.evaluations == before
+    assert rec.allocation is not None
+    assert rec.allocation.gpu_cols == tuple(int(c) for c in ev.evaluation.chosen_cols[ev.evaluation.best()])
+    cache.evaluate(pods[1], ["a", "b"])
+    cache.bind(pods[2].uid, "default", "p2", node)         # another bind on the node in between
+    state = cache.state_copy()
+    want = scorer.evaluate(state, inbound.pod_request(pods[1], state), np.array([state.node_index[node]]))
+    before = incremental.stats.evaluations
+    rec = cache.bind(pods[1].uid, "default", "p1", node)
+    assert incremental.stats.evaluations == before + 1
+    assert rec.allocation is not None and rec.allocation.gpu_cols == tuple(int(c) for c in want.chosen_cols[0])
