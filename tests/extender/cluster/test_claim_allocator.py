@@ -360,18 +360,27 @@ def fenced_replica(api: Any, identity: str, claim_pod_obj: dict[str, Any], other
     return b, binder
 
 
-def test_fenced_another_replica_counts_the_claim_until_its_claim_watch_shows_it() -> None:
+def team_pod(name: str, fraction: str) -> dict[str, Any]:
+    pod = pod_json(name, annotations={ann.FRACTION: fraction})
+    pod["metadata"]["namespace"] = "team"
+    return pod
+
+
+def fenced_pair(other_fraction: str) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, Any],
+                                               tuple[Book, KubeBinder], tuple[Book, KubeBinder]]:
+    """Two fenced replicas over one fake API (``CasApi``): claim c asking 600 milli, its pod
+    cp, and an annotation pod q pending."""
     from tests.extender.test_fence import CasApi
 
     api = CasApi()
-    c = claim_spec("c", ask("600"))
-    pod = claim_pod("c")
-    other = pod_json("q", annotations={ann.FRACTION: "0.6"})
-    other["metadata"]["namespace"] = "team"
-    small = pod_json("s", annotations={ann.FRACTION: "0.4"})
-    small["metadata"]["namespace"] = "team"
-    a, binder_a = fenced_replica(api, "a", pod, other)
-    b, binder_b = fenced_replica(api, "b", pod, other)
+    pod, other = claim_pod("c"), team_pod("q", other_fraction)
+    return (api, claim_spec("c", ask("600")), pod, other,
+            fenced_replica(api, "a", pod, other), fenced_replica(api, "b", pod, other))
+
+
+def test_fenced_another_replica_counts_the_claim_until_its_claim_watch_shows_it() -> None:
+    api, c, pod, other, (a, binder_a), (b, binder_b) = fenced_pair("0.6")
+    small = team_pod("s", "0.4")
     for rep in (a, b):
         rep.book.apply("ADDED", c)
         api.pods["s"] = small
@@ -405,15 +414,8 @@ def test_fenced_a_bind_that_only_reserves_allocated_claims_writes_no_empty_fence
     import json
 
     from extender.fence import DATA_KEY
-    from tests.extender.test_fence import CasApi
 
-    api = CasApi()
-    c = claim_spec("c", ask("600"))
-    pod = claim_pod("c")
-    other = pod_json("q", annotations={ann.FRACTION: "0.2"})
-    other["metadata"]["namespace"] = "team"
-    a, binder_a = fenced_replica(api, "a", pod, other)
-    b, binder_b = fenced_replica(api, "b", pod, other)
+    api, c, pod, _other, (a, binder_a), (b, binder_b) = fenced_pair("0.2")
     a.book.apply("ADDED", c)
     binder_a.bind(pod["metadata"]["uid"], "team", "cp", "n1")
     [ledger] = api.maps.values()
