@@ -14,6 +14,11 @@ from Go modules), one run, five setups side by side for each cluster size:
 - ``gpufrac fenced``: the same with ``--fence-namespace`` (as deploy runs its replicas): each
   bind first writes its claim to the node's ledger by compare-and-swap, a second write.
 
+Two more on request (``--setups``), not in the default run: ``no-op + JSON pod watch`` and
+``no-op + protobuf pod watch``, the no-op extender with ``benchmarks.pod_watcher`` watching
+every pod beside kube-scheduler: what a second pod watch costs the API server in each
+encoding (issue 55, item 1).
+
 For each, ``--pods`` fractional pods (0.25 GPU, 100m CPU) are created while no scheduler
 runs, then kube-scheduler starts and a pod watch records when each pod is first seen bound.
 Throughput = (bound - 1) / (last bound - first bound), so kube-scheduler's start-up is not
@@ -52,6 +57,8 @@ from harness.processes import LOOPBACK, free_port, start, wait_until
 
 SCHEDULER = "gpufrac-scheduler"
 SETUPS = ("no extender", "no-op extender", "no-op binder", "gpufrac", "gpufrac fenced")
+WATCHER_SETUPS = {"no-op + JSON pod watch": "json", "no-op + protobuf pod watch": "protobuf"}
+"""The setups run only when named: the no-op extender with a second pod watch (``pod_watcher``)."""
 
 
 def make_pod(name: str, group: str) -> client.V1Pod:
@@ -99,7 +106,7 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
         fence = ["--fence-namespace", ns] if setup == "gpufrac fenced" else []
         extender = cp.start_gpufrac(port, extra=["--inventory-stale-after-s", "3600", "--log-level", "warning",
                                                  *fence])
-    elif setup in ("no-op extender", "no-op binder"):
+    elif setup in ("no-op extender", "no-op binder") or setup in WATCHER_SETUPS:
         bind = ["--bind", str(cp.admin_kubeconfig)] if setup == "no-op binder" else []
         extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks", "noop-extender",
                                                     str(port), *bind], cp.workdir))
@@ -107,6 +114,11 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
 
         wait_until(lambda: httpx.get(f"http://{LOOPBACK}:{port}/healthz", timeout=2).status_code == 200,
                    30, "no-op extender", extender)
+    second_watch = None
+    if setup in WATCHER_SETUPS:
+        second_watch = cp.track(start("pod-watcher", [sys.executable, "-m", "benchmarks", "pod-watcher",
+                                                 str(cp.admin_kubeconfig), "--encoding", WATCHER_SETUPS[setup]],
+                                 cp.workdir))
     with cf.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: api.create_namespaced_pod(ns, make_pod(f"p{i:05d}", group)), range(n_pods)))
     bound: dict[str, float] = {}
@@ -114,7 +126,7 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     watcher = threading.Thread(target=watch_binds, args=(api, ns, n_pods, stop, bound), daemon=True)
     watcher.start()
     url = None if setup == "no extender" else f"http://{LOOPBACK}:{port}"
-    drop = ("bindVerb",) if setup == "no-op extender" else ()
+    drop = ("bindVerb",) if setup == "no-op extender" or setup in WATCHER_SETUPS else ()
     # CPU of the control plane while this setup schedules (from the scheduler's start to the
     # last bind), and of the scheduler and the extender over their whole lives.
     plane = {p.name: p.popen.pid for p in cp.procs if p.name in ("etcd", "kube-apiserver")}
@@ -131,6 +143,8 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     sched.stop()
     if extender is not None:
         extender.stop()
+    if second_watch is not None:
+        second_watch.stop()
     times = sorted(bound.values())
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
     api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
@@ -156,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``python -m benchmarks bench scheduler``."""
     sizes = [int(x) for x in args.nodes.split(",")]
     setups = args.setups.split(",")
-    if unknown := set(setups) - set(SETUPS):
-        raise UsageError(f"--setups: unknown {sorted(unknown)}; choose from {list(SETUPS)}")
+    if unknown := set(setups) - set(SETUPS) - set(WATCHER_SETUPS):
+        raise UsageError(f"--setups: unknown {sorted(unknown)}; choose from {[*SETUPS, *WATCHER_SETUPS]}")
     counts = [int(x) for x in args.pods.split(",")]
     if len(counts) not in (1, len(sizes)):
         raise UsageError("--pods: one count, or one per size")

@@ -3,8 +3,9 @@
 ``replay`` (placement quality on openb, ``--compare`` for several policies), ``churn`` (pods
 that leave: pending time and allocation over time), ``cold-start``,
 ``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup``
-(costs), ``check-placements`` (the independent check of a replay's output) and
-``noop-extender`` (the baseline server the cost benchmarks compare against). Run from the
+(costs), ``check-placements`` (the independent check of a replay's output),
+``noop-extender`` (the baseline server the cost benchmarks compare against) and
+``pod-watcher`` (a second pod watch beside it, in JSON or protobuf). Run from the
 repository root (the benchmarks are not part of the installed product).
 """
 
@@ -26,6 +27,7 @@ from benchmarks import (
     floor,
     noop_extender,
     picture,
+    pod_watcher,
     replay,
     soak,
 )
@@ -93,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     nx = sub.add_parser("noop-extender", help="serve the no-op extender (the cost benchmarks' baseline)")
     noop_extender.add_arguments(nx)
     nx.set_defaults(func=noop_extender.run)
+
+    pw = sub.add_parser("pod-watcher", help="watch every pod in JSON or protobuf, dropping the events "
+                                            "(bench scheduler's second-watcher setups)")
+    pod_watcher.add_arguments(pw)
+    pw.set_defaults(func=pod_watcher.run)
 
     chk = sub.add_parser("check-placements", help="independent feasibility check of a placements CSV")
     chk.add_argument("placements", type=Path)
