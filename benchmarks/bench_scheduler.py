@@ -14,8 +14,8 @@ from Go modules), one run, five setups side by side for each cluster size:
 - ``gpufrac fenced``: the same with ``--fence-namespace`` (as deploy runs its replicas): each
   bind first writes its claim to the node's ledger by compare-and-swap, a second write.
 
-Two more on request (``--setups``), not in the default run: ``no-op + JSON pod watch`` and
-``no-op + protobuf pod watch``, the no-op extender with ``benchmarks.pod_watcher`` watching
+Two more on request (``--setups``), not in the default run: ``no-op json watcher`` and
+``no-op protobuf watcher``, the no-op extender with ``benchmarks.pod_watcher`` watching
 every pod beside kube-scheduler: what a second pod watch costs the API server in each
 encoding (issue 55, item 1).
 
@@ -57,7 +57,7 @@ from harness.processes import LOOPBACK, free_port, start, wait_until
 
 SCHEDULER = "gpufrac-scheduler"
 SETUPS = ("no extender", "no-op extender", "no-op binder", "gpufrac", "gpufrac fenced")
-WATCHER_SETUPS = {"no-op + JSON pod watch": "json", "no-op + protobuf pod watch": "protobuf"}
+WATCHER_SETUPS = {"no-op json watcher": "json", "no-op protobuf watcher": "protobuf"}
 """The setups run only when named: the no-op extender with a second pod watch (``pod_watcher``)."""
 
 
