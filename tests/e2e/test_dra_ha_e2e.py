@@ -9,6 +9,8 @@ reach late. The fence and the claim book must never let them allocate one share 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from kubernetes import client
 
@@ -29,7 +31,7 @@ def start_pair(cl: Cluster, fence_ns: str, name: str, profile: str) -> tuple[Pro
     port = free_port()
     gpufrac = cl.cp.start_gpufrac(port, name=f"gpufrac-{name}", extra=[
         "--inventory-stale-after-s", "600", "--fence-namespace", fence_ns, "--allocate-claims",
-        "--log-level", "warning"])
+        "--log-level", "info"])  # each allocation logged: a violation names who allocated what
     sched = cl.cp.start_scheduler(f"http://{LOOPBACK}:{port}", name=f"kube-scheduler-{name}", qps=200,
                                   profile=profile, config=allocating_scheduler_config(cl.cp.workdir))
     return gpufrac, sched
@@ -78,7 +80,10 @@ def test_two_replicas_allocating_200_claims_at_once_never_overcommit(cluster: Cl
         assert "gpufrac.io/assigned-gpus" not in (pods[name].metadata.annotations or {})
     # Per GPU: claims' consumedCapacity plus annotation pods' shares <= 1000, replica slots kept.
     violations = check_invariants(cl.api, claims)
-    assert violations == [], violations
+    gpus = set(re.findall(r"GPU (\S+) on ", " ".join(violations)))
+    assert violations == [], [*violations, *(f"{g.name}: {line}" for g, _ in pairs
+                                            for line in g.log.read_text(errors="replace").splitlines()
+                                            if any(u in line for u in gpus))]
     logs = "".join(sched.log.read_text(errors="replace") for _, sched in pairs)
     print(f"\nclaims raced: {logs.count('another gpufrac instance bound there first')} binds refused by the fence, "
           f"{logs.count('claim watch has not shown allocated yet')} waiting for a claim watch")
