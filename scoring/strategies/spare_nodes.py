@@ -135,24 +135,43 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
 
 @dataclass(slots=True)
 class _Last:
-    """The last ``spare_need`` computed: for which state, at which version and shares."""
+    """The last ``spare_need`` computed: for which state, at which version and shares, and
+    the per-node counts it was computed from, at which row versions."""
 
     state: weakref.ref[ClusterState] | None = None
     key: tuple[object, ...] = ()
     need: SpareNeed = ()
+    row_version: NDArray[np.int64] | None = None
+    free_milli: NDArray[np.int64] | None = None
+    """Free share of each node's healthy GPUs, milli-GPU, shape (n_nodes,)."""
+    whole_free: NDArray[np.int64] | None = None
+    """Wholly free healthy GPUs of each node, shape (n_nodes,)."""
+
+
+def _node_free(state: ClusterState, rows: NDArray[np.int64] | slice) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Free share (milli) and wholly free GPUs of the healthy GPUs of the nodes ``rows``."""
+    healthy_free = np.where(state.gpu_healthy[rows], clip(state.gpu_free_milli[rows], 0, MILLI_PER_GPU), 0)
+    return healthy_free.sum(axis=1), (healthy_free >= MILLI_PER_GPU).sum(axis=1)
 
 
 def cluster_term(state: ClusterState, memo: Memo) -> SpareNeed:
     """``spare_need`` of the state's workload and free GPUs; kept in ``memo`` while the
-    state's version and the workload's shares stay (filter and prioritize of one pod)."""
+    state's version and the workload's shares stay (filter and prioritize of one pod). The
+    per-node counts are kept too and read again only for the nodes whose row moved
+    (``ClusterState.row_version``): a bind changes one node of thousands."""
     shares = state.workload.share_by_gpu_count()
     key = (state.version, tuple(sorted(shares.items())))
     last = memo.slot(NAME, _Last)
-    if last.state is None or last.state() is not state or last.key != key:
-        healthy_free = np.where(state.gpu_healthy, clip(state.gpu_free_milli, 0, MILLI_PER_GPU), 0)
-        whole_free = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
-        last.need = spare_need(shares, float(healthy_free.sum()), whole_free)
-        last.state, last.key = weakref.ref(state), key
+    same_state = last.state is not None and last.state() is state
+    if same_state and last.key == key:
+        return last.need
+    if not same_state or last.row_version is None or last.free_milli is None or last.whole_free is None:
+        last.free_milli, last.whole_free = _node_free(state, slice(None))
+    elif (moved := np.flatnonzero(last.row_version != state.row_version)).size:
+        last.free_milli[moved], last.whole_free[moved] = _node_free(state, moved)
+    last.row_version = state.row_version.copy()
+    last.need = spare_need(shares, float(last.free_milli.sum()), last.whole_free)
+    last.state, last.key = weakref.ref(state), key
     return last.need
 
 
