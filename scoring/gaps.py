@@ -68,6 +68,8 @@ class GapMemo:
     joint_solved : dict
         The last joint prices per GPUs by kind, with the class shares they were solved for
         (kept while the shares move by ``JOINT_DRIFT`` or less).
+    restricted_for, restricted : tuple or None, bool
+        The last workload and memory by kind ``restricted`` was asked about, and its answer.
     """
 
     tasks: TaskTypes | None = None
@@ -75,6 +77,8 @@ class GapMemo:
     joint_tasks: TaskTypes | None = None
     by_kinds: dict[tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]], GapTables] = field(default_factory=dict)
     joint_solved: dict[tuple[int, ...], tuple[dict[tuple[int, int], float], GapTables]] = field(default_factory=dict)
+    restricted_for: tuple[TaskTypes, tuple[int, ...]] | None = None
+    restricted: bool = False
 
 
 MEMO_SLOT = "gaps"
@@ -167,7 +171,12 @@ def model_waste(ctx: FitContext) -> GapTables:
     tasks = ctx.tasks
     assert tasks is not None
     memo = ctx.memo.slot(MEMO_SLOT, GapMemo)
-    if not ctx.gpus_by_kind or not restricted(tasks, ctx.memory_by_kind):
+    if ctx.gpus_by_kind and (memo.restricted_for is None or memo.restricted_for[0] is not tasks
+                             or memo.restricted_for[1] != ctx.memory_by_kind):
+        # The workload's demand classes are walked once per workload (the incremental
+        # scorer's terms stay one object between refreshes), not at every evaluation.
+        memo.restricted_for, memo.restricted = (tasks, ctx.memory_by_kind), restricted(tasks, ctx.memory_by_kind)
+    if not ctx.gpus_by_kind or not memo.restricted:
         return (gap_waste(tasks, sum(ctx.gpus_by_model), memo),)
     return joint_gap_waste(tasks, ctx.gpus_by_kind, memo, ctx.memory_by_kind)
 

@@ -311,3 +311,24 @@ def tasks_of(ctx: FitContext) -> TaskTypes:
     """The context's learned workload (these tests place pods first, so there is one)."""
     assert ctx.tasks is not None
     return ctx.tasks
+
+
+def test_whether_the_workload_is_restricted_is_asked_again_when_the_workload_changes() -> None:
+    # One memo over three evaluations: any-model workload (one price table), a workload with
+    # a T4-only pod (a table per GPU kind), the first again (one table): the memo's answer
+    # follows the workload object, never the last one's.
+    from scoring.memo import Memo
+
+    st = ClusterState.from_nodes([gpu_node("a", 2), gpu_node("b", 2, model="V100M32", memory_mib=32768)])
+    t4_only = model_mask(frozenset({st.models.index("T4")}))
+    free = WorkloadModel()
+    free.add((1, 500, 1000, 1024, -1, 0), 1)
+    some = WorkloadModel()
+    some.add((1, 500, 1000, 1024, -1, 0), 1)
+    some.add((1, 1000, 1000, 1024, t4_only, 0), 1)
+    memo = Memo()
+    ctx = fit(st, PodRequest(1, 500, gpu_memory_mib=0), np.arange(2), memo=memo)
+    any_model, one_model = free.task_types(), some.task_types()
+    assert any_model is not None and one_model is not None
+    tables = [len(gaps.model_waste(replace(ctx, tasks=t))) for t in (any_model, one_model, any_model)]
+    assert tables == [1, len(ctx.gpus_by_kind) + 1, 1]
