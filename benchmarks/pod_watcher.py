@@ -2,7 +2,7 @@
 
 Issue 55, item 1: gpufrac watches every pod in JSON while kube-scheduler's informer watches
 them in protobuf. ``bench_scheduler`` runs this watcher beside the no-op extender
-("no-op + JSON pod watch", "no-op + protobuf pod watch") so that the API server's CPU per
+("no-op json watcher", "no-op protobuf watcher") so that the API server's CPU per
 bound pod, against the no-op alone, is what a watcher costs it in each encoding. The events
 are read and dropped (their decoding is the watcher's own CPU, not measured here).
 

@@ -76,7 +76,7 @@ class Evaluator:
         self._memo = _Memo(ledger.generation, intent, request, cand, result)
         return result
 
-    def on_node(self, state: ClusterState, request: PodRequest, row: int, generation: int | None = None) -> Evaluation:
+    def on_node(self, state: ClusterState, request: PodRequest, row: int, generation: int) -> Evaluation:
         """The pod on one node (bind's re-check, GPUs chosen): the last evaluation's row when
         it scored the same request there and nothing changed since (``generation``, the
         ledger's now), else evaluated anew."""
