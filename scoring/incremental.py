@@ -8,6 +8,13 @@ pod's shape), the ``Evaluation`` of every row together with the ``ClusterState.r
 it was computed at, and answers a later pod of the same shape by recomputing only the rows
 whose version moved since (between two pods, the node the first one was bound to).
 
+Rows of equal content get equal evaluations (``scoring.row_contents``): an entry keeps the
+evaluation of up to ``BANK_CONTENTS`` contents it has seen, and of the rows it brings
+current, or of a full evaluation, scores one row per content not kept, copying the others.
+On a cluster of alike nodes (nodes fill through the same contents, a fresh cluster is one
+content) most rescored rows are copies; skipped for a QoS class whose weighted strategies
+read which row they score (``Scorer.reads_row``).
+
 The cluster-wide terms move with every pod (the workload counts the pods placed and
 waiting). The kept rows are scored with the terms frozen when they were computed, and the
 whole store is dropped (one full evaluation per shape) when the current terms have drifted
@@ -32,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,6 +49,7 @@ from scoring.fragmentation import TaskTypes, total_variation
 from scoring.memo import Memo
 from scoring.registry import STRATEGIES, Term
 from scoring.request import PodRequest
+from scoring.row_contents import RowContents
 from scoring.scorer import Evaluation, Scorer
 from scoring.state import ClusterState
 
@@ -186,6 +194,56 @@ def _splice(ev: Evaluation, rows: NDArray[np.int64], part: Evaluation, copy: boo
                       put(ev.tie_rank, part.tie_rank), tie_band=part.tie_band)
 
 
+BANK_CONTENTS = 256
+"""Row contents whose evaluation an entry keeps (``_Bank``); when full it starts anew."""
+
+
+class _Bank:
+    """The evaluation of one shape for up to ``BANK_CONTENTS`` row contents, by content id."""
+
+    __slots__ = ("arrays", "epoch", "slot", "tie_band")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.slot: dict[int, int] = {}
+        self.arrays: list[NDArray[Any]] = []
+        self.tie_band = 0.0
+
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.arrays)
+
+    def clear(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.slot.clear()
+
+    def put(self, ids: NDArray[np.int64], part: Evaluation) -> bool:
+        """Keep ``part``'s rows as the evaluations of contents ``ids`` (what fits); whether
+        the bank grew."""
+        if len(self.slot) + ids.shape[0] > BANK_CONTENTS:
+            self.slot.clear()
+        n = min(int(ids.shape[0]), BANK_CONTENTS)
+        at = len(self.slot)
+        room = int(self.arrays[0].shape[0]) if self.arrays else 0
+        grew = at + n > room
+        if grew:  # by doubling, up to BANK_CONTENTS
+            size = min(BANK_CONTENTS, max(at + n, 2 * room, 8))
+            fresh = [np.zeros((size, *getattr(part, f).shape[1:]), dtype=getattr(part, f).dtype) for f in _ARRAYS]
+            for new, kept in zip(fresh, self.arrays, strict=False):
+                new[:at] = kept[:at]
+            self.arrays = fresh
+        for kept, f in zip(self.arrays, _ARRAYS, strict=True):
+            kept[at:at + n] = getattr(part, f)[:n]
+        self.slot.update(zip(ids[:n].tolist(), range(at, at + n), strict=True))
+        self.tie_band = part.tie_band
+        return grew
+
+
+def _assembled(request: PodRequest, rows: NDArray[np.int64], arrays: list[NDArray[Any]], tie_band: float) -> Evaluation:
+    """An evaluation of ``rows`` from its ``_ARRAYS`` fields, in that order."""
+    fits, reason, score, cols, mem, mem_max, rank = arrays
+    return Evaluation(request, rows, fits, reason, score, cols, mem, mem_max, rank, tie_band=tie_band)
+
+
 @dataclass(slots=True)
 class _Entry:
     evaluation: Evaluation
@@ -193,6 +251,8 @@ class _Entry:
     nbytes: int
     shared: bool = False
     """The evaluation's arrays were handed out: copy them before the next splice."""
+    bank: _Bank | None = None
+    """Evaluations by row content (None: the shape's strategies read which row they score)."""
 
 
 @dataclass(slots=True)
@@ -203,9 +263,12 @@ class IncrementalStats:
     ----------
     evaluations : int
     full : int
-        Evaluations that scored every row (a new shape, a new state, or drifted terms).
+        Evaluations that brought every row (a new shape, a new state, or drifted terms).
     rows_rescored : int
-        Rows rescored by the other evaluations (those whose version moved).
+        Rows brought current by the other evaluations (those whose version moved).
+    rows_copied : int
+        Rows of either kind not scored but copied from a row of the same content
+        (``scoring.row_contents``).
     term_refreshes : int
         Times the cluster-wide terms drifted past the tolerance and every entry was dropped.
     """
@@ -213,6 +276,7 @@ class IncrementalStats:
     evaluations: int = 0
     full: int = 0
     rows_rescored: int = 0
+    rows_copied: int = 0
     term_refreshes: int = 0
 
 
@@ -247,6 +311,7 @@ class IncrementalScorer:
     _bytes: int = field(default=0, repr=False)
     memo: Memo = field(default_factory=Memo, repr=False)
     """What the strategies keep between this scorer's evaluations (``scoring.memo``)."""
+    _contents: RowContents = field(default_factory=RowContents, repr=False)
 
     def evaluate(self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Evaluation:
         """As ``Scorer.evaluate(state, request, rows)``, with the kept rows' cluster terms.
@@ -284,26 +349,68 @@ class IncrementalScorer:
 
     def _current(self, state: ClusterState, request: PodRequest) -> _Entry:
         """The entry of ``request``, brought to the state's row versions."""
-        assert self._terms is not None
         entry = self._entries.get(request)
         if entry is None:
             self.stats.full += 1
-            ev = self.scorer.evaluate(state, request, np.arange(state.n_nodes, dtype=np.int64), self._terms,
-                                      self.memo)
+            bank = None if self.scorer.reads_row(request.qos) else _Bank(self._contents.epoch)
+            ev, _ = self._evaluate(state, request, np.arange(state.n_nodes, dtype=np.int64), bank)
             ev = replace(ev, context=None)  # the context is the bulk of the memory; the verbs do not read it
-            entry = _Entry(ev, state.row_version.copy(), _nbytes(ev))
+            entry = _Entry(ev, state.row_version.copy(), 0, bank=bank)
             self._entries[request] = entry
-            self._bytes += entry.nbytes
-            while self._bytes > self.max_bytes and len(self._entries) > 1:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.nbytes
+            self._charge(entry)
             return entry
         self._entries.move_to_end(request)
         stale = np.flatnonzero(entry.versions != state.row_version)
         if stale.size:
             self.stats.rows_rescored += int(stale.size)
-            part = self.scorer.evaluate(state, request, stale, self._terms, self.memo)
+            part, grew = self._evaluate(state, request, stale, entry.bank)
             entry.evaluation = _splice(entry.evaluation, stale, part, copy=entry.shared)
             entry.versions[stale] = state.row_version[stale]
             entry.shared = False
+            if grew:
+                self._charge(entry)
         return entry
+
+    def _evaluate(self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
+                  bank: _Bank | None) -> tuple[Evaluation, bool]:
+        """``rows`` evaluated with the frozen terms, one row per content not in ``bank``
+        (which keeps the new ones); and whether the bank grew."""
+        assert self._terms is not None
+        if bank is None:
+            return self.scorer.evaluate(state, request, rows, self._terms, self.memo), False
+        ids = self._contents.ids(state, rows)
+        if bank.epoch != self._contents.epoch:
+            bank.clear(self._contents.epoch)
+        ids_list = ids.tolist()
+        slots = np.array([bank.slot.get(i, -1) for i in ids_list], dtype=np.int64)
+        missed = np.flatnonzero(slots < 0)
+        m = rows.shape[0]
+        if missed.size == 0:
+            self.stats.rows_copied += m
+            return _assembled(request, rows, [kept[slots] for kept in bank.arrays], bank.tie_band), False
+        if missed.size == m and len(set(ids_list)) == m:  # every row a content of its own, none kept
+            part = self.scorer.evaluate(state, request, rows, self._terms, self.memo)
+            return part, bank.put(ids, part)
+        new, first, inverse = np.unique(ids[missed], return_index=True, return_inverse=True)
+        part = self.scorer.evaluate(state, request, rows[missed[first]], self._terms, self.memo)
+        self.stats.rows_copied += m - int(new.shape[0])
+        hit = np.flatnonzero(slots >= 0)
+        whole = []
+        for i, f in enumerate(_ARRAYS):
+            scored = getattr(part, f)
+            out = np.empty((m, *scored.shape[1:]), dtype=scored.dtype)
+            out[missed] = scored[inverse.reshape(-1)]
+            if hit.size:
+                out[hit] = bank.arrays[i][slots[hit]]
+            whole.append(out)
+        grew = bank.put(new, part)
+        return _assembled(request, rows, whole, part.tie_band), grew
+
+    def _charge(self, entry: _Entry) -> None:
+        """Count ``entry``'s bytes anew and drop the least recently used entries past ``max_bytes``."""
+        size = _nbytes(entry.evaluation) + (entry.bank.nbytes() if entry.bank is not None else 0)
+        self._bytes += size - entry.nbytes
+        entry.nbytes = size
+        while self._bytes > self.max_bytes and len(self._entries) > 1:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes

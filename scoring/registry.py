@@ -53,6 +53,9 @@ class Strategy:
     gain: GainFn | None = None
     """``weight_gain(terms)``: a factor in [0, 1] on the strategy's weight, read from the
     cluster-wide terms; None: the weight as configured."""
+    reads_row: bool = False
+    """Its scores read which row they score (``ctx.rows``), not only the row's content: rows
+    of equal content may score differently (``scoring.row_contents``)."""
 
 
 def _strategy(module: types.ModuleType) -> Strategy:
@@ -81,7 +84,8 @@ def _strategy(module: types.ModuleType) -> Strategy:
     if gain is not None and term is None:
         raise TypeError(f"{module.__name__}: weight_gain reads the strategy's own TERM; declare one")
     return Strategy(name, gpu_score, node_score,
-                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)), term, gain)
+                    bool(getattr(module, "ONE_GPU_NODE_SCORE_IS_GPU_SCORE", False)), term, gain,
+                    bool(getattr(module, "READS_ROW", False)))
 
 
 def _registry(found: list[types.ModuleType]) -> dict[str, Strategy]:

@@ -284,6 +284,11 @@ class Scorer:
         memo = memo if memo is not None else Memo()
         return replace(base, strategy_terms=MappingProxyType({t.name: t.compute(state, memo) for t in self.terms}))
 
+    def reads_row(self, qos: QoSClass) -> bool:
+        """Whether a weighted strategy of ``qos`` reads which row it scores (``Strategy.reads_row``):
+        then rows of equal content may score differently for its pods."""
+        return any(strat.reads_row for strat, _ in self._plans[qos])
+
     def weights(self, qos: QoSClass) -> dict[str, float]:
         """Effective weights for pods of one QoS class."""
         return {s.name: w for s, w in self._plans[qos]}

@@ -10,6 +10,9 @@ score with the pod on that GPU alone. Both functions read the ``FitContext`` of 
 rows and nothing else, so a row's terms depend on that row's state alone; what a strategy
 keeps between evaluations to compute faster (never to answer differently, except where its
 notes say so) is in ``ctx.memo`` under its ``NAME`` (``scoring.memo``), never in a module global.
+A strategy whose scores read which row they score (``ctx.rows``), not only what the row
+holds, sets ``READS_ROW = True`` (``random_fit``); for every other, rows of equal content
+score the same (``scoring.row_contents``).
 
 A strategy that reads a cluster-wide quantity declares it as its own term: ``TERM`` (its
 name, also the key of its bound in ``scoring.incremental.Tolerance`` and the admin config's

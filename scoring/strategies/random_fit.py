@@ -25,6 +25,9 @@ from scoring.fit import FitContext
 
 NAME = "random_fit"
 
+READS_ROW = True
+"""The draws mix in the row: two nodes of equal content draw differently."""
+
 node_score = None
 """The node scores the mean of its chosen GPUs' draws."""
 

@@ -234,3 +234,58 @@ def test_many_shapes_on_a_small_cluster_stay_within_the_budget() -> None:
     for cpu in range(200):
         inc.evaluate(st, PodRequest(1, 250, cpu_milli=cpu), rows)
     assert inc._bytes <= 100 * 1024 and 30 <= len(inc._entries) <= 50
+
+
+def same_ranks(a: Evaluation, b: Evaluation) -> bool:
+    return same(a, b) and np.array_equal(a.tie_rank, b.tie_rank) and a.tie_band == b.tie_band
+
+
+@pytest.mark.parametrize("preset", ["default", "balance"])
+@pytest.mark.parametrize("exact", [True, False])
+def test_rows_of_one_content_are_scored_once_and_answer_as_scored(rng: np.random.Generator, preset: str,
+                                                                  exact: bool) -> None:
+    # Thirty alike nodes fill through the same contents: the incremental scorer copies the
+    # evaluation of a content it has scored, and every answer is still the full recomputation's
+    # (exact: every evaluation a full pass; else the rows that moved, with the first terms).
+    scorer = build_scorer(PRESETS[preset])
+    inc = IncrementalScorer(scorer, EXACT if exact else tol(1.0, 1e9, 1.0))
+    st = ClusterState.from_nodes([gpu_node(f"n{i:02d}", 4) for i in range(30)])
+    place(st, scorer.evaluate(st, MENU[1], np.arange(st.n_nodes)), 0)
+    frozen = scorer.cluster_terms(st)
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    for step in range(150):
+        req = MENU[int(rng.integers(3))] if step % 10 else MENU[3]
+        got = inc.evaluate(st, req, rows)
+        assert same_ranks(got, scorer.evaluate(st, req, rows, None if exact else frozen)), step
+        if got.best() >= 0:
+            place(st, got, got.best())
+    scored = inc.stats.full * st.n_nodes + inc.stats.rows_rescored - inc.stats.rows_copied
+    assert scored < 0.5 * (inc.stats.full * st.n_nodes + inc.stats.rows_rescored)
+
+
+def test_strategies_that_read_the_row_are_never_copied(rng: np.random.Generator) -> None:
+    scorer = build_scorer(PRESETS["random"])
+    assert scorer.reads_row(QoSClass.BURSTABLE)
+    assert not build_scorer(PRESETS["default"]).reads_row(QoSClass.BURSTABLE)
+    inc = IncrementalScorer(scorer, EXACT)
+    st = ClusterState.from_nodes([gpu_node(f"n{i:02d}", 4) for i in range(10)])
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    for step in range(30):
+        got = inc.evaluate(st, MENU[0], rows)
+        assert same_ranks(got, scorer.evaluate(st, MENU[0], rows)), step
+        place(st, got, got.best())
+    assert inc.stats.rows_copied == 0
+
+
+def test_content_banks_count_in_the_budget() -> None:
+    # A bank grows with the contents its shape has seen; its bytes are the entry's.
+    scorer = build_scorer(PRESETS["default"])
+    inc = IncrementalScorer(scorer)
+    st = cluster()
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    for _ in range(12):
+        ev = inc.evaluate(st, MENU[0], rows)
+        place(st, ev, ev.best())
+    entry = inc._entries[MENU[0]]
+    assert entry.bank is not None and entry.bank.nbytes() > 0
+    assert inc._bytes == sum(e.nbytes for e in inc._entries.values()) >= entry.bank.nbytes()
