@@ -229,6 +229,8 @@ class WorkloadModel:
         self._view_cache: _Counted | None = None
         self._cached: TaskTypes | None = None
         self._dirty = False
+        self._net: dict[TaskKey, int] | None = None
+        """Net ``add`` per type since ``_cached`` was computed (None: something else changed)."""
 
     # -- what is counted ---------------------------------------------------------------------
 
@@ -236,13 +238,18 @@ class WorkloadModel:
         """Count (``sign=1``) or uncount (``sign=-1``) one pod of type ``key`` placed or
         waiting (``pending``: a waiting pod, which the arrival mix counts as well)."""
         k, share = key[0], min(key[1], MILLI_PER_GPU)
+        if self._net is not None:  # a pod moving from waiting to placed nets to nothing
+            if self._counts.get(key, 0) + sign < 0 or self._observed + sign < 0:
+                self._net = None
+            else:
+                self._net[key] = self._net.get(key, 0) + sign
         _bump(self._counts, key, sign)
         _bump(self._share_by_gpus, k, sign * k * share)
         _bump(self._demand, (k, share, key[4], demand_memory_mib(key[5])), sign)
         self._observed = max(0, self._observed + sign)
         if pending:
             _bump(self._pending, key, sign)
-        self._changed(running=True)
+        self._changed(running=True, counted=True)
 
     def arrive(self, key: TaskKey) -> None:
         """A GPU pod of type ``key`` seen for the first time (``ArrivalHistory.arrive``)."""
@@ -263,12 +270,14 @@ class WorkloadModel:
         """GPU share the waiting GPU pods ask for together, milli-GPU (``add(..., pending=True)``)."""
         return sum(n * key[0] * min(key[1], MILLI_PER_GPU) for key, n in self._pending.items())
 
-    def _changed(self, running: bool) -> None:
+    def _changed(self, running: bool, counted: bool = False) -> None:
         if running or self._learning.learn_from == "arrivals":
             self._prior_counts = None
             self._whole_node_seen = None
             self._view_cache = None
             self._dirty = True
+            if not counted or self._learning.learn_from != "running":
+                self._net = None
 
     def _view(self) -> _Counted:
         """The counted pods of ``Learning.learn_from``, in count units (kept until a change)."""
@@ -324,7 +333,7 @@ class WorkloadModel:
         if prior != self._prior or shapes != self._prior_shapes:
             self._prior, self._prior_shapes = prior, shapes
             self._prior_counts = None
-            self._dirty = True
+            self._dirty, self._net = True, None
 
     @property
     def prior(self) -> ShapePrior:
@@ -377,8 +386,10 @@ class WorkloadModel:
 
     def task_types(self) -> TaskTypes | None:
         """The distribution (None while no GPU pod is counted and the prior adds none)."""
+        if self._dirty and self._net is not None and not any(self._net.values()):
+            self._dirty, self._net = False, {}  # the running counts are what they were: the same object
         if self._dirty:
-            self._dirty = False
+            self._dirty, self._net = False, {}
             view = self._view()
             top = sorted(view.counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
             merged = dict(top)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from scoring.arrivals import ARRIVAL_UNITS, Learning, TaskKey
+from scoring.fragmentation import TaskTypes
 from scoring.request import ANY_MODEL_MASK
 from scoring.state import ClusterState
 from scoring.workload import NO_PRIOR, WorkloadModel
@@ -117,3 +119,54 @@ def test_learning_validation() -> None:
         Learning("survivors")
     with pytest.raises(ValueError, match="half_life_pods"):
         Learning("arrivals", 0)
+
+
+def same_types(a: TaskTypes | None, b: TaskTypes | None) -> bool:
+    assert a is not None and b is not None
+    return a.demand == b.demand and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in (
+        "gpu_count", "gpu_milli", "cpu_milli", "memory_mib", "count"))
+
+
+def test_a_pod_placed_from_waiting_keeps_the_running_task_types_object() -> None:
+    # Between two filters the extender moves the bound pod from waiting to placed: the counts
+    # net to nothing, so the task types are the same object (the incremental scorer's terms
+    # and the strategies' memos stay valid) and not computed again.
+    wl = model(Learning("running", 64))
+    for _ in range(3):
+        wl.add(SHORT, 1, pending=True)
+    wl.add(LONG, 1)
+    first = wl.task_types()
+    wl.add(SHORT, -1, pending=True)
+    wl.add(SHORT, 1)
+    assert wl.task_types() is first
+    wl.add(LONG, -1)  # a real change: computed anew
+    second = wl.task_types()
+    assert second is not first and not same_types(second, first)
+    wl.add(LONG, 1)
+    wl.add(LONG, -1)  # back and forth: nothing netted
+    assert wl.task_types() is second
+
+
+def test_an_uncount_below_zero_is_not_read_as_netting_to_nothing() -> None:
+    # Uncounting a type never counted is clamped to nothing; counting it afterwards is a change.
+    wl = model(Learning("running", 64))
+    wl.add(LONG, 1)
+    first = wl.task_types()
+    wl.add(SHORT, -1)
+    wl.add(SHORT, 1)
+    fresh = model(Learning("running", 64))
+    fresh.add(LONG, 1)
+    fresh.add(SHORT, 1)
+    got = wl.task_types()
+    assert got is not first and same_types(got, fresh.task_types())
+
+
+def test_the_arrival_mix_is_computed_anew_on_every_count() -> None:
+    # Learning from arrivals reads the waiting pods too: moving one to placed is a change there.
+    wl = model(Learning("arrivals", 64))
+    wl.arrive(SHORT)
+    wl.add(SHORT, 1, pending=True)
+    first = wl.task_types()
+    wl.add(SHORT, -1, pending=True)
+    wl.add(SHORT, 1)
+    assert wl.task_types() is not first
