@@ -217,6 +217,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.ready = lambda: False
     app.state.ready_detail = dict
     app.state.binder = binder
+    app.state.hold_on_receipt = kube_binder.hold_on_receipt if sync is not None else None
     app.state.claim_refusals = app.state.claim_shape = None
     if sync is not None and settings.allocate_claims:
         placement = ClaimPlacement(sync.resource_claims)

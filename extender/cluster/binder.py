@@ -11,6 +11,7 @@ write (group commit).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -144,10 +145,8 @@ class KubeBinder:
         rec = self._hold(uid, namespace, name, node)
         alloc = rec.allocation
         assert alloc is not None
-        # The Binding runs outside the node lock: the share is already held (and claimed),
-        # and binds of other pods to the same node proceed in parallel.
-        record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli,
-                                                  alloc.gpu_memory_mib, self._now())
+        # Outside the node lock: the share is held (and claimed); other binds to the node go on.
+        record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli, alloc.gpu_memory_mib, self._now())
         try:
             self._create_binding(uid, namespace, name, node, record)
         except ApiException as exc:
@@ -156,6 +155,15 @@ class KubeBinder:
             self._cache.forget(uid)
             raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
                             f"{exc.status} {exc.reason}") from None
+
+    def hold_on_receipt(self, uid: str, namespace: str, name: str, node: str) -> None:
+        """``bind``'s hold, taken on the caller's thread as the bind arrives (unfenced, a pod the cache
+        knows, no ResourceClaims: no API call); ``bind`` in its worker then finds the pod held
+        there (``GpuCache.assume``), and answers any refusal itself."""
+        intent = self._cache.pod_intent(uid)
+        if self.fence is None and intent is not None and not (self.claims is not None and intent.resource_claims):
+            with contextlib.suppress(BindError):
+                self._hold(uid, namespace, name, node)
 
     def _hold(self, uid: str, namespace: str, name: str, node: str, shape: PodIntent | None = None) -> PodRecord:
         """Choose the pod's GPUs on ``node`` and hold them (``GpuCache.assume``; ``shape``: what
@@ -279,8 +287,7 @@ class KubeBinder:
         return rv is not None and rv >= ledger.watermark
 
     def _shown_bound(self, claim: Claim) -> int | None:
-        """The pod-event revision at which the pod watch showed ``claim`` bound as claimed;
-        None while it has not (the claim stays in the ledger)."""
+        """The pod-event revision the pod watch showed ``claim`` bound at; None while not (it stays)."""
         rv = self.bound_rv(claim.uid)
         if rv is None or not self._cache.shows_bound(claim.uid, claim.node, claim.gpu_uuids):
             return None
@@ -313,8 +320,7 @@ class KubeBinder:
         return ledger, self._claimed(ledger)
 
     def _claimed(self, ledger: ClaimLedger) -> list[ClaimedAllocation]:
-        """The live claims of ``ledger`` made by other instances (ours are held by our own
-        assume, or were given back when their Binding failed)."""
+        """The live claims of ``ledger`` by other instances (ours are held by our own assume)."""
         fence = self.fence
         assert fence is not None
         return [c.counted(left) for c, left in fence.live(ledger)
@@ -418,11 +424,9 @@ class KubeBinder:
 
     def _create_binding(self, uid: str, namespace: str, name: str, node: str,
                         annotations: Mapping[str, str]) -> None:
-        # One call, atomic: the API server copies a Binding's annotations onto the pod in
-        # the same write that sets spec.nodeName (BindingREST.setPodNodeAndMetadata in
-        # pkg/registry/core/pod/storage/storage.go). A pod is never bound without its
-        # allocation record, nor annotated without being bound, so a failure leaves nothing
-        # to undo in the API. metadata.uid makes it fail rather than bind a recreated pod.
+        # One atomic call: the API server copies a Binding's annotations onto the pod in the write
+        # that sets spec.nodeName (BindingREST.setPodNodeAndMetadata, pkg/registry/core/pod/storage):
+        # a failure leaves nothing to undo. metadata.uid fails it rather than bind a recreated pod.
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": namespace, "uid": uid,
                              "annotations": dict(annotations)},

@@ -14,7 +14,11 @@ costs 400-500 us of CPU per call on this machine, more than a 50-node ``filter``
 ``INLINE_MAX_CANDIDATES`` nodes run on the event loop (a few milliseconds at most, even for
 a shape never seen, which scores every row), larger ones and every ``bind`` and ``preempt``
 (API calls) in a worker thread, so ``/healthz`` and ``/metrics`` still answer while a
-large verb is busy.
+large verb is busy. A cluster-mode ``bind`` holds the pod's GPUs on the event loop first
+(``KubeBinder.hold_on_receipt``, no API call), as the request arrives: kube-scheduler sends
+the next pod's ``filter`` while this pod's bind is in flight, and a worker thread may wait
+milliseconds for the GIL, so a filter answered in between would choose from a node that no
+longer has the room (decision record 0026).
 
 Until the cache has listed every node and pod (``/readyz``: cluster mode's first full sync)
 the verbs refuse to decide: between the node list and the pod list every GPU would look
@@ -137,6 +141,9 @@ async def bind_verb(state: Any, raw: bytes) -> Answer:
         if not state.ready():
             metrics.binds.labels("error").inc()
             return 200, {"Error": NOT_READY}
+        hold = getattr(state, "hold_on_receipt", None)
+        if hold is not None:  # held now: a filter answered before the worker runs counts it
+            hold(args.PodUID, args.PodNamespace, args.PodName, args.Node)
         reply = await to_thread.run_sync(bind, state.binder, args)
         metrics.binds.labels(reply.result).inc()
         return reply.status, reply.body

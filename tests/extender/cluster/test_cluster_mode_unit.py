@@ -264,6 +264,47 @@ def test_bind_writes_the_allocation_record_with_the_binding() -> None:
     assert c.summary()["gpu_allocated_milli"] == 500
 
 
+def test_a_bind_holds_the_share_as_it_arrives_so_the_next_filter_counts_it() -> None:
+    # kube-scheduler sends the next pod's filter while this pod's bind waits for its worker:
+    # the hold taken on receipt makes that filter choose from what is left (issue 55: without
+    # it, 32 binds of each 50-node fill were refused at bind and retried).
+    c = cache_with(gpu_node("n1", 1), gpu_node("n2", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.75"})
+    b = pending(c, "b", annotations={ann.FRACTION: "0.5"})
+    api = FakeApi()
+    binder = KubeBinder(api, c, 60, now=lambda: NOW)
+    assert c.evaluate(b, ["n1", "n2"]).evaluation.node_fits.all()
+    binder.hold_on_receipt("uid-a", "default", "a", "n1")
+    assert c.summary()["gpu_allocated_milli"] == 750 and api.bindings == []
+    assert c.evaluate(b, ["n1", "n2"]).evaluation.node_fits.tolist() == [False, True]
+    binder.bind("uid-a", "default", "a", "n1")  # finds the hold: one Binding, the same GPU, counted once
+    assert api.bindings == [("n1", allocation_annotations(["GPU-n1-0"], 750, [12288], NOW))]
+    assert c.summary()["gpu_allocated_milli"] == 750
+
+
+def test_a_hold_on_receipt_that_cannot_be_taken_leaves_the_refusal_to_bind() -> None:
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.75"})
+    pending(c, "b", annotations={ann.FRACTION: "0.5"})
+    binder = KubeBinder(FakeApi(), c, 60)
+    binder.hold_on_receipt("uid-a", "default", "a", "n1")
+    binder.hold_on_receipt("uid-b", "default", "b", "n1")  # does not fit: nothing held, nothing raised
+    binder.hold_on_receipt("uid-x", "default", "x", "n1")  # unknown pod: bind reads it from the API
+    assert c.summary()["gpu_allocated_milli"] == 750
+    with pytest.raises(BindError, match="insufficient GPU share"):
+        binder.bind("uid-b", "default", "b", "n1")
+
+
+def test_a_fenced_bind_holds_nothing_before_its_group_commit() -> None:
+    # The fence assumes each pod against one ledger version in its node's group commit.
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    binder = KubeBinder(FakeApi(), c, 60)
+    binder.fence = object()  # type: ignore[assignment]
+    binder.hold_on_receipt("uid-a", "default", "a", "n1")
+    assert c.summary()["gpu_allocated_milli"] == 0
+
+
 def test_binding_failure_gives_the_share_back() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
