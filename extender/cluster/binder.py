@@ -19,18 +19,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
 from extender.cluster.claim_allocator import ClaimBinding, shaped
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
+from extender.cluster.pod_api import bound_there, create_binding, read_pod
 from extender.fence import Claim, ClaimFence, ClaimLedger, FenceConflict
-from podspec.kubeio import core_path, response_json, write_json
-from podspec.pods import PodIntent, allocation_annotations, pod_intent
+from podspec.pods import PodIntent, allocation_annotations
 
 log = logging.getLogger(__name__)
+
+MAX_RECEIVED = 4096
+"""Fenced binds held on receipt and not yet in a group commit that are remembered (bounded:
+the ``bind`` of each is normally milliseconds behind)."""
 
 
 @dataclass(eq=False)
@@ -48,13 +51,15 @@ class _Queued:
 
 class _NodeGroup:
     """A node's group commit: binds queued for the next claim write, and whether one is
-    being written (``cond`` guards both and is the node's lock for fenced binds)."""
+    being written (``cond`` guards both and is the node's lock for fenced binds); ``reading``
+    is held around reading the node's ledger before the commit."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.queue: list[_Queued] = []
         self.writing = False
+        self.reading = threading.Lock()
 
 
 class KubeBinder:
@@ -87,6 +92,7 @@ class KubeBinder:
         self._groups_guard = threading.Lock()
         self._absent: dict[str, float] = {}
         self._groups: dict[str, _NodeGroup] = {}
+        self._received: dict[str, str] = {}  # fenced: pod UID -> node it was held on by hold_on_receipt
         # The pod watch's progress (set by ClusterSync): fenced binds wait for a ledger's
         # watermark, and drop claims of pods it shows bound (extender.fence).
         self.pods_rv: Callable[[], int | None] = lambda: None
@@ -100,30 +106,10 @@ class KubeBinder:
         return self._group(node).lock
 
     def _ensure_known(self, uid: str, namespace: str, name: str) -> None:
-        """Bind may come before the pod watch delivered the pod: read it once.
-
-        Raises
-        ------
-        BindError
-            The pod cannot be read, is not the pod ``uid`` (recreated), or does not parse.
-        """
-        if self._cache.pod_intent(uid) is not None:
-            return
-        try:
-            obj = response_json(self._api.read_namespaced_pod(name, namespace, _preload_content=False,
-                                                               _request_timeout=self._timeout_s))
-        except ApiException as exc:
-            raise BindError(f"gpufrac: reading pod {namespace}/{name}: {exc.status} {exc.reason}") from None
-        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
-            raise BindError(f"gpufrac: reading pod {namespace}/{name}: {type(exc).__name__}") from None
-        meta = obj.get("metadata")
-        if not isinstance(meta, Mapping) or meta.get("uid") != uid:
-            raise BindError(f"gpufrac: pod {namespace}/{name} has another UID than {uid} (recreated)")
-        try:
-            intent = pod_intent(obj)
-        except ValueError as exc:
-            raise BindError(f"gpufrac: pod {namespace}/{name}: {exc}") from None
-        self._cache.apply_pod_event("ADDED", intent)
+        """Bind may come before the pod watch delivered the pod: read it once
+        (``pod_api.read_pod``; its ``BindError``)."""
+        if self._cache.pod_intent(uid) is None:
+            read_pod(self._api, self._cache, uid, namespace, name, self._timeout_s)
 
     def bind(self, uid: str, namespace: str, name: str, node: str) -> None:
         """Bind one pod to ``node`` with the GPUs gpufrac chooses there.
@@ -157,13 +143,21 @@ class KubeBinder:
                             f"{exc.status} {exc.reason}") from None
 
     def hold_on_receipt(self, uid: str, namespace: str, name: str, node: str) -> None:
-        """``bind``'s hold, taken on the caller's thread as the bind arrives (unfenced, a pod the cache
-        knows, no ResourceClaims: no API call); ``bind`` in its worker then finds the pod held
-        there (``GpuCache.assume``), and answers any refusal itself."""
+        """``bind``'s hold, taken on the caller's thread as the bind arrives (a pod the cache
+        knows, no ResourceClaims: no API call), so that filters answered before ``bind`` runs
+        in its worker count it. Unfenced, ``bind`` finds it held (``GpuCache.assume``). Fenced,
+        it was chosen without the node's ledger: the group commit gives it back and chooses
+        again against the ledger (``_commit_group``), so it never reaches a claim. A refusal
+        is left to ``bind`` to answer."""
         intent = self._cache.pod_intent(uid)
-        if self.fence is None and intent is not None and not (self.claims is not None and intent.resource_claims):
-            with contextlib.suppress(BindError):
-                self._hold(uid, namespace, name, node)
+        if intent is None or (self.claims is not None and intent.resource_claims):
+            return
+        with contextlib.suppress(BindError), self._node_lock(node):
+            self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl)
+            if self.fence is not None:
+                if len(self._received) >= MAX_RECEIVED:
+                    self._received.clear()  # holds whose bind never ran: each expires with its TTL
+                self._received[uid] = node
 
     def _hold(self, uid: str, namespace: str, name: str, node: str, shape: PodIntent | None = None) -> PodRecord:
         """Choose the pod's GPUs on ``node`` and hold them (``GpuCache.assume``; ``shape``: what
@@ -175,8 +169,13 @@ class KubeBinder:
             The pod does not fit, or (fenced) its claim could not be written.
         """
         if self.fence is not None:
-            self._read_claimed_pods(node)
-            return self._assume_and_claim(uid, namespace, name, node, shape)
+            try:
+                self._read_claimed_pods(node)
+                return self._assume_and_claim(uid, namespace, name, node, shape)
+            except BindError:
+                if self._received.pop(uid, None) == node:  # refused before its group commit chose again
+                    self._cache.forget(uid)
+                raise
         with self._node_lock(node):
             # Choose and hold: serialized per node here and by the cache lock inside,
             # so of two binds racing for the last share exactly one gets it.
@@ -250,7 +249,8 @@ class KubeBinder:
         fence = self.fence
         assert fence is not None
         try:
-            ledger = fence.view(node)
+            with self._group(node).reading:  # one first read of the ledger, however many binds arrive
+                ledger = fence.view(node)
         except ApiException as exc:
             raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
         deadline = time.monotonic() + WATERMARK_WAIT_S
@@ -385,6 +385,8 @@ class KubeBinder:
                 q.error = exc
             return
         for q in batch:
+            if self._received.pop(q.uid, None) == node:
+                self._cache.forget(q.uid)  # held on receipt without the ledger: chosen again below
             try:
                 q.record = self._cache.assume(q.uid, q.namespace, q.name, node, ttl_s=self._ttl, claims=claims,
                                               shape=q.shape)
@@ -424,27 +426,7 @@ class KubeBinder:
 
     def _create_binding(self, uid: str, namespace: str, name: str, node: str,
                         annotations: Mapping[str, str]) -> None:
-        # One atomic call: the API server copies a Binding's annotations onto the pod in the write
-        # that sets spec.nodeName (BindingREST.setPodNodeAndMetadata, pkg/registry/core/pod/storage):
-        # a failure leaves nothing to undo. metadata.uid fails it rather than bind a recreated pod.
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, "uid": uid,
-                             "annotations": dict(annotations)},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        # The API answers a Status, which is not read further.
-        write_json(self._api, "POST", core_path("namespaces", namespace, "pods", name, "binding"), body,
-                   timeout_s=self._timeout_s)
+        create_binding(self._api, uid, namespace, name, node, annotations, self._timeout_s)
 
     def _bound_there(self, uid: str, namespace: str, name: str, node: str) -> bool:
-        """After a 409: True when the pod is bound to ``node`` already. The cache then counts
-        the allocation record the pod carries (another instance's Binding of the same pod
-        may have landed first, on other GPUs)."""
-        try:
-            intent = pod_intent(response_json(self._api.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self._timeout_s)))
-        except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
-            return False
-        if intent.uid != uid or intent.node_name != node:
-            return False
-        self._cache.apply_pod_event("MODIFIED", intent)
-        return True
+        return bound_there(self._api, self._cache, uid, namespace, name, node, self._timeout_s)

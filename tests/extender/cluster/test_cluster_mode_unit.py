@@ -295,16 +295,6 @@ def test_a_hold_on_receipt_that_cannot_be_taken_leaves_the_refusal_to_bind() -> 
         binder.bind("uid-b", "default", "b", "n1")
 
 
-def test_a_fenced_bind_holds_nothing_before_its_group_commit() -> None:
-    # The fence assumes each pod against one ledger version in its node's group commit.
-    c = cache_with(gpu_node("n1", 1))
-    pending(c, "a", annotations={ann.FRACTION: "0.5"})
-    binder = KubeBinder(FakeApi(), c, 60)
-    binder.fence = object()  # type: ignore[assignment]
-    binder.hold_on_receipt("uid-a", "default", "a", "n1")
-    assert c.summary()["gpu_allocated_milli"] == 0
-
-
 def test_binding_failure_gives_the_share_back() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
