@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -172,7 +173,7 @@ class KubeBinder:
             try:
                 self._read_claimed_pods(node)
                 return self._assume_and_claim(uid, namespace, name, node, shape)
-            except BindError:
+            except Exception:
                 if self._received.pop(uid, None) == node:  # refused before its group commit chose again
                     self._cache.forget(uid)
                 raise
@@ -253,6 +254,8 @@ class KubeBinder:
                 ledger = fence.view(node)
         except ApiException as exc:
             raise BindError(f"gpufrac: reading the claim ledger of {node}: {exc.status} {exc.reason}") from None
+        except (OSError, urllib3.exceptions.HTTPError) as exc:  # no answer (the client raises these as they are)
+            raise BindError(f"gpufrac: reading the claim ledger of {node}: {type(exc).__name__}") from None
         deadline = time.monotonic() + WATERMARK_WAIT_S
         while not self._reached(ledger):  # the watch moves on in its own thread
             if time.monotonic() > deadline:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes.client.rest import ApiException
 
 from extender.admin_config import scoring_config
@@ -311,6 +312,22 @@ def test_a_hold_taken_on_receipt_is_given_back_when_the_bind_is_refused_before_i
     b.hold_on_receipt("uid-b", "default", "b", "n1")
     assert cache_b.summary()["gpu_allocated_milli"] == 600
     with pytest.raises(BindError, match="pod watch is behind"):
+        b.bind("uid-b", "default", "b", "n1")
+    assert cache_b.summary()["gpu_allocated_milli"] == 0 and api.bindings == []
+
+
+def test_a_ledger_read_with_no_answer_refuses_the_bind_and_gives_the_receipt_hold_back() -> None:
+    # etcd stopped: the client raises the connection error as it is, not as an ApiException.
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+
+    def no_answer(name: str, namespace: str, **kw: Any) -> FakeResponse:
+        raise urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out")  # type: ignore[arg-type]
+
+    api.read_namespaced_config_map = no_answer  # type: ignore[method-assign]
+    b.hold_on_receipt("uid-b", "default", "b", "n1")
+    assert cache_b.summary()["gpu_allocated_milli"] == 600
+    with pytest.raises(BindError, match="reading the claim ledger of n1: ReadTimeoutError"):
         b.bind("uid-b", "default", "b", "n1")
     assert cache_b.summary()["gpu_allocated_milli"] == 0 and api.bindings == []
 
