@@ -302,32 +302,31 @@ def test_a_hold_taken_on_receipt_is_chosen_again_against_the_ledger() -> None:
     assert {c.uid for c in b.fence.view("n1").claims} == {"uid-a"}
 
 
-def test_a_hold_taken_on_receipt_is_given_back_when_the_bind_is_refused_before_its_commit() -> None:
-    api = CasApi()
-    cache_b, b = replica(api, "b")
+def watermark_ahead(api: CasApi, b: KubeBinder) -> None:
     assert b.fence is not None
     b.fence.commit(b.fence.view("n1"), claim("other", owner="x"))
     api.maps[ledger_name("n1")]["data"]["seenRV"] = "999"  # past B's pod watch (which never ran)
     b.fence.refresh("n1")
-    b.hold_on_receipt("uid-b", "default", "b", "n1")
-    assert cache_b.summary()["gpu_allocated_milli"] == 600
-    with pytest.raises(BindError, match="pod watch is behind"):
-        b.bind("uid-b", "default", "b", "n1")
-    assert cache_b.summary()["gpu_allocated_milli"] == 0 and api.bindings == []
 
 
-def test_a_ledger_read_with_no_answer_refuses_the_bind_and_gives_the_receipt_hold_back() -> None:
+def no_answer(api: CasApi, b: KubeBinder) -> None:
     # etcd stopped: the client raises the connection error as it is, not as an ApiException.
-    api = CasApi()
-    cache_b, b = replica(api, "b")
-
-    def no_answer(name: str, namespace: str, **kw: Any) -> FakeResponse:
+    def read(name: str, namespace: str, **kw: Any) -> FakeResponse:
         raise urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out")  # type: ignore[arg-type]
 
-    api.read_namespaced_config_map = no_answer  # type: ignore[method-assign]
+    api.read_namespaced_config_map = read  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(("cause", "refusal"), [(watermark_ahead, "pod watch is behind"),
+                                                (no_answer, "reading the claim ledger of n1: ReadTimeoutError")])
+def test_a_hold_taken_on_receipt_is_given_back_when_the_bind_is_refused_before_its_commit(
+        cause: Any, refusal: str) -> None:
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+    cause(api, b)
     b.hold_on_receipt("uid-b", "default", "b", "n1")
     assert cache_b.summary()["gpu_allocated_milli"] == 600
-    with pytest.raises(BindError, match="reading the claim ledger of n1: ReadTimeoutError"):
+    with pytest.raises(BindError, match=refusal):
         b.bind("uid-b", "default", "b", "n1")
     assert cache_b.summary()["gpu_allocated_milli"] == 0 and api.bindings == []
 
