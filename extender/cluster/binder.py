@@ -33,8 +33,9 @@ from podspec.pods import PodIntent, allocation_annotations
 log = logging.getLogger(__name__)
 
 MAX_RECEIVED = 4096
-"""Fenced binds held on receipt and not yet in a group commit that are remembered (bounded:
-the ``bind`` of each is normally milliseconds behind)."""
+"""Fenced binds held on receipt and not yet in a group commit, at most; past it (after the
+holds whose TTL ran out are dropped) a bind takes no receipt hold. An entry is never dropped
+while its hold can live: the group commit must find it to choose again against the ledger."""
 
 
 @dataclass(eq=False)
@@ -93,7 +94,7 @@ class KubeBinder:
         self._groups_guard = threading.Lock()
         self._absent: dict[str, float] = {}
         self._groups: dict[str, _NodeGroup] = {}
-        self._received: dict[str, str] = {}  # fenced: pod UID -> node it was held on by hold_on_receipt
+        self._received: dict[str, tuple[str, float]] = {}  # fenced: UID -> (node, monotonic end of its hold)
         # The pod watch's progress (set by ClusterSync): fenced binds wait for a ledger's
         # watermark, and drop claims of pods it shows bound (extender.fence).
         self.pods_rv: Callable[[], int | None] = lambda: None
@@ -153,12 +154,21 @@ class KubeBinder:
         intent = self._cache.pod_intent(uid)
         if intent is None or (self.claims is not None and intent.resource_claims):
             return
+        if self.fence is not None and len(self._received) >= MAX_RECEIVED:
+            now = time.monotonic()
+            with self._groups_guard:  # holds whose bind never ran: their TTL is over, so is the hold
+                self._received = {u: got for u, got in list(self._received.items()) if got[1] > now}
+            if len(self._received) >= MAX_RECEIVED:
+                return
         with contextlib.suppress(BindError), self._node_lock(node):
             self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl)
             if self.fence is not None:
-                if len(self._received) >= MAX_RECEIVED:
-                    self._received.clear()  # holds whose bind never ran: each expires with its TTL
-                self._received[uid] = node
+                self._received[uid] = (node, time.monotonic() + self._ttl)
+
+    def _held_on_receipt(self, uid: str, node: str) -> bool:
+        """Whether ``hold_on_receipt`` held the pod on ``node`` (fenced); forgets that it did."""
+        got = self._received.pop(uid, None)
+        return got is not None and got[0] == node
 
     def _hold(self, uid: str, namespace: str, name: str, node: str, shape: PodIntent | None = None) -> PodRecord:
         """Choose the pod's GPUs on ``node`` and hold them (``GpuCache.assume``; ``shape``: what
@@ -174,7 +184,7 @@ class KubeBinder:
                 self._read_claimed_pods(node)
                 return self._assume_and_claim(uid, namespace, name, node, shape)
             except Exception:
-                if self._received.pop(uid, None) == node:  # refused before its group commit chose again
+                if self._held_on_receipt(uid, node):  # refused before its group commit chose again
                     self._cache.forget(uid)
                 raise
         with self._node_lock(node):
@@ -388,7 +398,7 @@ class KubeBinder:
                 q.error = exc
             return
         for q in batch:
-            if self._received.pop(q.uid, None) == node:
+            if self._held_on_receipt(q.uid, node):
                 self._cache.forget(q.uid)  # held on receipt without the ledger: chosen again below
             try:
                 q.record = self._cache.assume(q.uid, q.namespace, q.name, node, ttl_s=self._ttl, claims=claims,

@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
 from extender.cluster import KubeBinder
+from extender.cluster import binder as binder_module
 from extender.fence import (
     CLAIMS_LABEL,
     Claim,
@@ -329,6 +330,22 @@ def test_a_hold_taken_on_receipt_is_given_back_when_the_bind_is_refused_before_i
     with pytest.raises(BindError, match=refusal):
         b.bind("uid-b", "default", "b", "n1")
     assert cache_b.summary()["gpu_allocated_milli"] == 0 and api.bindings == []
+
+
+def test_receipt_holds_past_the_bound_drop_only_the_expired_and_never_a_live_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Forgetting a live receipt hold would let its group commit keep a choice made without the
+    # ledger; so past MAX_RECEIVED a bind takes no receipt hold until some hold's TTL is over.
+    monkeypatch.setattr(binder_module, "MAX_RECEIVED", 2)
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+    live = time.monotonic() + 60
+    b._received = {"x1": ("n1", live), "x2": ("n1", live)}
+    b.hold_on_receipt("uid-b", "default", "b", "n1")
+    assert cache_b.summary()["gpu_allocated_milli"] == 0 and set(b._received) == {"x1", "x2"}
+    b._received["x2"] = ("n1", time.monotonic() - 1)  # its hold expired with its TTL
+    b.hold_on_receipt("uid-b", "default", "b", "n1")
+    assert cache_b.summary()["gpu_allocated_milli"] == 600 and set(b._received) == {"x1", "uid-b"}
 
 
 def test_binds_arriving_together_read_a_node_ledger_once() -> None:
