@@ -382,7 +382,8 @@ class IncrementalScorer:
         if bank.epoch != self._contents.epoch:
             bank.clear(self._contents.epoch)
         ids_list = ids.tolist()
-        slots = np.array([bank.slot.get(i, -1) for i in ids_list], dtype=np.int64)
+        slots = (np.array([bank.slot.get(i, -1) for i in ids_list], dtype=np.int64) if bank.slot
+                 else np.full(len(ids_list), -1, dtype=np.int64))  # a new shape's full pass: none kept yet
         missed = np.flatnonzero(slots < 0)
         m = rows.shape[0]
         if missed.size == 0:
