@@ -40,7 +40,8 @@ from extender.clusterfile import synthetic_uuid
 from scoring.incremental import DEFAULT_TOLERANCE, IncrementalScorer
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.scorer import build_scorer
-from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.specs import Allocation, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 
 
 def synthetic_nodes(n_nodes: int, gpus: int = 8) -> list[NodeSpec]:

@@ -37,7 +37,8 @@ from benchmarks.scheduler_emulation import ClusterNames
 from extender.clusterfile import load_cluster_file, synthetic_uuid
 from harness.processes import free_port
 from podspec import annotations as ann
-from scoring.state import ClusterState, NodeSpec
+from scoring.specs import NodeSpec
+from scoring.state import ClusterState
 
 
 def synthetic_cluster(path: Path, n_nodes: int, gpus: int = 8) -> Path:

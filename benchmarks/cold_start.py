@@ -43,7 +43,7 @@ from benchmarks import extender_client, replay, scheduler_emulation
 from benchmarks.scheduler_emulation import Profile, SchedulerView
 from extender.admin_config import AdminConfig, scoring_config
 from extender.translate import inbound
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 SHAPES_GPU = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """The shape classes, in GPUs per pod (below 1: a share of one GPU)."""

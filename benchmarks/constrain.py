@@ -34,7 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from benchmarks.trace import TracePod
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 MODELS_PER_POD = (0.6, 0.3, 0.1)
 """Probability that a restricted pod accepts 1, 2 or 3 models."""

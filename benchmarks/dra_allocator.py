@@ -32,7 +32,7 @@ from extender.admin_config import AdminConfig
 from extender.translate import inbound
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.fit import fit
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 SUFFIX = "+dra-first-fit"
 """Appended to a preset name: the devices on the chosen node are taken first fit."""

@@ -24,7 +24,7 @@ from extender.verbs.prioritize import prioritize
 from harness.processes import free_port
 from podspec import annotations as ann
 from scoring.scorer import build_scorer
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks import constrain
 from benchmarks.trace import TracePod
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 GIB = 1024
 

@@ -37,7 +37,7 @@ from benchmarks.scheduler_emulation import ClusterNames, Profile, SchedulerView,
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
 from extender.clusterfile import load_cluster_file
 from scoring.fragmentation import TaskTypes, fragmentation_rate
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 DEFAULT_SCHEDULER_CONFIG = REPO_ROOT / "scheduler-config.yaml"
 MARKS = (50, 90, 100, 130)

@@ -38,7 +38,7 @@ import yaml
 from numpy.typing import NDArray
 
 from benchmarks.extender_client import ExtenderClient, InProcessClient, node_object
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10

@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from podspec.annotations import GpuInventory
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 OPENB_GPU_MEMORY_MIB = {
     "T4": 16 * 1024,

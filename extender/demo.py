@@ -26,7 +26,7 @@ from extender.inspection import render_table, served
 from extender.settings import Settings
 from podspec import annotations as ann
 from scoring.scorer import build_scorer
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 NEXT_DOC = "docs/install.md"
 """Where the demo points the reader next (a test checks the file exists)."""

@@ -12,7 +12,7 @@ from typing import Any
 from podspec import annotations as ann
 from podspec.pods import item_name
 from podspec.quantities import MAX_CORES, MAX_MEMORY_BYTES, MIB, PodSpecError, quantity, quote
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 MAX_CLOCK_SKEW_S = 300.0
 """How far in the future a heartbeat may lie for ``NodeObservation.age_s``, a reading by this

@@ -8,7 +8,8 @@ from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.scorer import Evaluation, Scorer, ScoringConfig, build_scorer
-from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.specs import Allocation, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 
 __all__ = [
     "MILLI_PER_GPU", "PRESETS", "STRATEGIES", "Allocation", "ClusterState", "Evaluation",

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 
 def gpu_node(name: str, n_gpus: int, *, model: str = "T4", memory_mib: int = 16384,

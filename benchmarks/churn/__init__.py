@@ -50,7 +50,7 @@ from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, load_admin_config, scoring_config
 from extender.cache import NO_RESERVATIONS, DefragPolicy, StarvationPolicy
 from extender.clusterfile import load_cluster_file
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 QUICK = {"hours": 2.0, "warmup_hours": 1.0, "lifetime_cap_hours": 1.0, "node_stride": 16}
 """What ``--quick`` sets (and it keeps only the first seed)."""

@@ -66,7 +66,7 @@ from benchmarks.scheduler_emulation import (
 from extender.cache import NO_DEFRAG, NO_RESERVATIONS, DefragPolicy, StarvationPolicy, plan_defrag
 from extender.cluster.defragmenter import HOLD_TTL_S
 from scoring.request import MILLI_PER_GPU
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 INITIAL_BACKOFF_S = 1.0
 """kube-scheduler's ``podInitialBackoffSeconds`` default."""

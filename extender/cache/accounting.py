@@ -39,7 +39,8 @@ from extender.translate.inbound import model_mask_of
 from podspec.pods import PodIntent
 from scoring.fit import gpu_memory_request_mib, share_room
 from scoring.request import MILLI_PER_GPU, QoSClass, QoSPolicy
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 
 log = logging.getLogger(__name__)
 

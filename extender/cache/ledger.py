@@ -24,7 +24,8 @@ from extender.translate import inbound
 from podspec.claims import CLAIM_RECORD_PREFIX
 from podspec.pods import PodIntent
 from scoring.scorer import Scorer
-from scoring.state import Allocation, ClusterState, NodeSpec
+from scoring.specs import Allocation, NodeSpec
+from scoring.state import ClusterState
 
 log = logging.getLogger(__name__)
 

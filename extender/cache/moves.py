@@ -19,7 +19,8 @@ from scoring.fit import ClusterTerms, fit
 from scoring.memo import Memo
 from scoring.request import MILLI_PER_GPU, PodRequest
 from scoring.scorer import Evaluation, Scorer
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 
 MAX_TARGETS_PER_POD = 16
 """Target nodes tried per waiting pod."""

@@ -12,7 +12,8 @@ import numpy as np
 from extender.translate.inbound import model_mask_of
 from podspec.pods import PodIntent
 from scoring.scorer import Evaluation
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 

@@ -34,9 +34,8 @@ from extender.cache.victims import PreemptBudget
 from extender.cache.views import GpuRoom
 from extender.tenants import TenantPolicy, Usage
 from podspec.pods import PodIntent
+from scoring import ClusterState, NodeSpec, Scorer
 from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
-from scoring.scorer import Scorer
-from scoring.state import ClusterState, NodeSpec
 
 
 class GpuCache:

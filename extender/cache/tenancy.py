@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy, Usage
 from podspec.pods import PodIntent
-from scoring.state import Allocation
+from scoring.specs import Allocation
 
 
 class TenantLedger:

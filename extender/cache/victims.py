@@ -24,7 +24,8 @@ from extender.translate import inbound
 from podspec.pods import PodIntent
 from scoring.fit import cluster_terms, fit
 from scoring.request import PodRequest, QoSPolicy
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 
 log = logging.getLogger(__name__)
 

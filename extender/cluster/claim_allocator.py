@@ -85,7 +85,7 @@ from podspec.kubeio import write_json
 from podspec.pods import PodIntent
 from podspec.quantities import MAX_GPUS_PER_POD
 from scoring.request import MILLI_PER_GPU
-from scoring.state import GpuSpec
+from scoring.specs import GpuSpec
 
 log = logging.getLogger(__name__)
 

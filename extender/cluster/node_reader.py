@@ -33,7 +33,7 @@ from extender.quarantine import Quarantine
 from podspec import annotations as ann
 from podspec.nodes import NodeObservation, node_observation
 from podspec.quantities import quote
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from podspec.claims import (
 from podspec.pods import PodIntent
 from podspec.quantities import INT32, PodSpecError, quote
 from scoring.request import QoSClass
-from scoring.state import GpuSpec
+from scoring.specs import GpuSpec
 
 log = logging.getLogger(__name__)
 

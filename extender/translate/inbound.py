@@ -20,7 +20,8 @@ from numpy.typing import NDArray
 from podspec.pods import PodIntent, item_name, pod_intent
 from podspec.quantities import MAX_NAME_CHARS
 from scoring.request import MILLI_PER_GPU, PodRequest, model_mask
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 
 
 def pod_request(intent: PodIntent, state: ClusterState) -> PodRequest:

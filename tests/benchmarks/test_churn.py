@@ -16,7 +16,7 @@ from benchmarks.churn.workload import Arrival, arrival_rate_per_s, borrow_lifeti
 from benchmarks.extender_client import REPO_ROOT, InProcessClient
 from benchmarks.scheduler_emulation import Profile
 from extender.admin_config import AdminConfig, scoring_config
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 PROFILE = Profile.from_file(REPO_ROOT / "scheduler-config.yaml")
 

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks import compare, constrain, trace
 from extender.clusterfile import load_cluster_file
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 
 Openb = tuple[list[trace.TracePod], list[NodeSpec]]
 

@@ -26,7 +26,7 @@ from extender.tenants import NO_TENANTS
 from extender.verbs.pod_events import PodEvent, pod_events
 from scoring.presets import PRESETS
 from scoring.scorer import build_scorer
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 
 EVENTS_TOKEN = "test-events-token"
 """The ``events_token`` of ``client_for``'s app; its client sends it on every call."""

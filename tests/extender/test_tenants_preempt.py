@@ -20,7 +20,7 @@ from extender.app import create_app
 from extender.cache import GpuCache
 from extender.settings import Settings
 from scoring.scorer import Scorer
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import EVENTS_TOKEN
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from scoring.request import ANY_MODEL_MASK, PodRequest, QoSClass, model_mask
-from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.specs import Allocation, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 
 MODELS = ("T4", "V100M32", "A10")
 MEM = {"T4": 16384, "V100M32": 32768, "A10": 24576}

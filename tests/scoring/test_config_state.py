@@ -10,7 +10,8 @@ from scoring.fragmentation import TaskTypes, fragmentation_rate, node_fragmentat
 from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import ScoringConfig, build_scorer, validate_config
-from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.specs import Allocation, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 from tests.conftest import gpu_node
 
 

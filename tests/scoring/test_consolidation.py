@@ -9,7 +9,8 @@ from scoring.arrivals import Learning
 from scoring.memo import Memo
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import ScoringConfig, build_scorer
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import consolidation
 from scoring.utilization import room_for_waiting
 from tests.conftest import gpu_node

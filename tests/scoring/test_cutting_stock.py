@@ -13,7 +13,8 @@ from scoring.cutting_stock import priced_waste, shadow_prices
 from scoring.fit import FitContext, fit
 from scoring.fragmentation import TaskTypes
 from scoring.request import PodRequest, QoSClass, model_mask
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import gap_price
 from scoring.workload import WorkloadModel
 from tests.conftest import gpu_node

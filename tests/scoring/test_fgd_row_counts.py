@@ -10,7 +10,8 @@ from numpy.typing import NDArray
 from scoring.fit import FitContext, fit
 from scoring.memo import Memo
 from scoring.request import PodRequest, QoSPolicy
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import fgd
 from tests.conftest import gpu_node
 

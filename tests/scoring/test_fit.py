@@ -7,7 +7,8 @@ import pytest
 
 from scoring.fit import Reason, fit
 from scoring.request import PodRequest, QoSClass
-from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.specs import Allocation, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 from tests.conftest import gpu_node
 
 

@@ -15,7 +15,8 @@ from scoring.incremental import EXACT, IncrementalScorer, Tolerance, drifted, wo
 from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import Evaluation, build_scorer
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import adaptive_balance, spare_nodes
 from tests.conftest import gpu_node
 

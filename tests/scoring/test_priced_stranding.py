@@ -7,7 +7,8 @@ import pytest
 
 from scoring.fit import fit
 from scoring.request import PodRequest, QoSClass
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import priced_stranding
 from tests.conftest import gpu_node
 from tests.scoring.reference import _priced_stranding_score

@@ -11,7 +11,8 @@ import pytest
 
 from scoring.fit import Reason, fit
 from scoring.request import PodRequest, QoSClass, QoSPolicy
-from scoring.state import Allocation, ClusterState, GpuSpec, NodeSpec
+from scoring.specs import Allocation, GpuSpec, NodeSpec
+from scoring.state import ClusterState
 
 G, B, BE = QoSClass.GUARANTEED, QoSClass.BURSTABLE, QoSClass.BEST_EFFORT
 OVERSUB = QoSPolicy(best_effort_cap_milli=1500)

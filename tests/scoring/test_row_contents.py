@@ -8,7 +8,8 @@ import pytest
 from scoring import row_contents
 from scoring.request import QoSClass
 from scoring.row_contents import ROW_ARRAYS, RowContents, row_keys
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from tests.conftest import gpu_node
 
 

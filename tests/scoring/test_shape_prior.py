@@ -20,7 +20,8 @@ from scoring.scorer import (
     build_scorer,
     keep_whole_rank,
 )
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.workload import NO_PRIOR, ShapePrior, WorkloadModel
 from tests.conftest import gpu_node
 

@@ -10,7 +10,8 @@ import pytest
 from scoring.fit import ClusterTerms, fit
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import ScoringConfig, build_scorer
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import spare_nodes
 from tests.conftest import gpu_node
 from tests.scoring.reference import _spare_nodes_score

@@ -10,7 +10,8 @@ import pytest
 from scoring.fit import FitContext, fit
 from scoring.registry import STRATEGIES
 from scoring.request import PodRequest, QoSClass
-from scoring.state import Allocation, ClusterState
+from scoring.specs import Allocation
+from scoring.state import ClusterState
 from scoring.strategies import gpu_best_fit, node_packing, qos_interference, resource_balance, spread
 from scoring.utilization import multi_gpu_share
 from tests.conftest import gpu_node

@@ -14,7 +14,7 @@ from extender.cache.moves import DisruptionBudget
 from extender.translate import inbound
 from podspec.pods import pod_intent
 from scoring.fit import fragmented_on
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 from tests.extender.helpers import bestfit_cache, send_event
 
 RS = {"kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "apiVersion": "apps/v1", "controller": True}

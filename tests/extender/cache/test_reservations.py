@@ -10,7 +10,7 @@ from extender.cache.reservations import CANDIDATES_PER_PASS, Reservation, Starva
 from extender.metrics import Metrics
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.pod_events import PodEvent, pod_events
-from scoring.state import NodeSpec
+from scoring.specs import NodeSpec
 from tests.extender.helpers import bestfit_cache, send_event, trace_pod, v100_node
 
 POLICY = StarvationPolicy(reserve_after_s=600, max_reserved_nodes=1, reservation_ttl_s=3600)

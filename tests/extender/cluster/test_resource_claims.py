@@ -22,7 +22,7 @@ from podspec.claims import DRIVER, device_asks, device_names, pod_claim_names
 from podspec.pods import pod_intent
 from podspec.quantities import PodSpecError
 from scoring.scorer import build_scorer
-from scoring.state import GpuSpec, NodeSpec
+from scoring.specs import GpuSpec, NodeSpec
 from tests.conftest import gpu_node, pod_json
 
 
