@@ -6,7 +6,8 @@ workload, the strategies' own terms). Every strategy is row-local (``scoring.str
 reads another candidate). So ``IncrementalScorer`` keeps, per distinct ``PodRequest`` (the
 pod's shape), the ``Evaluation`` of every row together with the ``ClusterState.row_version``
 it was computed at, and answers a later pod of the same shape by recomputing only the rows
-whose version moved since (between two pods, the node the first one was bound to).
+whose version moved since (between two pods, the node the first one was bound to), as the
+state's journal lists them (``scoring.journal``: no pass over every row).
 
 Rows of equal content get equal evaluations (``scoring.row_contents``): an entry keeps the
 evaluation of up to ``BANK_CONTENTS`` contents it has seen, and of the rows it brings
@@ -248,6 +249,8 @@ def _assembled(request: PodRequest, rows: NDArray[np.int64], arrays: list[NDArra
 class _Entry:
     evaluation: Evaluation
     versions: NDArray[np.int64]
+    writes: int
+    """``ClusterState.journal.writes`` when ``versions`` were last brought current."""
     nbytes: int
     shared: bool = False
     """The evaluation's arrays were handed out: copy them before the next splice."""
@@ -355,12 +358,15 @@ class IncrementalScorer:
             bank = None if self.scorer.reads_row(request.qos) else _Bank(self._contents.epoch)
             ev, _ = self._evaluate(state, request, np.arange(state.n_nodes, dtype=np.int64), bank)
             ev = replace(ev, context=None)  # the context is the bulk of the memory; the verbs do not read it
-            entry = _Entry(ev, state.row_version.copy(), 0, bank=bank)
+            entry = _Entry(ev, state.row_version.copy(), state.journal.writes, 0, bank=bank)
             self._entries[request] = entry
             self._charge(entry)
             return entry
         self._entries.move_to_end(request)
-        stale = np.flatnonzero(entry.versions != state.row_version)
+        stale = state.journal.since(entry.writes)
+        if stale is None:  # further behind than the journal holds
+            stale = np.flatnonzero(entry.versions != state.row_version)
+        entry.writes = state.journal.writes
         if stale.size:
             self.stats.rows_rescored += int(stale.size)
             part, grew = self._evaluate(state, request, stale, entry.bank)

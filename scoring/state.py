@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 from numpy.typing import NDArray
 
+from scoring.journal import RowJournal
 from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU, N_QOS, QoSClass, model_mask
 from scoring.specs import Allocation, NodeSpec
 from scoring.workload import WorkloadModel
@@ -84,6 +85,8 @@ class ClusterState:
     version : int
         Bumped by every ``apply``: cluster-wide terms of the allocations computed at one
         version hold until it moves (``scoring.fit.cluster_terms``).
+    journal : RowJournal
+        The rows written, with ``row_version`` (``scoring.journal``): which moved since.
     """
 
     node_names: list[str]
@@ -118,6 +121,7 @@ class ClusterState:
     gpus_by_kind: tuple[tuple[int, int, int], ...] = ()
     memory_by_kind: tuple[int, ...] = ()
     version: int = 0
+    journal: RowJournal = field(default_factory=RowJournal)
 
     @classmethod
     def from_nodes(cls, nodes: Sequence[NodeSpec]) -> ClusterState:
@@ -274,6 +278,7 @@ class ClusterState:
         elif sign != 1:
             raise ValueError(f"sign must be 1 or -1, got {sign}")
         self.row_version[row] += 1
+        self.journal.wrote(row)
         self.version += 1
         self.cpu_used_milli[row] += sign * alloc.cpu_milli
         self.mem_used_mib[row] += sign * alloc.memory_mib
@@ -307,6 +312,7 @@ class ClusterState:
         """
         self.gpu_mem_nvml_used_mib[row, : len(used_mib)] = used_mib
         self.row_version[row] += 1
+        self.journal.wrote(row)
 
     def copy(self) -> ClusterState:
         """Deep copy (arrays copied), for snapshots and what-if evaluation."""

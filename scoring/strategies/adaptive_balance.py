@@ -63,6 +63,7 @@ from numpy.typing import NDArray
 
 from scoring.fit import FitContext
 from scoring.memo import Memo
+from scoring.row_totals import RowTotals
 from scoring.state import ClusterState
 from scoring.utilization import balance, host_lead, multi_gpu_share, room_for_waiting
 
@@ -148,13 +149,23 @@ def cpu_pressure(state: ClusterState) -> float:
     float
         ``>= 0``; 0 when no node has GPUs or allocatable CPU.
     """
-    gpu_nodes = state.node_gpu_total_milli > 0
-    total_milli = int(state.node_gpu_total_milli.sum())
-    cpu_alloc = int(state.cpu_alloc_milli[gpu_nodes].sum())
+    return _pressure(_pressure_sums(state, slice(None)).sum(axis=0))
+
+
+def _pressure_sums(state: ClusterState, rows: NDArray[np.int64] | slice) -> NDArray[np.int64]:
+    """Per row (m, 4): GPU share total and used (milli), and on GPU nodes CPU allocatable
+    and requested (milli); summed by ``cpu_pressure``, or kept by ``RowTotals``."""
+    total = state.node_gpu_total_milli[rows]
+    gpu_node = total > 0
+    return np.stack([total, state.node_gpu_used_milli[rows], np.where(gpu_node, state.cpu_alloc_milli[rows], 0),
+                     np.where(gpu_node, state.cpu_used_milli[rows], 0)], axis=1)
+
+
+def _pressure(sums: NDArray[np.int64]) -> float:
+    total_milli, used_milli, cpu_alloc, cpu_used = (int(x) for x in sums)
     if total_milli <= 0 or cpu_alloc <= 0:
         return 0.0
-    u_gpu = int(state.node_gpu_used_milli.sum()) / total_milli
-    return int(state.cpu_used_milli[gpu_nodes].sum()) / cpu_alloc / max(u_gpu, PRESSURE_GPU_FLOOR)
+    return cpu_used / cpu_alloc / max(used_milli / total_milli, PRESSURE_GPU_FLOOR)
 
 
 Term = tuple[float, float]
@@ -170,8 +181,10 @@ def cluster_term(state: ClusterState, memo: Memo) -> Term:
     """``(effective_pressure(cpu_pressure(state)), overload_gain)``: what ``node_score`` and
     ``weight_gain`` read as ``ctx.terms[TERM]``. The gain is 1 while no GPU pod has left
     (``WorkloadModel.churn`` 0: the arrivals-only replay places as before) or while the
-    free room holds what waits (``scoring.utilization.room_for_waiting``)."""
-    pressure = effective_pressure(cpu_pressure(state))
+    free room holds what waits (``scoring.utilization.room_for_waiting``). The pressure's sums
+    are kept in ``memo`` by row version (``scoring.row_totals``): equal to ``cpu_pressure``'s."""
+    sums = memo.slot(NAME, RowTotals).of(state, _pressure_sums)  # a bind moves one row of the sums
+    pressure = effective_pressure(_pressure(sums))
     churn = state.workload.churn()
     return (pressure, overload_gain(churn, room_for_waiting(state)) if churn > 0.0 else 1.0)
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,6 +55,7 @@ from scoring.fit import FitContext
 from scoring.memo import Memo
 from scoring.reduce import clip
 from scoring.request import MILLI_PER_GPU
+from scoring.row_totals import RowTotals
 from scoring.state import ClusterState
 
 NAME = "spare_nodes"
@@ -103,7 +104,7 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
 
 
 def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
-               whole_free: NDArray[np.int64]) -> SpareNeed:
+               nodes_by_whole_free: NDArray[np.int64]) -> SpareNeed:
     """``(k, P_k)`` for every ``k >= 2`` of the workload (module notes).
 
     Parameters
@@ -113,8 +114,9 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
         pod, milli-GPU.
     free_share_milli : float
         ``F``: free share of the healthy GPUs, milli-GPU, >= 0.
-    whole_free : ndarray of shape (n_nodes,), int64
-        Wholly free healthy GPUs of each node, >= 0.
+    nodes_by_whole_free : ndarray of shape (g + 1,), int64
+        Element ``c``: the nodes with ``c`` wholly free healthy GPUs (``np.bincount`` of the
+        per-node counts), >= 0.
 
     Returns
     -------
@@ -122,12 +124,13 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
         Ascending ``k``; ``P_k`` in [0, 1]. Empty without multi-GPU demand.
     """
     total = float(sum(share_by_gpus.values()))
+    whole_free = np.arange(nodes_by_whole_free.shape[0], dtype=np.int64)
     out = []
     for k in sorted(share_by_gpus):
         if k < 2:
             continue
         mu = share_by_gpus[k] / total * free_share_milli / (MILLI_PER_GPU * k)
-        spare = int((whole_free // k).sum())
+        spare = int((nodes_by_whole_free * (whole_free // k)).sum())  # E_k = sum_i floor(c_i / k)
         p = 0.0 if mu <= 0 else 0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2.0 * mu))
         out.append((int(k), min(max(p, 0.0), 1.0)))
     return tuple(out)
@@ -135,42 +138,38 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
 
 @dataclass(slots=True)
 class _Last:
-    """The last ``spare_need`` computed: for which state, at which version and shares, and
-    the per-node counts it was computed from, at which row versions."""
+    """The last ``spare_need`` computed: for which state, at which version and shares."""
 
     state: weakref.ref[ClusterState] | None = None
     key: tuple[object, ...] = ()
     need: SpareNeed = ()
-    row_version: NDArray[np.int64] | None = None
-    free_milli: NDArray[np.int64] | None = None
-    """Free share of each node's healthy GPUs, milli-GPU, shape (n_nodes,)."""
-    whole_free: NDArray[np.int64] | None = None
-    """Wholly free healthy GPUs of each node, shape (n_nodes,)."""
+    sums: RowTotals = field(default_factory=RowTotals)
+    """Free share of the healthy GPUs, and the nodes by wholly free GPUs (``_node_free``)."""
 
 
-def _node_free(state: ClusterState, rows: NDArray[np.int64] | slice) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Free share (milli) and wholly free GPUs of the healthy GPUs of the nodes ``rows``."""
+def _node_free(state: ClusterState, rows: NDArray[np.int64] | slice) -> NDArray[np.int64]:
+    """Per node of ``rows`` (m, 2 + max_gpus): the free share (milli) of its healthy GPUs,
+    then one-hot its number of wholly free healthy GPUs (0..max_gpus)."""
     healthy_free = np.where(state.gpu_healthy[rows], clip(state.gpu_free_milli[rows], 0, MILLI_PER_GPU), 0)
-    return healthy_free.sum(axis=1), (healthy_free >= MILLI_PER_GPU).sum(axis=1)
+    whole = (healthy_free >= MILLI_PER_GPU).sum(axis=1)
+    out = np.zeros((healthy_free.shape[0], 2 + state.gpu_healthy.shape[1]), dtype=np.int64)
+    out[:, 0] = healthy_free.sum(axis=1)
+    out[np.arange(out.shape[0]), 1 + whole] = 1
+    return out
 
 
 def cluster_term(state: ClusterState, memo: Memo) -> SpareNeed:
     """``spare_need`` of the state's workload and free GPUs; kept in ``memo`` while the
     state's version and the workload's shares stay (filter and prioritize of one pod). The
-    per-node counts are kept too and read again only for the nodes whose row moved
-    (``ClusterState.row_version``): a bind changes one node of thousands."""
+    sums over nodes are kept too and read again only for the nodes whose row moved
+    (``scoring.row_totals``): a bind changes one node of thousands."""
     shares = state.workload.share_by_gpu_count()
     key = (state.version, tuple(sorted(shares.items())))
     last = memo.slot(NAME, _Last)
-    same_state = last.state is not None and last.state() is state
-    if same_state and last.key == key:
+    if last.state is not None and last.state() is state and last.key == key:
         return last.need
-    if not same_state or last.row_version is None or last.free_milli is None or last.whole_free is None:
-        last.free_milli, last.whole_free = _node_free(state, slice(None))
-    elif (moved := np.flatnonzero(last.row_version != state.row_version)).size:
-        last.free_milli[moved], last.whole_free[moved] = _node_free(state, moved)
-    last.row_version = state.row_version.copy()
-    last.need = spare_need(shares, float(last.free_milli.sum()), last.whole_free)
+    sums = last.sums.of(state, _node_free)
+    last.need = spare_need(shares, float(sums[0]), sums[1:])
     last.state, last.key = weakref.ref(state), key
     return last.need
 
