@@ -37,7 +37,8 @@ from benchmarks import trace
 from benchmarks.replay import source_commit
 from extender.admin_config import scoring_config
 from extender.clusterfile import synthetic_uuid
-from scoring.incremental import DEFAULT_TOLERANCE, IncrementalScorer
+from scoring.drift import DEFAULT_TOLERANCE
+from scoring.incremental import IncrementalScorer
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
 from scoring.scorer import build_scorer
 from scoring.specs import Allocation, GpuSpec, NodeSpec
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         state = ClusterState.from_nodes(synthetic_nodes(n))
         reached = fill(state, pods, args.load_pct, rng)
         all_rows = np.arange(state.n_nodes, dtype=np.int64)
+        all_rows.flags.writeable = False  # as the extender's candidate rows (inbound.candidates)
         gpu_pods = [q for q in pods if q.num_gpu]
         inc = IncrementalScorer(scorer, DEFAULT_TOLERANCE)
         for shape in sorted({request_of(q) for q in gpu_pods}, key=repr):  # warm: every shape seen once

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from extender.cache import DEFAULT_STARVATION, DefragPolicy, StarvationPolicy
 from extender.tenants import NO_TENANTS, Tenant, TenantPolicy
 from scoring.arrivals import MAX_HALF_LIFE_PODS, Learning
-from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
+from scoring.drift import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.request import MILLI_PER_GPU, QoSClass, QoSPolicy

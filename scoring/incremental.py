@@ -14,15 +14,16 @@ evaluation of up to ``BANK_CONTENTS`` contents it has seen, and of the rows it b
 current, or of a full evaluation, scores one row per content not kept, copying the others.
 On a cluster of alike nodes (nodes fill through the same contents, a fresh cluster is one
 content) most rescored rows are copies; skipped for a QoS class whose weighted strategies
-read which row they score (``Scorer.reads_row``).
+read which row they score (``Scorer.reads_row``), and paused where they copy next to nothing
+(``BANK_MIN_COPIED``: a busy cluster of mixed pods, whose nodes seldom share a content).
 
 The cluster-wide terms move with every pod (the workload counts the pods placed and
 waiting). The kept rows are scored with the terms frozen when they were computed, and the
 whole store is dropped (one full evaluation per shape) when the current terms have drifted
-from the frozen ones by more than ``Tolerance``: the total variation distance between the
-two workloads' task-type distributions, and each strategy term's own drift (``Term.drift``:
-``adaptive_balance``'s CPU pressure within the band where its score reads it,
-``spare_nodes``' probabilities). With ``EXACT`` the store is dropped on any change of any,
+from the frozen ones by more than ``Tolerance`` (``scoring.drift``: the total variation
+distance between the two workloads' task-type distributions, and each strategy term's own
+drift, ``Term.drift``: ``adaptive_balance``'s CPU pressure within the band where its score
+reads it, ``spare_nodes``' probabilities). With ``EXACT`` the store is dropped on any change of any,
 and every evaluation is the full recomputation's to the bit
 (``tests/scoring/test_incremental.py``). The memo the strategies keep between evaluations
 (``scoring.memo``) is this object's too.
@@ -37,133 +38,19 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from scoring.drift import EXACT, DriftWatch, Tolerance
 from scoring.fit import ClusterTerms
-from scoring.fragmentation import TaskTypes, total_variation
 from scoring.memo import Memo
-from scoring.registry import STRATEGIES, Term
 from scoring.request import PodRequest
 from scoring.row_contents import RowContents
 from scoring.scorer import Evaluation, Scorer
 from scoring.state import ClusterState
-
-
-@dataclass(frozen=True, slots=True)
-class Tolerance:
-    """How far the cluster-wide terms may drift before every kept row is scored anew.
-
-    Parameters
-    ----------
-    workload : float
-        Largest total variation distance, in [0, 1], between the frozen and the current
-        task-type distribution (``workload_drift``); 0: any change of the counts.
-    terms : mapping of str to float
-        Per strategy term (``Term.name``: ``cpu_pressure``, ``spare_need``), the largest
-        ``Term.drift`` allowed, >= 0; a term not named here: 0, any change.
-
-    Raises
-    ------
-    ValueError
-        If a bound is negative, not finite, or the workload bound is above 1.
-    """
-
-    workload: float = 0.0
-    terms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.workload <= 1.0:
-            raise ValueError(f"workload: must be in [0, 1], got {self.workload!r}")
-        for name, bound in self.terms.items():
-            if not 0.0 <= bound < float("inf"):
-                raise ValueError(f"{name}: must be a finite number >= 0, got {bound!r}")
-        object.__setattr__(self, "terms", MappingProxyType(dict(self.terms)))
-
-    def of(self, term: str) -> float:
-        """The bound of one strategy term (0 when not named)."""
-        return self.terms.get(term, 0.0)
-
-
-EXACT = Tolerance(0.0)
-"""Drop every kept row whenever the workload or any strategy term changes at all."""
-
-DEFAULT_TOLERANCE = Tolerance(0.01, {s.term.name: s.term.tolerance for s in STRATEGIES.values() if s.term})
-"""The shipped tolerance: a 1 % move of the workload distribution, and each strategy term's
-own ``TERM_TOLERANCE`` (``adaptive_balance``: 0.002 of effective CPU pressure, 2 % of its
-ramp; ``spare_nodes``: 0.01 of a spare-node probability). Measured in ``benchmarks/README.md``."""
-
-
-def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
-    return all(
-        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
-        for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
-                     (a.memory_mib, b.memory_mib), (a.count, b.count), (a.model_mask, b.model_mask),
-                     (a.gpu_memory_mib, b.gpu_memory_mib))) and a.demand == b.demand
-
-
-def workload_drift(a: TaskTypes | None, b: TaskTypes | None) -> float:
-    """Total variation distance between two workloads: ``1/2 * sum_k |p_a(k) - p_b(k)|``.
-
-    The larger of the distances over the task types (popularity) and over the
-    ``TaskTypes.demand`` classes (share of pods).
-
-    Parameters
-    ----------
-    a, b : TaskTypes or None
-        None (no GPU pod known) is at distance 1 from any workload, 0 from None.
-
-    Returns
-    -------
-    float
-        In [0, 1]; 0 when the task types and their popularities are the same.
-    """
-    if a is b:
-        return 0.0
-    if a is None or b is None:
-        return 1.0
-
-    def keyed(t: TaskTypes) -> dict[tuple[int, ...], float]:
-        mask = t.model_mask if t.model_mask is not None else np.full(t.count.shape, -1, dtype=np.int64)
-        gpu_mem = t.gpu_memory_mib if t.gpu_memory_mib is not None else np.zeros(t.count.shape, dtype=np.int64)
-        keys = np.stack([t.gpu_count, t.gpu_milli, t.cpu_milli, t.memory_mib, mask, gpu_mem], axis=1).tolist()
-        return dict(zip(map(tuple, keys), t.popularity.tolist(), strict=True))
-
-    return max(total_variation(keyed(a), keyed(b)), total_variation(_demand_share(a), _demand_share(b)))
-
-
-def _demand_share(t: TaskTypes) -> dict[tuple[int, ...], float]:
-    if t.demand is None:
-        return {}
-    total = sum(c for *_, c in t.demand)
-    return {(k, r, m, g): c / total for k, r, m, g, c in t.demand}
-
-
-def drifted(frozen: ClusterTerms, now: ClusterTerms, tolerance: Tolerance, terms: Sequence[Term] = ()) -> bool:
-    """True when ``now`` is past ``tolerance`` from ``frozen`` (exactly: differs at all when 0).
-
-    ``terms``: the strategy terms to compare (``Scorer.terms``), each by its own ``drift``.
-    """
-    if frozen.whole_node_unseen != now.whole_node_unseen:  # the tie band turns off (or on)
-        return True
-    for term in terms:
-        before, after = frozen.strategy_terms.get(term.name), now.strategy_terms.get(term.name)
-        bound = tolerance.of(term.name)
-        if (before != after) if bound == 0.0 else term.drift(before, after) > bound:
-            return True
-    if frozen.tasks is now.tasks:
-        return False
-    if frozen.tasks is None or now.tasks is None:
-        return True
-    if _same_tasks(frozen.tasks, now.tasks):  # a bind: the pod moved from waiting to placed
-        return False
-    return tolerance.workload == 0.0 or workload_drift(frozen.tasks, now.tasks) > tolerance.workload
-
 
 _ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib", "tie_rank")
 """The per-row fields of an ``Evaluation`` that an entry keeps current (``rows`` is fixed)."""
@@ -197,6 +84,18 @@ def _splice(ev: Evaluation, rows: NDArray[np.int64], part: Evaluation, copy: boo
 
 BANK_CONTENTS = 256
 """Row contents whose evaluation an entry keeps (``_Bank``); when full it starts anew."""
+
+BANK_PROBE_ROWS = 4096
+"""Rows through the banks over which the share they copied is counted."""
+
+BANK_MIN_COPIED = 1 / 32
+"""Below this share of the probe's rows copied, the banks are skipped for ``BANK_PAUSE``
+evaluations (then probed again): where nodes seldom share a content (a busy cluster of mixed
+pods) the content ids cost about 0.1 ms an evaluation at 5,000 nodes and copy nothing.
+Skipping changes no result: a copied row is the scored row's to the bit."""
+
+BANK_PAUSE = 1024
+"""Evaluations without the banks after a probe that found them useless."""
 
 
 class _Bank:
@@ -274,6 +173,8 @@ class IncrementalStats:
         (``scoring.row_contents``).
     term_refreshes : int
         Times the cluster-wide terms drifted past the tolerance and every entry was dropped.
+    bank_pauses : int
+        Probes after which the banks were skipped (``BANK_MIN_COPIED``).
     """
 
     evaluations: int = 0
@@ -281,6 +182,7 @@ class IncrementalStats:
     rows_rescored: int = 0
     rows_copied: int = 0
     term_refreshes: int = 0
+    bank_pauses: int = 0
 
 
 @dataclass(eq=False)
@@ -315,6 +217,13 @@ class IncrementalScorer:
     memo: Memo = field(default_factory=Memo, repr=False)
     """What the strategies keep between this scorer's evaluations (``scoring.memo``)."""
     _contents: RowContents = field(default_factory=RowContents, repr=False)
+    _every: NDArray[np.int64] | None = field(default=None, repr=False)
+    _watch: DriftWatch = field(init=False, repr=False)
+    _probe: list[int] = field(default_factory=lambda: [0, 0, 0], repr=False)
+    """Rows through the banks and rows copied since the last probe; evaluations left paused."""
+
+    def __post_init__(self) -> None:
+        self._watch = DriftWatch(self.tolerance, self.scorer.terms)
 
     def evaluate(self, state: ClusterState, request: PodRequest, rows: NDArray[np.int64]) -> Evaluation:
         """As ``Scorer.evaluate(state, request, rows)``, with the kept rows' cluster terms.
@@ -335,20 +244,33 @@ class IncrementalScorer:
         rows = np.asarray(rows, dtype=np.int64)
         with self._lock:
             self.stats.evaluations += 1
+            if self._probe[2]:
+                self._probe[2] -= 1
             now = self.scorer.cluster_terms(state, self.memo)
-            if state is not self._state or self._terms is None or drifted(
-                    self._terms, now, self.tolerance, self.scorer.terms):
+            if state is not self._state or self._terms is None or self._watch.drifted(self._terms, now):
                 if state is self._state and self._terms is not None:
                     self.stats.term_refreshes += 1
                 self._state, self._terms = state, now
+                self._watch.freeze(now)
                 self._entries.clear()
                 self._bytes = 0
             entry = self._current(state, request)
-            n = state.n_nodes
-            if rows.shape[0] == n and (n == 0 or (rows[0] == 0 and bool((np.diff(rows) == 1).all()))):
+            if self._every_row(state, rows):
                 entry.shared = True
                 return entry.evaluation
             return entry.evaluation.take(rows)
+
+    def _every_row(self, state: ClusterState, rows: NDArray[np.int64]) -> bool:
+        """Whether ``rows`` is every row of ``state`` in order; a read-only array found so
+        is remembered (the extender's candidate rows, the same object at every filter while
+        kube-scheduler sends the same names), so that it is not read again."""
+        n = state.n_nodes
+        if rows is self._every and rows.shape[0] == n:
+            return True
+        if rows.shape[0] != n or (n and (rows[0] != 0 or not bool((np.diff(rows) == 1).all()))):
+            return False
+        self._every = None if rows.flags.writeable else rows
+        return True
 
     def _current(self, state: ClusterState, request: PodRequest) -> _Entry:
         """The entry of ``request``, brought to the state's row versions."""
@@ -382,7 +304,7 @@ class IncrementalScorer:
         """``rows`` evaluated with the frozen terms, one row per content not in ``bank``
         (which keeps the new ones); and whether the bank grew."""
         assert self._terms is not None
-        if bank is None:
+        if bank is None or self._probe[2]:
             return self.scorer.evaluate(state, request, rows, self._terms, self.memo), False
         ids = self._contents.ids(state, rows)
         if bank.epoch != self._contents.epoch:
@@ -393,14 +315,15 @@ class IncrementalScorer:
         missed = np.flatnonzero(slots < 0)
         m = rows.shape[0]
         if missed.size == 0:
-            self.stats.rows_copied += m
+            self._copied(m, m)
             return _assembled(request, rows, [kept[slots] for kept in bank.arrays], bank.tie_band), False
         if missed.size == m and len(set(ids_list)) == m:  # every row a content of its own, none kept
+            self._copied(m, 0)
             part = self.scorer.evaluate(state, request, rows, self._terms, self.memo)
             return part, bank.put(ids, part)
         new, first, inverse = np.unique(ids[missed], return_index=True, return_inverse=True)
         part = self.scorer.evaluate(state, request, rows[missed[first]], self._terms, self.memo)
-        self.stats.rows_copied += m - int(new.shape[0])
+        self._copied(m, m - int(new.shape[0]))
         hit = np.flatnonzero(slots >= 0)
         whole = []
         for i, f in enumerate(_ARRAYS):
@@ -412,6 +335,19 @@ class IncrementalScorer:
             whole.append(out)
         grew = bank.put(new, part)
         return _assembled(request, rows, whole, part.tie_band), grew
+
+    def _copied(self, rows: int, copied: int) -> None:
+        """Count ``rows`` through a bank, ``copied`` of them copied; pause the banks after a
+        probe that copied too few (``BANK_MIN_COPIED``)."""
+        self.stats.rows_copied += copied
+        probe = self._probe
+        probe[0] += rows
+        probe[1] += copied
+        if probe[0] >= BANK_PROBE_ROWS:
+            if probe[1] < BANK_MIN_COPIED * probe[0]:
+                probe[2] = BANK_PAUSE
+                self.stats.bank_pauses += 1
+            probe[0] = probe[1] = 0
 
     def _charge(self, entry: _Entry) -> None:
         """Count ``entry``'s bytes anew and drop the least recently used entries past ``max_bytes``."""

@@ -20,7 +20,8 @@ from extender.cache.ledger import Ledger
 from extender.cache.records import CandidateEvaluation
 from extender.translate import inbound
 from podspec.pods import PodIntent
-from scoring.incremental import IncrementalScorer, Tolerance
+from scoring.drift import Tolerance
+from scoring.incremental import IncrementalScorer
 from scoring.request import PodRequest
 from scoring.scorer import Evaluation, Scorer
 from scoring.state import ClusterState

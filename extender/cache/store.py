@@ -35,7 +35,7 @@ from extender.cache.views import GpuRoom
 from extender.tenants import TenantPolicy, Usage
 from podspec.pods import PodIntent
 from scoring import ClusterState, NodeSpec, Scorer
-from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
+from scoring.drift import DEFAULT_TOLERANCE, Tolerance
 
 
 class GpuCache:

@@ -109,7 +109,8 @@ class Candidates:
     names : list of str
         As sent (the key kube-scheduler's next call is compared with).
     rows : ndarray of int64, shape (n_known,)
-        State rows of the known names, each once, in the order sent.
+        State rows of the known names, each once, in the order sent; read only (the
+        incremental scorer recognizes the same list of every row by it).
     unknown : list of str
         Names not in the state, each once.
     known : list of str
@@ -154,6 +155,7 @@ def candidates(state: ClusterState, names: Sequence[str]) -> Candidates:
         names = list(dict.fromkeys(sent))
         rows, unknown = rows_for_names(state, names)
     known = list(names) if not unknown else [state.node_names[r] for r in rows.tolist()]
+    rows.flags.writeable = False
     return Candidates(sent, rows, unknown, known)
 
 

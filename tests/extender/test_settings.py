@@ -8,7 +8,7 @@ import pytest
 
 from extender.admin_config import ConfigError, ToleranceFile, load_admin_config, scoring_config
 from extender.cli import main
-from scoring.incremental import DEFAULT_TOLERANCE, Tolerance
+from scoring.drift import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.scorer import Ties

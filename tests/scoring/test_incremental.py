@@ -8,10 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scoring import gaps, strategies, utilization
+from scoring import gaps, incremental, strategies, utilization
+from scoring.drift import EXACT, Tolerance, drifted, workload_drift
 from scoring.fit import ClusterTerms
 from scoring.fragmentation import TaskTypes
-from scoring.incremental import EXACT, IncrementalScorer, Tolerance, drifted, workload_drift
+from scoring.incremental import IncrementalScorer
 from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
 from scoring.scorer import Evaluation, build_scorer
@@ -19,6 +20,7 @@ from scoring.specs import Allocation
 from scoring.state import ClusterState
 from scoring.strategies import adaptive_balance, spare_nodes
 from tests.conftest import gpu_node
+from tests.scoring.randstate import random_state
 
 MENU = [PodRequest(1, 250, cpu_milli=2000, memory_mib=4096), PodRequest(1, 500, cpu_milli=4000, memory_mib=8192),
         PodRequest(1, 750, cpu_milli=1000, memory_mib=2048), PodRequest(2, 1000, cpu_milli=8000, memory_mib=16384),
@@ -290,3 +292,38 @@ def test_content_banks_count_in_the_budget() -> None:
     entry = inc._entries[MENU[0]]
     assert entry.bank is not None and entry.bank.nbytes() > 0
     assert inc._bytes == sum(e.nbytes for e in inc._entries.values()) >= entry.bank.nbytes()
+
+
+def test_banks_that_copy_nothing_are_paused_without_changing_an_answer(rng: np.random.Generator,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mixed nodes filled at random share no content: after a probe the banks are skipped
+    # (no content id computed) for a while, then probed again; every answer stays the
+    # full evaluation's with the frozen terms. Alike nodes keep their banks.
+    monkeypatch.setattr(incremental, "BANK_PROBE_ROWS", 20)
+    monkeypatch.setattr(incremental, "BANK_PAUSE", 10)
+    scorer = build_scorer(PRESETS["default"])
+    st = random_state(rng, 30)
+    inc = IncrementalScorer(scorer, tol(1.0, 1e9, 1.0))
+    frozen = scorer.cluster_terms(st)
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    ids: list[int] = []
+    content_ids = inc._contents.ids
+
+    def counted(state: ClusterState, rows: np.ndarray) -> np.ndarray:
+        ids.append(rows.size)
+        return content_ids(state, rows)
+
+    monkeypatch.setattr(inc._contents, "ids", counted)
+    for step in range(80):
+        req = MENU[int(rng.integers(3))]
+        got = inc.evaluate(st, req, rows)
+        assert same_ranks(got, scorer.evaluate(st, req, rows, frozen)), step
+        if got.best() >= 0:
+            place(st, got, got.best())
+    assert inc.stats.bank_pauses >= 2 and len(ids) < 80 - 20  # paused, and probed again after a pause
+    alike = IncrementalScorer(scorer, tol(1.0, 1e9, 1.0))
+    st = ClusterState.from_nodes([gpu_node(f"n{i:02d}", 4) for i in range(30)])
+    for step in range(40):
+        got = alike.evaluate(st, MENU[step % 3], rows)
+        place(st, got, got.best())
+    assert alike.stats.bank_pauses == 0 and alike.stats.rows_copied > 30 * 3

@@ -15,7 +15,7 @@ from extender.verbs.prioritize import prioritize
 from podspec import annotations as ann
 from podspec.pods import pod_intent
 from scoring import request as request_module
-from scoring.incremental import EXACT
+from scoring.drift import EXACT
 from scoring.scorer import build_scorer
 from scoring.state import ClusterState
 from tests.conftest import gpu_node, pod_json
