@@ -391,8 +391,9 @@ class WorkloadModel:
         if self._dirty:
             self._dirty, self._net = False, {}
             view = self._view()
-            top = sorted(view.counts.items(), key=lambda kv: (-kv[1], kv[0]))[: self.max_types]
-            merged = dict(top)
+            # (-count, key) tuples sort as key=(-count, key) does, without a call per item.
+            ranked = sorted([(-c, key) for key, c in view.counts.items()])[: self.max_types]
+            merged = {key: -c for c, key in ranked}
             demand = dict(view.demand)
             for (k, milli), c in self.prior_counts().items():
                 key: TaskKey = (k, milli, 0, 0, ANY_MODEL_MASK, 0)
@@ -401,12 +402,12 @@ class WorkloadModel:
             if not merged:
                 self._cached = None
             else:
-                items = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
-                rows = np.array([k for k, _ in items], dtype=np.int64)
-                count = np.array([c for _, c in items], dtype=np.int64)
+                items = sorted([(-c, key) for key, c in merged.items()])
+                rows = np.array([k for _, k in items], dtype=np.int64)
+                count = np.array([-c for c, _ in items], dtype=np.int64)
                 masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
                 gpu_mem = rows[:, 5] if (rows[:, 5] != 0).any() else None
-                demand_rows = tuple((k, r, m, g, c) for (k, r, m, g), c in sorted(demand.items()))
+                demand_rows = tuple([(k, r, m, g, c) for (k, r, m, g), c in sorted(demand.items())])
                 self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
                                          count / count.sum(), count, masks, gpu_mem, demand_rows)
         return self._cached
