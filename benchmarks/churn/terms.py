@@ -61,7 +61,7 @@ def readings(state: ClusterState) -> dict[str, dict[str, float]]:
         gpu = tasks.gpu_count > 0
         share = float((tasks.count * tasks.gpu_count * np.minimum(tasks.gpu_milli, MILLI_PER_GPU))[gpu].sum())
         whole_node = (tasks.gpu_count >= largest) & (tasks.gpu_milli >= MILLI_PER_GPU)
-        need = dict(spare_need(wl.share_by_gpu_count(), float(healthy_free.sum()), np.bincount(whole_free)))
+        need = dict(spare_need(wl.share_by_gpu_count(), float(healthy_free.sum()), np.bincount(whole_free).tolist()))
         out[mix] = {
             "fgd": float(tasks.popularity[whole_node].sum()),
             "adaptive_balance": multi_gpu_share(tasks),

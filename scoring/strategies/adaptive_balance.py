@@ -56,7 +56,7 @@ the full replay; faded so, 94.61 / 95.68 / 95.06 / 95.02 / 94.87 % against 94.21
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -161,7 +161,15 @@ def _pressure_sums(state: ClusterState, rows: NDArray[np.int64] | slice) -> NDAr
                      np.where(gpu_node, state.cpu_used_milli[rows], 0)], axis=1)
 
 
-def _pressure(sums: NDArray[np.int64]) -> float:
+def _pressure_row(state: ClusterState, row: int) -> tuple[int, int, int, int]:
+    """``_pressure_sums`` of one row, as integers."""
+    total = int(state.node_gpu_total_milli[row])
+    gpu_node = total > 0
+    return (total, int(state.node_gpu_used_milli[row]), int(state.cpu_alloc_milli[row]) if gpu_node else 0,
+            int(state.cpu_used_milli[row]) if gpu_node else 0)
+
+
+def _pressure(sums: Sequence[int]) -> float:
     total_milli, used_milli, cpu_alloc, cpu_used = (int(x) for x in sums)
     if total_milli <= 0 or cpu_alloc <= 0:
         return 0.0
@@ -183,7 +191,7 @@ def cluster_term(state: ClusterState, memo: Memo) -> Term:
     (``WorkloadModel.churn`` 0: the arrivals-only replay places as before) or while the
     free room holds what waits (``scoring.utilization.room_for_waiting``). The pressure's sums
     are kept in ``memo`` by row version (``scoring.row_totals``): equal to ``cpu_pressure``'s."""
-    sums = memo.slot(NAME, RowTotals).of(state, _pressure_sums)  # a bind moves one row of the sums
+    sums = memo.slot(NAME, RowTotals).of(state, _pressure_sums, _pressure_row)  # a bind moves one row
     pressure = effective_pressure(_pressure(sums))
     churn = state.workload.churn()
     return (pressure, overload_gain(churn, room_for_waiting(state)) if churn > 0.0 else 1.0)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,7 +105,7 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
 
 
 def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
-               nodes_by_whole_free: NDArray[np.int64]) -> SpareNeed:
+               nodes_by_whole_free: Sequence[int]) -> SpareNeed:
     """``(k, P_k)`` for every ``k >= 2`` of the workload (module notes).
 
     Parameters
@@ -114,7 +115,7 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
         pod, milli-GPU.
     free_share_milli : float
         ``F``: free share of the healthy GPUs, milli-GPU, >= 0.
-    nodes_by_whole_free : ndarray of shape (g + 1,), int64
+    nodes_by_whole_free : sequence of int
         Element ``c``: the nodes with ``c`` wholly free healthy GPUs (``np.bincount`` of the
         per-node counts), >= 0.
 
@@ -124,13 +125,13 @@ def spare_need(share_by_gpus: dict[int, int], free_share_milli: float,
         Ascending ``k``; ``P_k`` in [0, 1]. Empty without multi-GPU demand.
     """
     total = float(sum(share_by_gpus.values()))
-    whole_free = np.arange(nodes_by_whole_free.shape[0], dtype=np.int64)
+    by_free = [(c, int(n)) for c, n in enumerate(nodes_by_whole_free) if n]
     out = []
     for k in sorted(share_by_gpus):
         if k < 2:
             continue
         mu = share_by_gpus[k] / total * free_share_milli / (MILLI_PER_GPU * k)
-        spare = int((nodes_by_whole_free * (whole_free // k)).sum())  # E_k = sum_i floor(c_i / k)
+        spare = sum(n * (c // k) for c, n in by_free)  # E_k = sum_i floor(c_i / k)
         p = 0.0 if mu <= 0 else 0.5 * math.erfc((spare - 0.5 - mu) / math.sqrt(2.0 * mu))
         out.append((int(k), min(max(p, 0.0), 1.0)))
     return tuple(out)
@@ -158,6 +159,15 @@ def _node_free(state: ClusterState, rows: NDArray[np.int64] | slice) -> NDArray[
     return out
 
 
+def _node_free_row(state: ClusterState, row: int) -> list[int]:
+    """``_node_free`` of one node, as integers."""
+    healthy_free = [min(max(f, 0), MILLI_PER_GPU) if ok else 0
+                    for f, ok in zip(state.gpu_free_milli[row].tolist(), state.gpu_healthy[row].tolist(), strict=True)]
+    out = [sum(healthy_free)] + [0] * (1 + len(healthy_free))
+    out[1 + sum(f >= MILLI_PER_GPU for f in healthy_free)] = 1
+    return out
+
+
 def cluster_term(state: ClusterState, memo: Memo) -> SpareNeed:
     """``spare_need`` of the state's workload and free GPUs; kept in ``memo`` while the
     state's version and the workload's shares stay (filter and prioritize of one pod). The
@@ -168,7 +178,7 @@ def cluster_term(state: ClusterState, memo: Memo) -> SpareNeed:
     last = memo.slot(NAME, _Last)
     if last.state is not None and last.state() is state and last.key == key:
         return last.need
-    sums = last.sums.of(state, _node_free)
+    sums = last.sums.of(state, _node_free, _node_free_row)
     last.need = spare_need(shares, float(sums[0]), sums[1:])
     last.state, last.key = weakref.ref(state), key
     return last.need
