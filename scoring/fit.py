@@ -315,7 +315,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
     else:
         allowed = np.fromiter(request.allowed_models, dtype=np.int64)
         model_ok = exists & np.isin(state.gpu_model[rows], allowed)
-    healthy = model_ok & state.gpu_healthy[rows]
+    gpu_healthy = state.gpu_healthy[rows]
+    healthy = model_ok & gpu_healthy
     isolated = isolation_ok(request, qos_pods, policy)
     qos_ok = healthy if isolated is None else healthy & isolated
     share_ok = qos_ok & share_fits(request, state.gpu_used_milli[rows],
@@ -367,8 +368,8 @@ def fit(state: ClusterState, request: PodRequest, rows: NDArray[np.int64],
         cpu_alloc_milli=state.cpu_alloc_milli[rows],
         mem_host_alloc_mib=state.mem_alloc_mib[rows],
         gpu_model=state.gpu_model[rows],
-        gpu_healthy=state.gpu_healthy[rows],
-        gpu_mem_free_mib=state.gpu_mem_free_mib[rows],
+        gpu_healthy=gpu_healthy,
+        gpu_mem_free_mib=mem_free if request.qos != QoSClass.GUARANTEED else state.gpu_mem_free_mib[rows],
         tasks=terms.tasks,
         gpus_by_model=state.gpus_by_model,
         gpus_by_kind=state.gpus_by_kind,

@@ -352,7 +352,7 @@ class Scorer:
         else:
             cols = np.argsort(-pref, axis=1, kind="stable")[:, :k]
         chosen = np.zeros(ctx.gpu_fits.shape, dtype=bool)
-        np.put_along_axis(chosen, cols, True, axis=1)
+        chosen[np.arange(m)[:, None], cols] = True  # np.put_along_axis, without its index grid in Python
         chosen &= ctx.node_fits[:, None]
         total_w = sum(w for _, w in plan) or 1.0
         score = np.zeros(m)
