@@ -434,6 +434,11 @@ class KubeBinder:
                 q.error = failed
 
     def _group(self, node: str) -> _NodeGroup:
+        """The node's lock and commit group, only for a node the cache knows (bind bodies are untrusted)."""
+        with self._groups_guard:
+            group = self._groups.get(node)
+        if group is None and node not in self._cache.gpu_rooms([node]):
+            raise BindError(f"gpufrac: node {node!r} not in gpufrac's cache")
         with self._groups_guard:
             return self._groups.setdefault(node, _NodeGroup())
 

@@ -295,6 +295,20 @@ def test_a_hold_on_receipt_that_cannot_be_taken_leaves_the_refusal_to_bind() -> 
         binder.bind("uid-b", "default", "b", "n1")
 
 
+def test_bind_bodies_naming_unknown_nodes_are_refused_and_leave_no_lock_behind() -> None:
+    # A bind body is untrusted: each node name it sends must not leave a per-node group.
+    c = cache_with(gpu_node("n1", 1))
+    pending(c, "a", annotations={ann.FRACTION: "0.5"})
+    binder = KubeBinder(FakeApi(), c, 60)
+    for i in range(500):
+        binder.hold_on_receipt("uid-a", "default", "a", f"no-such-node-{i}")  # nothing held, nothing raised
+        with pytest.raises(BindError, match="not in gpufrac's cache"):
+            binder.bind("uid-a", "default", "a", f"no-such-node-{i}")
+    assert set(binder._groups) == set() and c.summary()["gpu_allocated_milli"] == 0
+    binder.bind("uid-a", "default", "a", "n1")
+    assert set(binder._groups) == {"n1"} and c.summary()["gpu_allocated_milli"] == 500
+
+
 def test_binding_failure_gives_the_share_back() -> None:
     c = cache_with(gpu_node("n1", 1))
     pending(c, "a", annotations={ann.FRACTION: "0.5"})
