@@ -34,7 +34,7 @@ _M = TypeVar("_M")
 
 class ToleranceFile(BaseModel):
     """``scoring.tolerance:``: how far the cluster-wide terms may drift before every node is
-    scored anew (``scoring.incremental.Tolerance``; all 0: exact, a full pass per change)."""
+    scored anew (``scoring.drift.Tolerance``; all 0: exact, a full pass per change)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -46,7 +46,7 @@ class ToleranceFile(BaseModel):
     churn: float = Field(DEFAULT_TOLERANCE.of("churn"), ge=0.0, le=1.0)
 
     def tolerance(self) -> Tolerance:
-        """As ``scoring.incremental.Tolerance``."""
+        """As ``scoring.drift.Tolerance``."""
         terms = self.model_dump()
         return Tolerance(terms.pop("workload"), terms)
 

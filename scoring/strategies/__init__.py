@@ -15,7 +15,7 @@ holds, sets ``READS_ROW = True`` (``random_fit``); for every other, rows of equa
 score the same (``scoring.row_contents``).
 
 A strategy that reads a cluster-wide quantity declares it as its own term: ``TERM`` (its
-name, also the key of its bound in ``scoring.incremental.Tolerance`` and the admin config's
+name, also the key of its bound in ``scoring.drift.Tolerance`` and the admin config's
 ``scoring.tolerance``), ``cluster_term(state, memo)`` (computed once per evaluation; the
 strategy reads it as ``ctx.terms[TERM]``), ``term_drift(frozen, now)`` (how far it moved;
 past the tolerance every kept row is scored anew) and ``TERM_TOLERANCE`` (the shipped
