@@ -219,8 +219,12 @@ class IncrementalScorer:
     _contents: RowContents = field(default_factory=RowContents, repr=False)
     _every: NDArray[np.int64] | None = field(default=None, repr=False)
     _watch: DriftWatch = field(init=False, repr=False)
-    _probe: list[int] = field(default_factory=lambda: [0, 0, 0], repr=False)
-    """Rows through the banks and rows copied since the last probe; evaluations left paused."""
+    _probe_rows: int = field(default=0, repr=False)
+    """Rows through the banks since the last probe."""
+    _probe_copied: int = field(default=0, repr=False)
+    """Of those, rows copied."""
+    _paused: int = field(default=0, repr=False)
+    """Evaluations left without the banks (``BANK_PAUSE``)."""
 
     def __post_init__(self) -> None:
         self._watch = DriftWatch(self.tolerance, self.scorer.terms)
@@ -244,8 +248,8 @@ class IncrementalScorer:
         rows = np.asarray(rows, dtype=np.int64)
         with self._lock:
             self.stats.evaluations += 1
-            if self._probe[2]:
-                self._probe[2] -= 1
+            if self._paused:
+                self._paused -= 1
             now = self.scorer.cluster_terms(state, self.memo)
             if state is not self._state or self._terms is None or self._watch.drifted(self._terms, now):
                 if state is self._state and self._terms is not None:
@@ -304,7 +308,7 @@ class IncrementalScorer:
         """``rows`` evaluated with the frozen terms, one row per content not in ``bank``
         (which keeps the new ones); and whether the bank grew."""
         assert self._terms is not None
-        if bank is None or self._probe[2]:
+        if bank is None or self._paused:
             return self.scorer.evaluate(state, request, rows, self._terms, self.memo), False
         ids = self._contents.ids(state, rows)
         if bank.epoch != self._contents.epoch:
@@ -340,14 +344,13 @@ class IncrementalScorer:
         """Count ``rows`` through a bank, ``copied`` of them copied; pause the banks after a
         probe that copied too few (``BANK_MIN_COPIED``)."""
         self.stats.rows_copied += copied
-        probe = self._probe
-        probe[0] += rows
-        probe[1] += copied
-        if probe[0] >= BANK_PROBE_ROWS:
-            if probe[1] < BANK_MIN_COPIED * probe[0]:
-                probe[2] = BANK_PAUSE
+        self._probe_rows += rows
+        self._probe_copied += copied
+        if self._probe_rows >= BANK_PROBE_ROWS:
+            if self._probe_copied < BANK_MIN_COPIED * self._probe_rows:
+                self._paused = BANK_PAUSE
                 self.stats.bank_pauses += 1
-            probe[0] = probe[1] = 0
+            self._probe_rows = self._probe_copied = 0
 
     def _charge(self, entry: _Entry) -> None:
         """Count ``entry``'s bytes anew and drop the least recently used entries past ``max_bytes``."""
