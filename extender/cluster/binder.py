@@ -156,8 +156,8 @@ class KubeBinder:
             return
         if self.fence is not None and len(self._received) >= MAX_RECEIVED:
             now = time.monotonic()
-            with self._groups_guard:  # holds whose bind never ran: their TTL is over, so is the hold
-                self._received = {u: got for u, got in list(self._received.items()) if got[1] > now}
+            for u in [u for u, got in list(self._received.items()) if got[1] <= now]:  # TTL over: no hold left
+                self._received.pop(u, None)
             if len(self._received) >= MAX_RECEIVED:
                 return
         with contextlib.suppress(BindError), self._node_lock(node):
