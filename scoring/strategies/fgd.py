@@ -100,16 +100,33 @@ def _fragmentation(free: NDArray[np.int32], cpu_free: NDArray[np.int64], mem_fre
     return _expected(small, run, free.sum(axis=1)[:, None], tasks, task_axis=1)
 
 
+FEW_CELLS = 64
+"""Up to this many GPU cells ``_classes`` groups them in a dictionary, past it with ``np.unique``
+(the same classes, in another order, which no result depends on)."""
+
+
 def _classes(free: NDArray[np.int32], model: NDArray[np.int64], cells: tuple[NDArray[np.intp], NDArray[np.intp]],
              mem_free: NDArray[np.int64] | None = None) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
     """The distinct (row, free share, model[, free memory]) classes among ``cells`` (row and
     GPU indices into ``free`` and ``model``): a representative cell's row and GPU per class,
-    and each cell's class. GPUs alike in all of them give the same fragmentation terms."""
+    and each cell's class (a representative is the class's first cell). GPUs alike in all of
+    them give the same fragmentation terms."""
     r, g = cells
     # free share in [-3000, 1000] (best-effort oversubscription up to 4x); model ids past 62
     # share one mask bit (TaskTypes.allowed), so they may share a class.
     key = (r.astype(np.int64) * 1_000_003 + free[r, g].astype(np.int64) + 4_000) * 64 + np.minimum(model[r, g], 63)
-    if mem_free is not None:
+    if r.shape[0] <= FEW_CELLS:  # a dictionary: np.unique's sort costs tens of calls
+        keys = key.tolist() if mem_free is None else list(zip(key.tolist(), mem_free[r, g].tolist(), strict=True))
+        ids: dict[object, int] = {}
+        firsts: list[int] = []
+        classes = []
+        for i, k in enumerate(keys):
+            j = ids.setdefault(k, len(firsts))
+            if j == len(firsts):
+                firsts.append(i)
+            classes.append(j)
+        first, inverse = np.array(firsts, dtype=np.intp), np.array(classes, dtype=np.intp)
+    elif mem_free is not None:
         _, first, inverse = np.unique(np.stack([key, mem_free[r, g]], axis=1), axis=0, return_index=True,
                                       return_inverse=True)
     else:
@@ -148,14 +165,13 @@ class _RowCounts:
         self._valid = np.zeros(0, dtype=bool)
         self._cnt = np.zeros((0, 0), dtype=np.int64)
         self._small = np.zeros((0, 0), dtype=np.int64)
-        self._last_canonical: tuple[TaskTypes, tuple[NDArray[np.int64], NDArray[np.int64] | None, NDArray[np.intp],
+        self._last_canonical: tuple[TaskTypes, tuple[TaskTypes, NDArray[np.intp],
                                                     tuple[bytes, bytes | None]]] | None = None
 
-    def _canonical(self, tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64] | None, NDArray[np.intp],
-                                                   tuple[bytes, bytes | None]]:
-        """The distinct (share, mask) columns of ``tasks``, each type's column, and their key;
-        remembered for the last ``tasks`` object (immutable, and kept for long by an
-        incremental evaluation)."""
+    def _canonical(self, tasks: TaskTypes) -> tuple[TaskTypes, NDArray[np.intp], tuple[bytes, bytes | None]]:
+        """The distinct (share, mask) columns of ``tasks`` as types of their own, each type's
+        column, and their key; remembered for the last ``tasks`` object (immutable, and kept
+        for long by an incremental evaluation)."""
         last = self._last_canonical
         if last is not None and last[0] is tasks:
             return last[1]
@@ -166,16 +182,21 @@ class _RowCounts:
             pairs, column = np.unique(np.stack([tasks.gpu_milli, tasks.model_mask], axis=1), axis=0,
                                       return_inverse=True)
             canon_milli, canon_mask = pairs[:, 0], pairs[:, 1]
-        out = (canon_milli, canon_mask, column.reshape(-1),
+        ones = np.ones(canon_milli.shape[0], dtype=np.int64)
+        canon = TaskTypes(ones, canon_milli, ones * 0, ones * 0, ones / ones.shape[0], ones, canon_mask)
+        out = (canon, column.reshape(-1),
                (canon_milli.tobytes(), None if canon_mask is None else canon_mask.tobytes()))
         self._last_canonical = (tasks, out)
         return out
 
     def get(self, state_rows: NDArray[np.int64], free: NDArray[np.int32], model: NDArray[np.int64],
-            tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """``cnt, small`` of ``tasks`` for ``free`` and ``model`` of shape (m, G) at ``state_rows`` (m,)."""
-        canon_milli, canon_mask, column, canon_key = self._canonical(tasks)
-        n_gpus, n_canon = free.shape[1], canon_milli.shape[0]
+            tasks: TaskTypes) -> tuple[NDArray[np.int64], NDArray[np.int64], TaskTypes, NDArray[np.intp]]:
+        """``cnt, small`` for ``free`` and ``model`` of shape (m, G) at ``state_rows`` (m,), per
+        canonical column (m, c) each; the canonical columns as task types (their shares and
+        masks; the rest placeholders); and each of ``tasks``' types' column (t,), so that
+        ``cnt[:, column]`` is ``_per_task``'s ``cnt`` of ``tasks``."""
+        canon, column, canon_key = self._canonical(tasks)
+        n_gpus, n_canon = free.shape[1], canon.gpu_milli.shape[0]
         key = (n_gpus, *canon_key)
         with self._lock:
             if key != self._key:
@@ -192,14 +213,12 @@ class _RowCounts:
             stale = np.flatnonzero(~self._valid[state_rows] | (self._free[state_rows] != free).any(axis=1)
                                    | (self._model[state_rows] != model).any(axis=1))
             if stale.size:
-                ones = np.ones(n_canon, dtype=np.int64)
-                canon = TaskTypes(ones, canon_milli, ones * 0, ones * 0, ones / n_canon, ones, canon_mask)
                 cnt, small = _per_task(free[stale], canon, canon.allowed(model[stale]))
                 rows = state_rows[stale]
                 self._free[rows], self._model[rows] = free[stale], model[stale]
                 self._cnt[rows], self._small[rows] = cnt, small
                 self._valid[rows] = True
-            return self._cnt[state_rows][:, column], self._small[state_rows][:, column]
+            return self._cnt[state_rows], self._small[state_rows], canon, column
 
 
 def _usable_free(ctx: FitContext, rows: NDArray[np.int64]) -> NDArray[np.int32]:
@@ -237,13 +256,18 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
     model = np.zeros(free.shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
     memf = None if tasks.gpu_memory_mib is None or ctx.gpu_mem_free_mib is None else ctx.gpu_mem_free_mib[rows]
+    column: NDArray[np.intp] | None = None
     if memf is None:
-        # Counts of the current state, shared by "before" and every per-GPU "after"; kept between
-        # evaluations and recomputed only for the nodes whose GPUs changed (``_RowCounts``).
-        cnt, small = ctx.memo.slot(NAME, _RowCounts).get(ctx.rows[rows], free, model, tasks)  # (m, t) each
+        # Counts of the current state per distinct (share, mask) of the types, shared by "before"
+        # and every per-GPU "after"; kept between evaluations and recomputed only for the nodes
+        # whose GPUs changed (``_RowCounts``). The per-GPU "after" runs on those columns (13
+        # against 48 types on openb) and is spread to the types once.
+        cnt_c, small_c, canon, column = ctx.memo.slot(NAME, _RowCounts).get(ctx.rows[rows], free, model, tasks)
+        cnt, small = cnt_c[:, column], small_c[:, column]  # (m, t) each
     else:  # GPU memory is a dimension: the row cache keys on shares and models only
         allowed_now = None if ctx.gpu_model is None else tasks.allowed(model)
-        cnt, small = _per_task(free, tasks, _with_memory(allowed_now, memf, tasks))
+        cnt_c, small_c = cnt, small = _per_task(free, tasks, _with_memory(allowed_now, memf, tasks))
+        canon = tasks
     total = free.sum(axis=1)
     run_before = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
     before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
@@ -258,20 +282,22 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     pr, pg, cell_class = _classes(free, model, (fit_r, fit_g), memf)
     f = free[pr, pg][:, None]                                 # (u, 1)
     fp = f - np.int32(req.gpu_milli)                          # the share taken from that GPU
-    milli = tasks.gpu_milli[None, :]
-    fits_old, fits_new = f >= milli, fp >= milli              # (u, t)
-    allowed = tasks.allowed(model[pr, pg][None, :])
+    milli = canon.gpu_milli[None, :]
+    fits_old, fits_new = f >= milli, fp >= milli              # (u, c): per column, or per type
+    allowed = canon.allowed(model[pr, pg][None, :])
     if allowed is not None:
         fits_old &= allowed[0].T
         fits_new &= allowed[0].T
-    if memf is not None:
+    if memf is not None:  # columns are the types here
         assert tasks.gpu_memory_mib is not None
         m_old = memf[pr, pg][:, None]
         m_new = m_old - ctx.mem_req_mib[rows][pr, pg][:, None]  # the memory taken from that GPU
         fits_old &= m_old >= tasks.gpu_memory_mib[None, :]
         fits_new &= m_new >= tasks.gpu_memory_mib[None, :]
-    cnt_g = cnt[pr] - fits_old + fits_new
-    small_g = small[pr] - np.where(fits_old, np.int32(0), f) + np.where(fits_new, np.int32(0), fp)
+    cnt_g = cnt_c[pr] - fits_old + fits_new
+    small_g = small_c[pr] - np.where(fits_old, np.int32(0), f) + np.where(fits_new, np.int32(0), fp)
+    if column is not None:
+        cnt_g, small_g = cnt_g[:, column], small_g[:, column]  # (u, t)
     host_after = _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
     run = (cnt_g >= tasks.gpu_count[None, :]) & host_after[pr]
     after = _expected(small_g, run, (total[pr] - req.gpu_milli)[:, None], tasks, task_axis=1)
@@ -299,16 +325,28 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         return np.full(chosen.shape[0], 0.5)
     out = np.zeros(chosen.shape[0])
     rows = np.flatnonzero(ctx.node_fits)
+    if rows.size == 0:
+        return out
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
-    allowed = None if ctx.gpu_model is None else tasks.allowed(ctx.gpu_model[rows])
-    allowed_after = allowed
+    free_after = np.where(chosen[rows], free - np.int32(req.gpu_milli), free)
     if tasks.gpu_memory_mib is not None and ctx.gpu_mem_free_mib is not None:
+        allowed = None if ctx.gpu_model is None else tasks.allowed(ctx.gpu_model[rows])
         memf = ctx.gpu_mem_free_mib[rows]
         allowed_after = _with_memory(allowed, memf - np.where(chosen[rows], ctx.mem_req_mib[rows], 0), tasks)
-        allowed = _with_memory(allowed, memf, tasks)
-    before = _fragmentation(free, cpu_free, mem_free, tasks, allowed)
-    after = _fragmentation(np.where(chosen[rows], free - np.int32(req.gpu_milli), free),
-                           cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks, allowed_after)
+        before = _fragmentation(free, cpu_free, mem_free, tasks, _with_memory(allowed, memf, tasks))
+        after = _fragmentation(free_after, cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks,
+                               allowed_after)
+    else:
+        # "Before" from the kept counts (``_RowCounts``, as ``gpu_score``); "after" counted per
+        # distinct (share, mask) of the types and spread to the types (the same integers).
+        model = np.zeros(free.shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
+        cnt_c, small_c, canon, column = ctx.memo.slot(NAME, _RowCounts).get(ctx.rows[rows], free, model, tasks)
+        run = (cnt_c[:, column] >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
+        before = _expected(small_c[:, column], run, free.sum(axis=1)[:, None], tasks, task_axis=1)
+        cnt_a, small_a = _per_task(free_after, canon, canon.allowed(model))
+        run = (cnt_a[:, column] >= tasks.gpu_count[None, :]) & _host_fits(cpu_free - req.cpu_milli,
+                                                                          mem_free - req.memory_mib, tasks)
+        after = _expected(small_a[:, column], run, free_after.sum(axis=1)[:, None], tasks, task_axis=1)
     out[rows] = _to_score(after - before, tasks)
     return out

@@ -1,10 +1,12 @@
-"""FGD's kept per-node counts (``fgd._RowCounts``) never serve a stale row."""
+"""FGD's kept per-node counts (``fgd._RowCounts``) never serve a stale row; its GPU classes
+are one partition however they are grouped."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 
 from scoring.fit import FitContext, fit
@@ -56,8 +58,41 @@ def test_kept_counts_follow_every_change_of_every_state(rng: np.random.Generator
         req = MENU[int(rng.integers(len(MENU)))]
         ctx = fit(st, req, rng.permutation(st.n_nodes), QoSPolicy(), memo=memo)
         assert np.array_equal(fgd.gpu_score(ctx), fresh_score(ctx)), step
+        # The node score reads the same kept counts ("before"): with the pod on the first
+        # GPUs it fits on each node, equal to the one computed from scratch.
+        chosen = ctx.gpu_fits & (np.cumsum(ctx.gpu_fits, axis=1) <= req.gpu_count)
+        assert np.array_equal(fgd.node_score(ctx, chosen), fgd.node_score(replace(ctx, memo=Memo()), chosen)), step
         compared += 1
         placeable = np.flatnonzero(ctx.node_fits & (ctx.gpu_fits.sum(axis=1) >= req.gpu_count))
         if placeable.size:
             place(st, ctx, int(placeable[int(rng.integers(placeable.size))]))
     assert compared == 160
+
+
+def test_gpu_classes_are_the_same_partition_by_dictionary_and_by_sort(rng: np.random.Generator,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Up to FEW_CELLS cells are grouped in a dictionary, more with np.unique: the two must
+    # give the same classes (cells alike in row, share, model and memory together), each
+    # with a representative of its own class, whatever the order of the classes.
+    for trial in range(40):
+        m, g = int(rng.integers(1, 12)), 8
+        free = rng.choice(np.array([-500, 0, 250, 500, 1000], dtype=np.int32), size=(m, g))
+        model = rng.integers(0, 3, size=(m, g)).astype(np.int64)
+        mem = rng.choice(np.array([0, 8192, 16384]), size=(m, g)).astype(np.int64)
+        r_all, c_all = np.nonzero(rng.random((m, g)) < 0.7)
+        cells = (r_all.astype(np.intp), c_all.astype(np.intp))
+        for mem_free in (None, mem):
+            answers = []
+            for few in (10_000, 0):
+                monkeypatch.setattr(fgd, "FEW_CELLS", few)
+                pr, pg, cls = fgd._classes(free, model, cells, mem_free)
+                r, c = cells
+                key = np.stack([r, free[r, c], model[r, c], (mem_free if mem_free is not None else mem * 0)[r, c]], 1)
+                rep = np.stack([pr, free[pr, pg], model[pr, pg],
+                                (mem_free if mem_free is not None else mem * 0)[pr, pg]], 1)
+                assert np.array_equal(rep[cls], key), trial  # every cell is alike its representative
+                answers.append(cls)
+            by_dict, by_sort = answers
+            same_dict = by_dict[:, None] == by_dict[None, :]
+            assert np.array_equal(same_dict, by_sort[:, None] == by_sort[None, :]), trial
+            assert len(set(by_dict.tolist())) == int(np.unique(by_dict).size) == int(by_dict.max(initial=-1)) + 1
