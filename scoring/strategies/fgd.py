@@ -39,6 +39,9 @@ Per GPU (the GPU choice) ``dF`` is evaluated as if the pod took that GPU alone, 
 node's CPU and memory reduced by the pod's; the node score uses the GPUs actually chosen.
 Both are differences of per-task counts, so the kernel is ``O(m * t * G)`` with no loop;
 the per-GPU one runs once per distinct (node, free share, model) class of GPUs (``_classes``).
+The counts depend on a type only through its share and model mask, so they are kept per
+distinct (share, mask) column of the types (``_RowCounts``), adjusted there, and spread to
+the types for the sums (the same integers).
 """
 
 from __future__ import annotations
