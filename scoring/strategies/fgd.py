@@ -99,8 +99,15 @@ def _fragmentation(free: NDArray[np.int32], cpu_free: NDArray[np.int64], mem_fre
                    tasks: TaskTypes, allowed: NDArray[np.bool_] | None) -> NDArray[np.int64]:
     """``N * F_n`` for ``free`` of shape (m, G) -> (m,); see module notes and ``_expected``."""
     cnt, small = _per_task(free, tasks, allowed)
-    run = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
-    return _expected(small, run, free.sum(axis=1)[:, None], tasks, task_axis=1)
+    return _from_counts(cnt, small, free.sum(axis=1), _host_fits(cpu_free, mem_free, tasks), tasks)
+
+
+def _from_counts(cnt: NDArray[np.integer], small: NDArray[np.integer], total: NDArray[np.integer],
+                 host: NDArray[np.bool_], tasks: TaskTypes) -> NDArray[np.int64]:
+    """``N * F_n`` (m,) from ``_per_task``'s ``cnt`` and ``small`` (m, t), the free share
+    ``total`` (m,) and whether the node has each type's CPU and memory ``host`` (m, t): a
+    type runs where it has ``gpu_count`` usable GPUs and the host room."""
+    return _expected(small, (cnt >= tasks.gpu_count[None, :]) & host, total[:, None], tasks, task_axis=1)
 
 
 FEW_CELLS = 64
@@ -229,6 +236,11 @@ def _usable_free(ctx: FitContext, rows: NDArray[np.int64]) -> NDArray[np.int32]:
     return np.where(ctx.gpu_exists[rows], ctx.free_milli[rows], 0).astype(np.int32)
 
 
+def _usable_model(ctx: FitContext, rows: NDArray[np.int64], shape: tuple[int, ...]) -> NDArray[np.int64]:
+    """Model ids of ``rows`` (padding -1 read as 0), as ``_RowCounts`` keys them; all 0 without models."""
+    return np.zeros(shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
+
+
 def _to_score(delta_n: NDArray[np.int64], tasks: TaskTypes) -> NDArray[np.float64]:
     """``N * dF`` -> the truncated sigmoid score."""
     delta = delta_n / float(tasks.count.sum())
@@ -257,7 +269,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
         return out
     free = _usable_free(ctx, rows)
     cpu_free, mem_free = ctx.cpu_free_milli[rows], ctx.mem_host_free_mib[rows]
-    model = np.zeros(free.shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
+    model = _usable_model(ctx, rows, free.shape)
     memf = None if tasks.gpu_memory_mib is None or ctx.gpu_mem_free_mib is None else ctx.gpu_mem_free_mib[rows]
     column: NDArray[np.intp] | None = None
     if memf is None:
@@ -272,8 +284,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
         cnt_c, small_c = cnt, small = _per_task(free, tasks, _with_memory(allowed_now, memf, tasks))
         canon = tasks
     total = free.sum(axis=1)
-    run_before = (cnt >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
-    before = _expected(small, run_before, total[:, None], tasks, task_axis=1)
+    before = _from_counts(cnt, small, total, _host_fits(cpu_free, mem_free, tasks), tasks)
 
     # The per-GPU "after" once per distinct (node, free share, GPU model) class of the GPUs
     # the pod fits: GPUs of a node alike in all three give the same dF (at 70 % allocated a
@@ -302,8 +313,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     if column is not None:
         cnt_g, small_g = cnt_g[:, column], small_g[:, column]  # (u, t)
     host_after = _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
-    run = (cnt_g >= tasks.gpu_count[None, :]) & host_after[pr]
-    after = _expected(small_g, run, (total[pr] - req.gpu_milli)[:, None], tasks, task_axis=1)
+    after = _from_counts(cnt_g, small_g, total[pr] - req.gpu_milli, host_after[pr], tasks)
     scores = np.zeros(free.shape)
     scores[fit_r, fit_g] = _to_score(after - before[pr], tasks)[cell_class]
     out[rows] = scores
@@ -343,13 +353,12 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     else:
         # "Before" from the kept counts (``_RowCounts``, as ``gpu_score``); "after" counted per
         # distinct (share, mask) of the types and spread to the types (the same integers).
-        model = np.zeros(free.shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
+        model = _usable_model(ctx, rows, free.shape)
         cnt_c, small_c, canon, column = ctx.memo.slot(NAME, _RowCounts).get(ctx.rows[rows], free, model, tasks)
-        run = (cnt_c[:, column] >= tasks.gpu_count[None, :]) & _host_fits(cpu_free, mem_free, tasks)
-        before = _expected(small_c[:, column], run, free.sum(axis=1)[:, None], tasks, task_axis=1)
+        before = _from_counts(cnt_c[:, column], small_c[:, column], free.sum(axis=1),
+                              _host_fits(cpu_free, mem_free, tasks), tasks)
         cnt_a, small_a = _per_task(free_after, canon, canon.allowed(model))
-        run = (cnt_a[:, column] >= tasks.gpu_count[None, :]) & _host_fits(cpu_free - req.cpu_milli,
-                                                                          mem_free - req.memory_mib, tasks)
-        after = _expected(small_a[:, column], run, free_after.sum(axis=1)[:, None], tasks, task_axis=1)
+        after = _from_counts(cnt_a[:, column], small_a[:, column], free_after.sum(axis=1),
+                             _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks), tasks)
     out[rows] = _to_score(after - before, tasks)
     return out
