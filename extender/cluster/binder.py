@@ -6,7 +6,7 @@ writes onto the pod together with ``spec.nodeName``. If the call fails the assum
 allocation is given back and the error goes to kube-scheduler. With a ``ClaimFence``
 (``--fence-namespace``, for more than one replica) the allocation is first claimed on the
 node's ledger by compare-and-swap (``extender.fence``), binds to one node sharing one claim
-write (group commit).
+write (group commit, ``extender.cluster.group_commit``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import urllib3
@@ -25,6 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
 from extender.cluster.claim_allocator import ClaimBinding, shaped
+from extender.cluster.group_commit import NodeGroup, Queued
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
 from extender.cluster.pod_api import bound_there, create_binding, read_pod
 from extender.fence import Claim, ClaimFence, ClaimLedger, FenceConflict
@@ -36,32 +36,6 @@ MAX_RECEIVED = 4096
 """Fenced binds held on receipt and not yet in a group commit, at most; past it (after the
 holds whose TTL ran out are dropped) a bind takes no receipt hold. An entry is never dropped
 while its hold can live: the group commit must find it to choose again against the ledger."""
-
-
-@dataclass(eq=False)
-class _Queued:
-    """One fenced bind waiting in its node's group commit."""
-
-    uid: str
-    namespace: str
-    name: str
-    shape: PodIntent | None = None  # what its ResourceClaims ask (GpuCache.assume)
-    done: bool = False
-    record: PodRecord | None = None
-    error: BindError | None = None
-
-
-class _NodeGroup:
-    """A node's group commit: binds queued for the next claim write, and whether one is
-    being written (``cond`` guards both and is the node's lock for fenced binds); ``reading``
-    is held around reading the node's ledger before the commit."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        self.queue: list[_Queued] = []
-        self.writing = False
-        self.reading = threading.Lock()
 
 
 class KubeBinder:
@@ -93,7 +67,7 @@ class KubeBinder:
         self.fence = fence
         self._groups_guard = threading.Lock()
         self._absent: dict[str, float] = {}
-        self._groups: dict[str, _NodeGroup] = {}
+        self._groups: dict[str, NodeGroup] = {}
         self._received: dict[str, tuple[str, float]] = {}  # fenced: UID -> (node, monotonic end of its hold)
         # The pod watch's progress (set by ClusterSync): fenced binds wait for a ledger's
         # watermark, and drop claims of pods it shows bound (extender.fence).
@@ -104,7 +78,7 @@ class KubeBinder:
 
     def _node_lock(self, node: str) -> threading.Lock:
         """The node's lock: unfenced binds hold it around assume; fenced ones go through
-        the same node's group commit (``_NodeGroup.cond`` wraps this lock)."""
+        the same node's group commit (``NodeGroup.cond`` wraps this lock)."""
         return self._group(node).lock
 
     def _ensure_known(self, uid: str, namespace: str, name: str) -> None:
@@ -347,46 +321,12 @@ class KubeBinder:
 
     def _assume_and_claim(self, uid: str, namespace: str, name: str, node: str,
                           shape: PodIntent | None = None) -> PodRecord:
-        """Fenced: choose and hold the pod's GPUs, and commit its claim, in a group commit.
-
-        Binds to one node queue up; the first one not waiting on a write becomes the
-        leader and, under the node lock, assumes every queued pod against one view of the
-        ledger (each counting the others' holds), then writes all their claims in one
-        compare-and-swap with the lock released, so binds arriving meanwhile queue for the
-        next write. One write covers every bind that came while the previous one was in
-        flight, and the choice is the same as one bind at a time: each pod was assumed
-        against the ledger version the write is conditioned on. A conflict refuses the
-        whole group (each is retried by kube-scheduler); a pod that no longer fits is
-        refused alone.
-
-        Raises
-        ------
-        BindError
-            The pod does not fit, or its group's claim could not be written.
-        """
+        """Fenced: choose and hold the pod's GPUs, and commit its claim, in the node's group
+        commit (``extender.cluster.group_commit``; ``BindError`` as ``NodeGroup.join``)."""
         group = self._group(node)
-        me = _Queued(uid, namespace, name, shape)
-        with group.cond:
-            group.queue.append(me)
-            while not me.done:
-                if group.writing:
-                    group.cond.wait()
-                    continue
-                group.writing = True
-                batch, group.queue = group.queue, []
-                try:
-                    self._commit_group(node, group, batch)
-                finally:
-                    for q in batch:
-                        q.done = True
-                    group.writing = False
-                    group.cond.notify_all()
-        if me.error is not None:
-            raise me.error
-        assert me.record is not None
-        return me.record
+        return group.join(Queued(uid, namespace, name, shape), lambda batch: self._commit_group(node, group, batch))
 
-    def _commit_group(self, node: str, group: _NodeGroup, batch: list[_Queued]) -> None:
+    def _commit_group(self, node: str, group: NodeGroup, batch: list[Queued]) -> None:
         """Assume ``batch`` against one view of ``node``'s ledger and write their claims;
         called with ``group.cond`` held, released around the write only."""
         fence = self.fence
@@ -418,29 +358,27 @@ class KubeBinder:
         if not ours:
             return
         failed: BindError | None = None
-        group.cond.release()
         try:
-            fence.commit_all(seen, ours, bound_rv=self._shown_bound)
+            with group.released():
+                fence.commit_all(seen, ours, bound_rv=self._shown_bound)
         except FenceConflict as exc:
             failed = BindError(f"gpufrac: {exc}: another gpufrac instance bound there first; "
                                "kube-scheduler retries the pod", "conflict")
         except ApiException as exc:
             failed = BindError(f"gpufrac: writing the claim ledger of {node}: {exc.status} {exc.reason}")
-        finally:
-            group.cond.acquire()
         if failed is not None:
             for q in assumed:
                 self._cache.forget(q.uid)
                 q.error = failed
 
-    def _group(self, node: str) -> _NodeGroup:
+    def _group(self, node: str) -> NodeGroup:
         """The node's lock and commit group, only for a node the cache knows (bind bodies are untrusted)."""
         with self._groups_guard:
             group = self._groups.get(node)
         if group is None and node not in self._cache.gpu_rooms([node]):
             raise BindError(f"gpufrac: node {node!r} not in gpufrac's cache")
         with self._groups_guard:
-            return self._groups.setdefault(node, _NodeGroup())
+            return self._groups.setdefault(node, NodeGroup())
 
     def _create_binding(self, uid: str, namespace: str, name: str, node: str,
                         annotations: Mapping[str, str]) -> None:
