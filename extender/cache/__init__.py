@@ -33,6 +33,7 @@ from extender.cache.records import (
     EventType,
     MetricsView,
     PodRecord,
+    Receipt,
     is_pending,
 )
 from extender.cache.reservations import DEFAULT_STARVATION, NO_RESERVATIONS, StarvationPolicy
@@ -43,5 +44,5 @@ from extender.cache.views import GpuRoom
 __all__ = [
     "DEFAULT_STARVATION", "EMPTY_PLAN", "EMPTY_VIEW", "NO_DEFRAG", "NO_RESERVATIONS", "BindError",
     "CandidateEvaluation", "ClaimCount", "ClaimedAllocation", "DefragPlan", "DefragPolicy", "DisruptionBudget",
-    "EventType", "GpuCache", "GpuRoom", "Labels", "MetricsView", "Move", "PodRecord", "PreemptBudget", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
+    "EventType", "GpuCache", "GpuRoom", "Labels", "MetricsView", "Move", "PodRecord", "PreemptBudget", "Receipt", "StarvationPolicy", "Step", "is_pending", "plan_defrag",
 ]

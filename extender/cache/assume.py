@@ -6,6 +6,17 @@ Binding is written; ``forget`` gives it back when the bind fails; ``expire`` fre
 pod watch never confirmed. ``count_claim`` counts an allocation another gpufrac instance
 claimed (``extender.fence``). Functions of the ``Ledger`` (and the ``Evaluator`` for the
 fit); the caller holds the cache lock.
+
+A fenced bind is held on receipt, before the node's claim ledger is read, and its group
+commit chooses again against the ledger (``Receipt``). Choosing again is what keeps a pod
+another instance bound, or a claim counted since, from sharing the hold's GPUs; it is not
+needed when nothing of the kind touched the node: every change to the node's row since the
+hold (the group's claims counted first) was an assume of this instance, which chose
+counting the hold, or a forget, which frees. Anything else (a pod event, a claim counted, an
+inventory change, new arrays) breaks that run of the row's versions (``Ledger.own_runs``),
+and the hold is given back and the pod chosen again, as before. The kept hold is the choice
+the ledger's write is conditioned on, as a chosen-again one would be; its tenant's quota is
+checked again without it.
 """
 
 from __future__ import annotations
@@ -17,14 +28,19 @@ from dataclasses import replace
 from extender.cache import accounting
 from extender.cache.evaluation import Evaluator
 from extender.cache.ledger import Ledger
-from extender.cache.records import BindError, ClaimCount, ClaimedAllocation, PodRecord
+from extender.cache.records import BindError, ClaimCount, ClaimedAllocation, PodRecord, Receipt
 from extender.translate import inbound, outbound
 from podspec.pods import PodIntent
 from scoring.fit import Reason
 
+MAX_RECEIPT_MARKS = 4096
+"""Holds on receipt whose row version the ledger remembers, at most (the oldest is dropped:
+a mark lost costs a choice made again, never a wrong count)."""
+
 
 def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name: str, node: str,
-           ttl_s: float | None, claims: Iterable[ClaimedAllocation] = (), shape: PodIntent | None = None) -> PodRecord:
+           ttl_s: float | None, claims: Iterable[ClaimedAllocation] = (), shape: PodIntent | None = None,
+           receipt: Receipt = Receipt.NONE) -> PodRecord:
     """Choose the GPUs on ``node``, re-check the fit and hold the allocation (``GpuCache.assume``).
 
     Parameters
@@ -42,6 +58,9 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
     shape : PodIntent, optional
         The pod as placed, when it asks more than its own object says: what its
         ResourceClaims ask (``extender.cluster.claim_allocator``); the held record carries it.
+    receipt : Receipt
+        A fenced hold on receipt (``HOLD``), or its group commit's choice (``AGAIN``): the
+        module notes.
 
     Returns
     -------
@@ -68,6 +87,13 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
         rec = replace(rec, intent=replace(shape, uid=uid))
     if (rec.intent.namespace, rec.intent.name) != (namespace, name):
         raise BindError(f"gpufrac: uid {uid} is pod {rec.intent.key}, not {namespace}/{name}")
+    if receipt is Receipt.AGAIN:
+        mark = ledger.receipt_marks.pop(uid, None)
+        if rec.allocation is not None and rec.assumed_until is not None and rec.allocation.node == node:
+            if mark is not None and _kept(ledger, rec, mark):
+                return rec
+            forget(ledger, uid)
+            rec = ledger.pods[uid]
     if rec.allocation is not None:
         if rec.allocation.node == node:
             return rec
@@ -96,12 +122,47 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
         raise BindError(f"{rejection} (at bind)", "quota")
     alloc = inbound.allocation(request, node, cols, request.gpu_milli, mem)
     uuids = tuple(state.gpu_uuid[row][c] for c in cols)
+    before = int(state.row_version[row])
     ledger.apply_allocation(rec.intent, alloc)
+    _own(ledger, row, before)
+    if receipt is Receipt.HOLD:
+        marks = ledger.receipt_marks
+        if len(marks) >= MAX_RECEIPT_MARKS:
+            marks.pop(next(iter(marks)))
+        marks[uid] = (ledger.rebuilds, row, before)
     ledger.generation += 1
     until = None if ttl_s is None else time.monotonic() + ttl_s
     bound = PodRecord(replace(rec.intent, node_name=node, assigned_gpus=uuids), alloc, uuids, until)
     ledger.store(uid, bound)
     return bound
+
+
+def _own(ledger: Ledger, row: int, before: int) -> None:
+    """Note that ``row`` went from version ``before`` to its current one by this instance's
+    own change (an assume's choice, a forget): the run of own changes goes on when nothing
+    else moved the row since its last one, else a new run starts at ``before``."""
+    run = ledger.own_runs.get(row)
+    first = run[0] if run is not None and run[1] == before else before
+    ledger.own_runs[row] = (first, int(ledger.state.row_version[row]))
+
+
+def _kept(ledger: Ledger, rec: PodRecord, mark: tuple[int, int, int]) -> bool:
+    """Whether a hold on receipt stands as the group commit's choice (module notes): the
+    same arrays, every change to its row since the hold this instance's own, the record a
+    full (not over-committed) hold, and its tenant admitting it without its own share."""
+    rebuilds, row, before = mark
+    run = ledger.own_runs.get(row)
+    alloc = rec.allocation
+    if (alloc is None or rebuilds != ledger.rebuilds or run is None or rec.overcommit_reason
+            or not run[0] <= before < run[1] or run[1] != int(ledger.state.row_version[row])
+            or ledger.state.node_index.get(alloc.node) != row):
+        return False
+    tenancy = ledger.tenancy
+    tenancy.apply(rec.intent.namespace, alloc, -1)
+    try:
+        return tenancy.admission(rec.intent, sum(alloc.gpu_memory_mib)) is None
+    finally:
+        tenancy.apply(rec.intent.namespace, alloc, 1)
 
 
 def count_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimCount:
@@ -148,10 +209,15 @@ def count_claim(ledger: Ledger, claim: ClaimedAllocation) -> ClaimCount:
 def forget(ledger: Ledger, uid: str, intent: PodIntent | None = None) -> bool:
     """Give back an assumed allocation (``GpuCache.forget``); True if one was freed. ``intent``:
     the pod's record is that pending pod after (the pod's own, when ``assume`` held a shape)."""
+    ledger.receipt_marks.pop(uid, None)
     rec = ledger.pods.get(uid)
     if rec is None or rec.allocation is None or rec.assumed_until is None:
         return False
+    row = ledger.state.node_index.get(rec.allocation.node)
+    before = -1 if row is None else int(ledger.state.row_version[row])
     ledger.release(rec)
+    if row is not None:
+        _own(ledger, row, before)
     ledger.store(uid, PodRecord(replace(intent or rec.intent, node_name="", assigned_gpus=())))
     ledger.generation += 1
     return True

@@ -74,6 +74,13 @@ class Ledger:
         # it out (a bind, a delete) converts nothing again: a bind resolves model names once.
         self.pending_keys: dict[str, tuple[int, int, int, int, int, int]] = {}
         self.generation = 0
+        # Fenced holds on receipt (``extender.cache.assume``, notes): per row, the last stretch
+        # of row versions (first, last) over which every change was this instance's own
+        # assume or forget; per held pod, (rebuilds, row, row version before its hold).
+        # ``rebuilds`` counts new arrays, whose row versions start again.
+        self.own_runs: dict[int, tuple[int, int]] = {}
+        self.receipt_marks: dict[str, tuple[int, int, int]] = {}
+        self.rebuilds = 0
 
     def set_scorer(self, scorer: Scorer) -> None:
         """A new scorer (config reload): its prior reshapes the workload."""
@@ -225,6 +232,8 @@ class Ledger:
         state.workload.carry_history(self.state.workload, lambda m: state.model_mask_from(m, old_models))
         state.workload.set_learning(self.scorer.learning)
         self.state = state
+        self.rebuilds += 1
+        self.own_runs = {}
         self.tenancy.clear_usage()
         for uid, rec in list(self.pods.items()):
             alloc = rec.allocation

@@ -66,6 +66,24 @@ class ClaimedAllocation:
     ttl_s: float
 
 
+class Receipt(enum.Enum):
+    """What ``GpuCache.assume`` does with a fenced bind's hold taken on receipt
+    (``KubeBinder.hold_on_receipt``), chosen before the node's claim ledger was read.
+
+    - ``NONE``: a plain assume.
+    - ``HOLD``: the hold on receipt; the cache remembers the node's row version it was
+      chosen at.
+    - ``AGAIN``: the group commit's choice against the ledger: the hold is kept when every
+      change to the node since it (claims counted just before included) was this
+      instance's own choice or a hold given back, which all counted it; else it is given
+      back and the pod chosen again (``extender.cache.assume``, notes).
+    """
+
+    NONE = "none"
+    HOLD = "hold"
+    AGAIN = "again"
+
+
 class ClaimCount(enum.Enum):
     """What ``GpuCache.count_claim`` made of another instance's claim."""
 

@@ -28,6 +28,7 @@ from extender.cache.records import (
     EventType,
     MetricsView,
     PodRecord,
+    Receipt,
 )
 from extender.cache.reservations import Reservation, Reservations, StarvationPolicy
 from extender.cache.victims import PreemptBudget
@@ -176,12 +177,12 @@ class GpuCache:
         return self.assume(uid, namespace, name, node, ttl_s=None)
 
     def assume(self, uid: str, namespace: str, name: str, node: str, ttl_s: float | None,
-               claims: Iterable[ClaimedAllocation] = (), shape: PodIntent | None = None) -> PodRecord:
+               claims: Iterable[ClaimedAllocation] = (), shape: PodIntent | None = None, receipt: Receipt = Receipt.NONE) -> PodRecord:
         """Choose the GPUs on ``node``, re-check the fit and hold the allocation, atomically
         under the lock: of two binds racing for the last share of a GPU exactly one gets it.
         Parameters, return value and ``BindError``: ``extender.cache.assume.assume``."""
         with self._lock:
-            rec = assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims, shape)
+            rec = assume_.assume(self._ledger, self._evaluator, uid, namespace, name, node, ttl_s, claims, shape, receipt)
             self._reservations.release(uid)
             return rec
 

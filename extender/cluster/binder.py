@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord
+from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord, Receipt
 from extender.cluster.claim_allocator import ClaimBinding, shaped
 from extender.cluster.group_commit import NodeGroup, Queued
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
@@ -122,9 +122,9 @@ class KubeBinder:
         """``bind``'s hold, taken on the caller's thread as the bind arrives (a pod the cache
         knows, no ResourceClaims: no API call), so that filters answered before ``bind`` runs
         in its worker count it. Unfenced, ``bind`` finds it held (``GpuCache.assume``). Fenced,
-        it was chosen without the node's ledger: the group commit gives it back and chooses
-        again against the ledger (``_commit_group``), so it never reaches a claim. A refusal
-        is left to ``bind`` to answer."""
+        it was chosen without the node's ledger: the group commit keeps it only where nothing
+        but this instance's own holds moved the node since, else gives it back and chooses
+        again against the ledger (``Receipt.AGAIN``). A refusal is left to ``bind`` to answer."""
         intent = self._cache.pod_intent(uid)
         if intent is None or (self.claims is not None and intent.resource_claims):
             return
@@ -135,7 +135,8 @@ class KubeBinder:
             if len(self._received) >= MAX_RECEIVED:
                 return
         with contextlib.suppress(BindError), self._node_lock(node):
-            self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl)
+            self._cache.assume(uid, namespace, name, node, ttl_s=self._ttl,
+                               receipt=Receipt.NONE if self.fence is None else Receipt.HOLD)
             if self.fence is not None:
                 self._received[uid] = (node, time.monotonic() + self._ttl)
 
@@ -338,11 +339,11 @@ class KubeBinder:
                 q.error = exc
             return
         for q in batch:
-            if self._held_on_receipt(q.uid, node):
-                self._cache.forget(q.uid)  # held on receipt without the ledger: chosen again below
+            # Held on receipt without the ledger: kept or chosen again (Receipt.AGAIN).
+            again = Receipt.AGAIN if self._held_on_receipt(q.uid, node) else Receipt.NONE
             try:
                 q.record = self._cache.assume(q.uid, q.namespace, q.name, node, ttl_s=self._ttl, claims=claims,
-                                              shape=q.shape)
+                                              shape=q.shape, receipt=again)
             except BindError as exc:
                 q.error = exc
         assumed = [q for q in batch if q.error is None]

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from extender.admin_config import scoring_config
 from extender.cache import BindError, GpuCache
+from extender.cache.evaluation import Evaluator
 from extender.cluster import KubeBinder
 from extender.cluster import binder as binder_module
 from extender.fence import (
@@ -301,6 +302,28 @@ def test_a_hold_taken_on_receipt_is_chosen_again_against_the_ledger() -> None:
     assert api.bindings == [("a", "n1")]
     assert cache_b.summary()["gpu_allocated_milli"] == 600  # A's claim now, not B's hold
     assert {c.uid for c in b.fence.view("n1").claims} == {"uid-a"}
+
+
+def test_a_hold_taken_on_receipt_that_nothing_else_touched_is_what_the_claim_commits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The ledger is empty and nothing moved n1 since the hold: choosing again would count the
+    # same, so the group commit keeps it (one choice in all) and claims its GPU.
+    api = CasApi()
+    cache_b, b = replica(api, "b")
+    assert b.fence is not None
+    rows: list[int] = []
+    on_node = Evaluator.on_node
+
+    def counted(self: Evaluator, *a: Any) -> Any:
+        rows.append(a[2])
+        return on_node(self, *a)
+
+    monkeypatch.setattr(Evaluator, "on_node", counted)
+    b.hold_on_receipt("uid-b", "default", "b", "n1")
+    b.bind("uid-b", "default", "b", "n1")
+    assert len(rows) == 1 and api.bindings == [("b", "n1")]
+    assert [(c.uid, c.gpu_uuids) for c in b.fence.view("n1").claims] == [("uid-b", ("GPU-n1-0",))]
+    assert cache_b.summary()["gpu_allocated_milli"] == 600
 
 
 def watermark_ahead(api: CasApi, b: KubeBinder) -> None:
