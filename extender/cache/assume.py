@@ -75,6 +75,8 @@ def assume(ledger: Ledger, evaluator: Evaluator, uid: str, namespace: str, name:
     """
     for c in claims:
         if count_claim(ledger, c) is ClaimCount.BUSY:
+            if receipt is Receipt.AGAIN:
+                forget(ledger, uid)  # the hold on receipt goes with the refusal
             # The same pod, bound by us elsewhere (or to other GPUs) while the other
             # instance claimed it here: until one of the two binds settles we cannot tell
             # what this node holds.

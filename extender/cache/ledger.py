@@ -87,6 +87,7 @@ class Ledger:
         self.scorer = scorer
         self.state.workload.set_prior(scorer.prior, node_sizes(self.state))
         self.state.workload.set_learning(scorer.learning)
+        self.own_runs = {}  # a new QoS policy may refuse what a hold on receipt took: choose again
         self.generation += 1
 
     # -- allocations ---------------------------------------------------------------------

@@ -126,12 +126,26 @@ def test_a_claim_it_refuses_next_to_gives_no_gpu_twice(choices: list[str]) -> No
     assert used_milli(cache) == [600]
 
 
-@pytest.mark.parametrize("change", ["new arrays", "inventory heartbeat"])
+def test_a_refusal_before_the_choice_gives_the_hold_back() -> None:
+    # Another instance claims a on the other GPU while a's hold is here: the commit is refused
+    # (kube-scheduler retries) and a's hold must not stay counted until its TTL.
+    cache = cache_with("a")
+    held = hold(cache, "a")
+    other = "GPU-n1-1" if held.gpu_uuids == ("GPU-n1-0",) else "GPU-n1-0"
+    theirs = ClaimedAllocation("uid-a", "default", "a", "n1", (other,), 500, (8192,), "other", 60.0)
+    with pytest.raises(BindError, match="in flight"):
+        cache.assume("uid-a", "default", "a", "n1", ttl_s=60, claims=[theirs], receipt=Receipt.AGAIN)
+    assert used_milli(cache) == [0, 0]
+
+
+@pytest.mark.parametrize("change", ["new arrays", "inventory heartbeat", "config reload"])
 def test_anything_else_on_the_node_makes_it_choose_again(choices: list[str], change: str) -> None:
     cache = cache_with("a")
     held = hold(cache, "a")
     if change == "new arrays":  # a node added: the arrays are built again, row versions anew
         cache.upsert_nodes([gpu_node("n0", 1)])
+    elif change == "config reload":  # a new QoS policy may refuse what the hold took
+        cache.set_policy(build_scorer(scoring_config("default")), TenantPolicy())
     else:  # only NVML's used memory moved: patched in place, the row's version moves
         node = gpu_node("n1", 2)
         cache.upsert_nodes([replace(node, gpus=tuple(replace(g, memory_used_mib=100) for g in node.gpus))])
