@@ -308,7 +308,7 @@ class IncrementalScorer:
         """``rows`` evaluated with the frozen terms, one row per content not in ``bank``
         (which keeps the new ones); and whether the bank grew."""
         assert self._terms is not None
-        if bank is None or self._paused:
+        if bank is None or self._paused or rows.shape[0] == 0:  # no rows: nothing to keep (an empty bank has no arrays)
             return self.scorer.evaluate(state, request, rows, self._terms, self.memo), False
         ids = self._contents.ids(state, rows)
         if bank.epoch != self._contents.epoch:

@@ -327,3 +327,17 @@ def test_banks_that_copy_nothing_are_paused_without_changing_an_answer(rng: np.r
         got = alike.evaluate(st, MENU[step % 3], rows)
         place(st, got, got.best())
     assert alike.stats.bank_pauses == 0 and alike.stats.rows_copied > 30 * 3
+
+
+@pytest.mark.parametrize("preset", ["default", "balance"])
+def test_an_empty_cluster_evaluates_to_no_rows(preset: str) -> None:
+    # A cluster with no nodes yet (a standalone extender before its first inventory): every
+    # shape evaluates to an empty answer, first and again, instead of raising.
+    scorer = build_scorer(PRESETS[preset])
+    inc = IncrementalScorer(scorer, EXACT)
+    st = ClusterState.from_nodes([])
+    rows = np.arange(0, dtype=np.int64)
+    for req in MENU + MENU:
+        got = inc.evaluate(st, req, rows)
+        assert got.rows.shape == (0,) and got.best() == -1
+        assert same(got, scorer.evaluate(st, req, rows))
