@@ -6,6 +6,11 @@ ends, holds its connection forever. ``ReadDeadlineProtocol`` adds one to uvicorn
 httptools protocol: a connection that has not delivered a whole request
 ``read_timeout_s`` after it connected (or after the first byte of its next request) is
 closed. The route never sees such a request, and no worker thread waits on it.
+
+It also writes each response in one ``transport.write``: uvicorn writes the status line and
+headers on ``http.response.start`` and the body on ``http.response.body``, two sends (and two
+TCP segments for kube-scheduler to read) where one will do. ``OneWrite`` holds the head until
+the body's first bytes, the response's end or a close (decision record 0030).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import ssl
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from extender.settings import Settings
 
@@ -37,6 +42,12 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._arm()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # a new request's cycle
+            OneWrite.wrap(cycle)
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -60,6 +71,61 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             log.info("closing a connection that did not send a whole request in %.1fs", self.read_timeout_s)
             self.transport.close()
+
+
+class OneWrite:
+    """The transport one response cycle writes to: its head goes out with the first body bytes.
+
+    uvicorn's cycle writes the status line and headers, then each body chunk. The head
+    (the first write after the response started) is held and joined to the next write;
+    the response's end (a ``HEAD`` answer has no body write) or a close sends it alone. A
+    ``100 Continue`` (written before the response starts) passes straight through.
+    """
+
+    __slots__ = ("_cycle", "_transport", "_head", "_head_sent")
+
+    def __init__(self, cycle: RequestResponseCycle, transport: asyncio.Transport) -> None:
+        self._cycle = cycle
+        self._transport = transport
+        self._head: bytes | None = None
+        self._head_sent = False
+
+    @classmethod
+    def wrap(cls, cycle: RequestResponseCycle) -> None:
+        """Give ``cycle`` a ``OneWrite`` over its transport; its end flushes the head."""
+        one = cls(cycle, cycle.transport)
+        done = cycle.on_response
+
+        def on_response() -> None:
+            one.flush()
+            done()
+
+        cycle.transport = one  # type: ignore[assignment]  # the three methods the cycle calls
+        cycle.on_response = on_response
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif not self._head_sent and self._cycle.response_started:
+            self._head_sent = True  # this write is the head
+            self._head = data
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Send a held head alone (the response ended without a body write)."""
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
 
 
 def protocol_class(read_timeout_s: float) -> type[ReadDeadlineProtocol]:
