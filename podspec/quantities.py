@@ -8,6 +8,7 @@ in a stated range (``quantity``), a string of at most a stated length (``bounded
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from decimal import Decimal
@@ -70,6 +71,24 @@ def bounded_text(value: object, field: str, limit: int = MAX_NAME_CHARS) -> str:
     return value
 
 
+_NOT_IN_GRAMMAR = 'is not a Kubernetes quantity (e.g. "8Gi", "500Mi", "2")'
+QUANTITY_MEMO = 4096
+"""Quantity strings whose value ``_value`` keeps (64 characters at most each)."""
+
+
+@functools.lru_cache(maxsize=QUANTITY_MEMO)
+def _value(text: str) -> Decimal | str:
+    """The value of ``text`` (at most 64 characters) in Kubernetes' quantity grammar, or why
+    it has none. Memoised: the pods of a cluster repeat a few quantities ("100m", "64Mi"),
+    and every pod is parsed at each watch event and each verb."""
+    if not _QUANTITY.fullmatch(text):
+        return _NOT_IN_GRAMMAR
+    try:
+        return Decimal(parse_quantity(text))
+    except (ValueError, TypeError, ArithmeticError):
+        return "is not a Kubernetes quantity"
+
+
 def quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = "",
               positive: bool = False) -> Decimal:
     """A Kubernetes quantity in ``[0, maximum]`` (``(0, maximum]`` with ``positive``).
@@ -80,13 +99,9 @@ def quantity(value: object, field: str, *, maximum: Decimal | int, unit: str = "
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise PodSpecError(f"{field}: {quote(value)} must be a quantity string, e.g. \"8Gi\", \"500m\", \"2\"")
     text = value.strip() if isinstance(value, str) else repr(value)
-    if len(text) > 64 or not _QUANTITY.fullmatch(text):
-        raise PodSpecError(
-            f"{field}: {quote(value)} is not a Kubernetes quantity (e.g. \"8Gi\", \"500Mi\", \"2\")")
-    try:
-        q = Decimal(parse_quantity(text))
-    except (ValueError, TypeError, ArithmeticError):
-        raise PodSpecError(f"{field}: {quote(value)} is not a Kubernetes quantity") from None
+    q = _value(text) if len(text) <= 64 else _NOT_IN_GRAMMAR
+    if isinstance(q, str):
+        raise PodSpecError(f"{field}: {quote(value)} {q}")
     if q < 0 or (positive and q == 0):
         raise PodSpecError(f"{field}: {quote(value)} must be {'> 0' if positive else '>= 0'}")
     if q > maximum:

@@ -228,7 +228,10 @@ class Evaluation:
         does not depend on the order in which candidates were given. With a ``tie_band``, an
         empty best node gives way to the best used node within the band (``Ties``).
         """
-        scores = np.where(self.node_fits, np.nan_to_num(self.score, nan=-1.0), -np.inf)  # NaN below any score
+        score = self.score
+        if not np.isfinite(score).all():  # NaN below any score; +-inf to the largest finite values
+            score = np.nan_to_num(score, nan=-1.0)
+        scores = np.where(self.node_fits, score, -np.inf)
         top = scores.max(initial=-np.inf)
         if top == -np.inf:
             return -1

@@ -29,6 +29,12 @@ MEMORY_ABOVE_EVERY_GPU = len(Reason)
 node (reported in place of the QoS isolation, share, memory or slot check that failed first:
 every ``Reason`` from ``INSUFFICIENT_GPU_SHARE`` on)."""
 
+_UNRESOLVABLE_CODE = np.zeros(len(Reason) + 1, dtype=bool)
+_UNRESOLVABLE_CODE[UNRESOLVABLE] = True
+_UNRESOLVABLE_CODE[MEMORY_ABOVE_EVERY_GPU] = True
+_UNRESOLVABLE_CODE.flags.writeable = False
+"""By message code: whether it goes to ``FailedAndUnresolvableNodes``."""
+
 NODE_UNKNOWN_MESSAGE = "gpufrac: node not in gpufrac's cache (no inventory seen for it)"
 
 
@@ -61,13 +67,16 @@ def filter_result(evaluation: Evaluation, intent: PodIntent, names: Sequence[str
     failed, unresolvable : dict of str to str
     """
     ev = evaluation
-    codes = ev.reason.astype(np.int64)
+    out = np.flatnonzero(~ev.node_fits)
+    if out.shape[0] == 0:  # every candidate fits: no message to build
+        return (names.tolist() if isinstance(names, np.ndarray) else list(names)), {}, {}
+    arr = names if isinstance(names, np.ndarray) else np.asarray(names, dtype=object)
+    codes = ev.reason[out].astype(np.int64)
     if ev.request.gpu_memory_mib is not None:
         # The binding constraint first: GPU memory no GPU of the node has fails the pod there
         # whatever the share, so say that rather than the share check that ran before it.
-        larger = ev.request.gpu_memory_mib > ev.gpu_mem_max_mib
-        codes = np.where(larger & ~ev.node_fits & (codes >= Reason.INSUFFICIENT_GPU_SHARE), MEMORY_ABOVE_EVERY_GPU,
-                         codes)
+        larger = ev.request.gpu_memory_mib > ev.gpu_mem_max_mib[out]
+        codes = np.where(larger & (codes >= Reason.INSUFFICIENT_GPU_SHARE), MEMORY_ABOVE_EVERY_GPU, codes)
     table = np.empty(len(Reason) + 1, dtype=object)  # messages of the reasons present only
     for code in np.unique(codes).tolist():
         table[code] = (reason_message(Reason(code), ev.request, intent) if code != MEMORY_ABOVE_EVERY_GPU else
@@ -76,14 +85,13 @@ def filter_result(evaluation: Evaluation, intent: PodIntent, names: Sequence[str
     if pieces and table[Reason.INSUFFICIENT_GPU_SHARE] is not None:
         table[Reason.INSUFFICIENT_GPU_SHARE] += (f"; the {ev.request.gpu_count * ev.request.gpu_milli} milli-GPU "
                                                  f"it asks is free in pieces on {pieces} nodes: fragmentation")
-    arr = names if isinstance(names, np.ndarray) else np.asarray(names, dtype=object)
     # More memory than any GPU of the node has: no preemption can make room there.
-    unres = np.isin(codes, UNRESOLVABLE) | (codes == MEMORY_ABOVE_EVERY_GPU)
-    fail = ~ev.node_fits & ~unres
+    unres = _UNRESOLVABLE_CODE[codes]
+    failed = arr[out]
     return (
         arr[ev.node_fits].tolist(),
-        dict(zip(arr[fail].tolist(), table[codes[fail]].tolist(), strict=True)),
-        dict(zip(arr[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
+        dict(zip(failed[~unres].tolist(), table[codes[~unres]].tolist(), strict=True)),
+        dict(zip(failed[unres].tolist(), table[codes[unres]].tolist(), strict=True)),
     )
 
 

@@ -69,3 +69,21 @@ def test_take_equals_evaluating_the_subset(rng: np.random.Generator) -> None:
     sub = scorer.evaluate(st, req, pos)
     np.testing.assert_array_equal(full.take(pos).score, sub.score)
     np.testing.assert_array_equal(full.take(pos).chosen_cols, sub.chosen_cols)
+
+
+def test_best_ranks_nan_below_every_score_and_infinities_as_the_extremes() -> None:
+    from dataclasses import replace
+
+    from scoring.request import PodRequest
+    from scoring.state import ClusterState
+    from tests.conftest import gpu_node
+
+    st = ClusterState.from_nodes([gpu_node(f"n{i}", 2) for i in range(4)])
+    ev = build_scorer(ScoringConfig({"node_packing": 1.0})).evaluate(st, PodRequest(1), np.arange(4))
+    assert ev.node_fits.all()
+    with_score = lambda *s: replace(ev, score=np.array(s, dtype=np.float64))  # noqa: E731
+    assert with_score(np.nan, -5.0, np.nan, -7.0).best() == 0  # NaN counts as -1.0, above -5
+    assert with_score(np.nan, 0.2, np.nan, 0.1).best() == 1
+    assert with_score(np.nan, np.inf, 0.9, np.inf).best() == 1  # +inf the largest, ties by row
+    assert with_score(-np.inf, np.nan, -np.inf, -np.inf).best() == 1  # NaN (-1) above -inf
+    assert with_score(0.3, 0.3, 0.3, 0.3).best() == 0
