@@ -66,10 +66,11 @@ def exchange(app: Any, request: bytes) -> RecordingTransport:
     """Feed ``request`` to gpufrac's protocol serving ``app``; the transport once every
     response task has finished."""
     async def run() -> RecordingTransport:
-        config = uvicorn.Config(app, http=protocol_class(10.0), lifespan="off", log_level="warning")
+        cls = protocol_class(10.0)
+        config = uvicorn.Config(app, http=cls, lifespan="off", log_level="warning")
         config.load()
         transport = RecordingTransport()
-        protocol = config.http_protocol_class(config=config, server_state=ServerState(), app_state={})
+        protocol = cls(config=config, server_state=ServerState(), app_state={})
         protocol.connection_made(transport)
         protocol.data_received(request)
         for _ in range(200):
@@ -138,7 +139,7 @@ def test_pipelined_requests_get_one_write_each_in_order() -> None:
 
 def read_responses(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
     """``count`` (head, body) pairs read from ``sock`` (bodies by content-length)."""
-    buf, out = b"", []
+    buf, out = b"", list[tuple[bytes, bytes]]()
     while len(out) < count:
         while b"\r\n\r\n" not in buf:
             chunk = sock.recv(65536)

@@ -7,7 +7,7 @@ import pytest
 
 from scoring.fit import fit
 from scoring.registry import STRATEGIES
-from scoring.scorer import ScoringConfig, build_scorer
+from scoring.scorer import Evaluation, ScoringConfig, build_scorer
 from tests.scoring.randstate import random_request, random_state
 
 
@@ -81,7 +81,10 @@ def test_best_ranks_nan_below_every_score_and_infinities_as_the_extremes() -> No
     st = ClusterState.from_nodes([gpu_node(f"n{i}", 2) for i in range(4)])
     ev = build_scorer(ScoringConfig({"node_packing": 1.0})).evaluate(st, PodRequest(1), np.arange(4))
     assert ev.node_fits.all()
-    with_score = lambda *s: replace(ev, score=np.array(s, dtype=np.float64))  # noqa: E731
+
+    def with_score(*s: float) -> Evaluation:
+        return replace(ev, score=np.array(s, dtype=np.float64))
+
     assert with_score(np.nan, -5.0, np.nan, -7.0).best() == 0  # NaN counts as -1.0, above -5
     assert with_score(np.nan, 0.2, np.nan, 0.1).best() == 1
     assert with_score(np.nan, np.inf, 0.9, np.inf).best() == 1  # +inf the largest, ties by row
