@@ -149,6 +149,36 @@ def ensure_debian(command: str, package: str) -> Path:
     return found
 
 
+def libfaketime() -> Path:
+    """Path of libfaketime (Debian's ``faketime``, installed with apt-get if missing), for
+    ``LD_PRELOAD`` with ``FAKETIME`` set.
+
+    Preloaded directly rather than through the ``faketime`` wrapper: the wrapper names a
+    POSIX semaphore and a shared-memory segment after its own PID and leaves both in
+    ``/dev/shm`` when it is killed, so a later wrapper that is given the same PID fails to
+    start ("faketime: sem_open: File exists"). A relative offset needs neither.
+
+    Raises
+    ------
+    ControlPlaneError
+        If the package cannot be installed, or holds no ``libfaketime.so.1``.
+    """
+    ensure_debian("faketime", "faketime")
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1")) + sorted(
+        Path("/usr/lib/faketime").glob("libfaketime.so.1"))
+    if not found:
+        raise ControlPlaneError("faketime is installed but libfaketime.so.1 was not found under /usr/lib")
+    return found[0]
+
+
+def drop_libfaketime_segments(pid: int) -> None:
+    """Remove the semaphore and shared memory libfaketime created for process ``pid``, if it
+    left them (it does when killed); a later process given the same PID would otherwise
+    find them taken."""
+    for name in (f"sem.faketime_sem_{pid}", f"faketime_shm_{pid}"):
+        (Path("/dev/shm") / name).unlink(missing_ok=True)
+
+
 def ensure_etcd() -> Path:
     """Path of ``etcd``; installs Debian's ``etcd-server`` with apt-get if it is missing.
 

@@ -142,7 +142,7 @@ class ControlPlane:
     def start_gpufrac(self, port: int, kubeconfig_path: Path | None = None,
                       extra: Iterable[str] = (), name: str = "gpufrac", wrapper: Sequence[str] = ()) -> Proc:
         """Start ``gpufrac serve --mode cluster`` on ``port`` and wait for ``/readyz``
-        (``wrapper``: a command to run it under, e.g. ``faketime -f +600s``)."""
+        (``wrapper``: a command to run it under, e.g. ``env LD_PRELOAD=<libfaketime> FAKETIME=+600s``)."""
         proc = self.track(start(name, [
             *wrapper, sys.executable, "-m", "extender", "serve", "--mode", "cluster",
             "--kubeconfig", str(kubeconfig_path or self.admin_kubeconfig),

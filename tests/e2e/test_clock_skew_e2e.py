@@ -1,7 +1,7 @@
 """Clocks that disagree, on the real control plane (issue 52, item 1).
 
 Two fenced replicas, each a real kube-scheduler (leader election on) and a gpufrac run under
-libfaketime (Debian's ``faketime``): one 10 minutes ahead of the nodes' agents, one 10 minutes
+libfaketime (Debian's ``faketime``, preloaded): one 10 minutes ahead of the nodes' agents, one 10 minutes
 behind (the monotonic clock left alone, as NTP drift or a resumed VM leaves it). The agents'
 heartbeats are written every 15 s on the true clock; gpufrac runs with deploy's defaults
 (``--inventory-stale-after-s`` 180). 200 quarter-GPU pods, the leading pair killed with
@@ -18,7 +18,7 @@ import threading
 import httpx
 import pytest
 
-from harness.builds import ensure_debian
+from harness.builds import drop_libfaketime_segments, libfaketime
 from harness.controlplane import fake_node_gpus, inventory_annotation
 from harness.processes import LOOPBACK, Proc, free_port, wait_until
 from tests.e2e.conftest import Cluster, unique
@@ -36,10 +36,9 @@ GPUS, REPLICAS = 4, 4
 def start_pair(cl: Cluster, fence_ns: str, name: str, offset_s: int) -> tuple[Proc, Proc, str]:
     """gpufrac with its wall clock ``offset_s`` off (fenced) and a kube-scheduler calling it."""
     port = free_port()
-    faketime = ensure_debian("faketime", "faketime")
     gpufrac = cl.cp.start_gpufrac(port, name=f"gpufrac-{name}", extra=[
         "--fence-namespace", fence_ns, "--scheduler-name", PROFILE, "--log-level", "warning"],
-        wrapper=["env", "FAKETIME_DONT_FAKE_MONOTONIC=1", str(faketime), "-f", f"{offset_s:+d}s"])
+        wrapper=["env", f"LD_PRELOAD={libfaketime()}", f"FAKETIME={offset_s:+d}s", "FAKETIME_DONT_FAKE_MONOTONIC=1"])
     url = f"http://{LOOPBACK}:{port}"
     sched = cl.cp.start_scheduler(url, name=f"kube-scheduler-{name}", qps=200, profile=PROFILE,
                                   leader_lease_s=LEASE_S)
@@ -103,6 +102,7 @@ def test_replicas_ten_minutes_off_either_way_schedule_every_pod_through_a_failov
         for gpufrac, sched, _ in pairs.values():
             sched.stop()
             gpufrac.stop()
+            drop_libfaketime_segments(gpufrac.popen.pid)  # left behind by the SIGKILL
     assert check_invariants(cl.api) == []
     stale = [e.message for e in cl.api.list_namespaced_event(ns).items
              if e.reason == "FailedScheduling" and "stale" in (e.message or "")]
