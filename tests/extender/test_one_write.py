@@ -9,6 +9,7 @@ the real app under uvicorn (pipelined requests, ``HEAD``, ``Connection: close``,
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from typing import Any
 
@@ -18,6 +19,7 @@ from uvicorn.server import ServerState
 from extender.admin_config import scoring_config
 from extender.cache import GpuCache
 from extender.server import protocol_class
+from extender.translate.outbound import NODE_UNKNOWN_MESSAGE
 from scoring.scorer import build_scorer
 from tests.extender.helpers import LiveServer
 
@@ -168,7 +170,10 @@ def test_the_real_app_answers_pipelined_head_and_continue_requests_whole() -> No
         sock.sendall(post + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + post)
         answers = read_responses(sock, 3)
         assert [a[0].split(b" ")[1] for a in answers] == [b"200"] * 3
-        assert answers[0][1] == answers[2][1] and b'"Error"' in answers[0][1]  # empty cache: not ready
+        # An empty cache (the path that answered 500 before 7dcd11a): n1 fails as unknown.
+        assert json.loads(answers[0][1]) == {"Nodes": None, "NodeNames": [], "FailedNodes": {"n1": NODE_UNKNOWN_MESSAGE},
+                                             "FailedAndUnresolvableNodes": {}, "Error": ""}
+        assert answers[2][1] == answers[0][1] and json.loads(answers[1][1])
         sock.sendall(post.replace(b"Host: x", b"Host: x\r\nExpect: 100-continue"))
         cont, answer = read_responses(sock, 2)
         assert cont[0].startswith(b"HTTP/1.1 100 ") and answer[1] == answers[0][1]
