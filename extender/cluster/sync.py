@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import urllib3
@@ -36,6 +37,7 @@ from extender.cluster.objects import (
     raw_watch_target,
     revision,
 )
+from extender.cluster.protobuf_watch import KubeProtos, PodWatch
 from extender.cluster.resource_claims import RefusedPod, ResourceClaimBook
 from extender.fence import CLAIMS_LABEL
 from extender.quarantine import Quarantine
@@ -95,7 +97,8 @@ class ClusterSync:
         if not options.resource_claims:
             self.resource_claims_synced.set()
         self._threads: list[threading.Thread] = []
-        self._watches: list[watch.Watch] = []
+        self._watches: list[watch.Watch | PodWatch] = []
+        self._protos = KubeProtos()  # the pod watch reads protobuf (extender.cluster.protobuf_watch)
         self._alive_at: dict[str, float] = {}  # watch -> monotonic time of its last sign of life
         self._monotonic = monotonic
         self._released = threading.Event()
@@ -206,11 +209,7 @@ class ClusterSync:
         binder = self._binder
         assert binder is not None and binder.fence is not None
         fence = binder.fence
-
-        def listing(**kw: Any) -> Any:
-            return self._api.list_namespaced_config_map(fence.namespace, label_selector=f"{CLAIMS_LABEL}=true",
-                                                        **kw)
-
+        listing = partial(self._api.list_namespaced_config_map, fence.namespace, label_selector=f"{CLAIMS_LABEL}=true")
         data = response_json(listing(_preload_content=False))
         for obj in data.get("items", []):
             self._apply_ledger("ADDED", obj)
@@ -309,7 +308,8 @@ class ClusterSync:
                 except ApiException as exc:
                     log.info("requeue of %s skipped: %s %s", intent.key, exc.status, exc.reason)
 
-    def _stream(self, func: Callable[..., Any], rv: str, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    def _stream(self, func: Callable[..., Any], rv: str, what: str,
+                new_watch: Callable[[], watch.Watch | PodWatch] = watch.Watch) -> Iterator[tuple[str, dict[str, Any]]]:
         """Watch from ``rv``, request after request; yields (type, object), raises ``Gone``.
 
         Each request ends at the server's ``watch_timeout_s``; the client reads it with a
@@ -317,7 +317,7 @@ class ClusterSync:
         and the watch resumed from the last ``resourceVersion`` on a new connection (not a
         relist). Every event, bookmark and clean end is a sign of life (``silent_watches``).
         """
-        w = watch.Watch()
+        w = new_watch()  # JSON, or the pods' protobuf PodWatch
         self._watches.append(w)
         opts = self._opts
         self._alive(what)  # just listed
@@ -444,7 +444,7 @@ class ClusterSync:
                           if (rv := revision(obj)) is not None and obj["metadata"].get("uid") in bound}
         self._pods_rv = revision(data)
         self.pods_synced.set()
-        for kind, obj in self._stream(self._api.list_pod_for_all_namespaces,
-                                      data["metadata"]["resourceVersion"], "pod"):
+        for kind, obj in self._stream(self._api.list_pod_for_all_namespaces, data["metadata"]["resourceVersion"],
+                                      "pod", lambda: PodWatch(self._protos)):
             self._apply_pod(kind, obj)
 
