@@ -41,16 +41,17 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from benchmarks.errors import UsageError
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
-from extender.cluster import raw_watch_target
+from extender.cluster.protobuf_watch import KubeProtos, PodWatch
 from harness.builds import kube_version
 from harness.controlplane import ControlPlane, add_fake_node, fake_node_gpus
 from harness.processes import LOOPBACK, free_port, start, wait_until
@@ -76,12 +77,18 @@ def make_pod(name: str, group: str) -> client.V1Pod:
 
 def watch_binds(api: client.CoreV1Api, namespace: str, expected: int, stop: threading.Event,
                 out: dict[str, float]) -> None:
-    """Record ``time.monotonic()`` of each pod's first bound event into ``out``."""
-    w = watch.Watch()
+    """Record ``time.monotonic()`` of each pod's first bound event into ``out``.
+
+    The watch reads protobuf, as kube-scheduler's informer does, so that the API server
+    encodes no pod event in JSON for the benchmark itself: a JSON watch here would make the
+    API server's JSON encoding free for a JSON watcher under test (it encodes each event once
+    per encoding, for every watcher of that encoding; ``bench watchers``).
+    """
+    w = PodWatch(KubeProtos())
     rv = api.list_namespaced_pod(namespace, limit=1).metadata.resource_version
     while not stop.is_set() and len(out) < expected:
         try:
-            for ev in w.stream(raw_watch_target(api.list_namespaced_pod), namespace, resource_version=rv,
+            for ev in w.stream(partial(api.list_namespaced_pod, namespace), resource_version=rv,
                                timeout_seconds=5):
                 obj = ev["object"]
                 rv = obj["metadata"].get("resourceVersion", rv)

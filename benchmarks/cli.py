@@ -2,7 +2,7 @@
 
 ``replay`` (placement quality on openb, ``--compare`` for several policies), ``churn`` (pods
 that leave: pending time and allocation over time), ``cold-start``,
-``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup``
+``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup|watchers``
 (costs), ``check-placements`` (the independent check of a replay's output),
 ``noop-extender`` (the baseline server the cost benchmarks compare against) and
 ``pod-watcher`` (a second pod watch beside it, in JSON or protobuf). Run from the
@@ -20,6 +20,7 @@ from benchmarks import (
     bench_http,
     bench_scheduler,
     bench_startup,
+    bench_watchers,
     check_placements,
     churn,
     cold_start,
@@ -87,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("scheduler", bench_scheduler, "pods/s through a real kube-scheduler: no extender, the no-op "
                                            "extender, gpufrac"),
             ("startup", bench_startup, "loading a 5,000-node cluster file; cluster mode's first list of "
-                                       "50,000 pods")):
+                                       "50,000 pods"),
+            ("watchers", bench_watchers, "the API server's CPU per pod update with one more pod watch, in JSON "
+                                         "or protobuf")):
         cost = costs.add_parser(name, help=what)
         module.add_arguments(cost)
         cost.set_defaults(func=module.run)
