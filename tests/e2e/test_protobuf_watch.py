@@ -19,6 +19,7 @@ from kubernetes import client, config
 
 from extender.cluster.protobuf_watch import KubeProtos, PodWatch
 from harness.controlplane import ControlPlane
+from harness.processes import wait_until
 from podspec.pods import pod_intent
 from tests.pod_variants import variants
 
@@ -36,6 +37,11 @@ def creatable(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
             c["image"] = "registry.k8s.io/pause:3.10"
     if pod["spec"].pop("priority", 0):  # the Priority admission plugin sets it from the class
         pod["spec"]["priorityClassName"] = PRIORITY_CLASS
+    # No scheduler of the session's cluster takes them, and none is bound to its nodes: the
+    # other e2e tests share this control plane and gpufrac's cache.
+    pod["spec"]["schedulerName"] = "protobuf-watch-nobody"
+    if "nodeName" in pod["spec"]:
+        pod["spec"]["nodeName"] = "protobuf-watch-nowhere"
     pod.pop("status", None)
     return pod
 
@@ -52,6 +58,16 @@ def test_every_pod_reads_the_same_in_protobuf_as_in_json(control_plane: ControlP
     client.SchedulingV1Api(api.api_client).create_priority_class(
         {"metadata": {"name": PRIORITY_CLASS}, "value": 1000})
     start = json.loads(api.list_namespaced_pod(ns, _preload_content=False).data)["metadata"]["resourceVersion"]
+    try:
+        compare_encodings(api, ns, start)
+    finally:  # gone before the next test reads the cluster (no controller-manager empties namespaces)
+        api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        wait_until(lambda: not api.list_namespaced_pod(ns).items, 60, f"pods of {ns} deleted")
+        api.delete_namespace(ns)
+        client.SchedulingV1Api(api.api_client).delete_priority_class(PRIORITY_CLASS)
+
+
+def compare_encodings(api: client.CoreV1Api, ns: str, start: str) -> None:
     pods = [creatable(p, ns) for p in variants()]
     for pod in pods:
         api.create_namespaced_pod(ns, pod)
@@ -76,4 +92,6 @@ def test_every_pod_reads_the_same_in_protobuf_as_in_json(control_plane: ControlP
     assert intents["node-affinity"].placement_rules and not intents["preferred-only"].placement_rules
     assert intents["spread-donotschedule"].placement_rules and not intents["spread-scheduleanyway"].placement_rules
     assert intents["claims"].resource_claims == ("claim-a", "", "") and intents["labels"].created_at
+    assert intents["bound"].node_name == "protobuf-watch-nowhere" and intents["bound"].assigned_gpus == ("GPU-a",)
+    assert intents["p"].scheduler_name == "protobuf-watch-nobody" and intents["p"].gpu_milli == 250
 
