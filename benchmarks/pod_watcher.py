@@ -1,10 +1,12 @@
 """A second pod watch beside kube-scheduler's, in JSON or protobuf: what one costs the API server.
 
-Issue 55, item 1: gpufrac watches every pod in JSON while kube-scheduler's informer watches
-them in protobuf. ``bench_scheduler`` runs this watcher beside the no-op extender
-("no-op json watcher", "no-op protobuf watcher") so that the API server's CPU per
-bound pod, against the no-op alone, is what a watcher costs it in each encoding. The events
-are read and dropped (their decoding is the watcher's own CPU, not measured here).
+Issue 55, item 1: whether gpufrac's pod watch should read JSON or, as kube-scheduler's
+informer does, protobuf (it reads protobuf since decision record 0031). ``bench_scheduler``
+runs this watcher beside the no-op extender ("no-op json watcher", "no-op protobuf
+watcher"), and ``bench_watchers`` beside a protobuf one standing in for kube-scheduler's,
+so that the API server's CPU, against the setup without it, is what a watcher costs it in
+each encoding. The events are read and dropped (their decoding is the watcher's own CPU,
+not measured here).
 
 Run: ``python -m benchmarks pod-watcher KUBECONFIG --encoding json|protobuf`` (until killed,
 or ``--max-requests`` watch requests have ended).
