@@ -49,6 +49,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from benchmarks.errors import UsageError
+from benchmarks.pod_watcher import start_watcher
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
 from extender.cluster.protobuf_watch import KubeProtos, PodWatch
@@ -123,9 +124,7 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
                    30, "no-op extender", extender)
     second_watch = None
     if setup in WATCHER_SETUPS:
-        second_watch = cp.track(start("pod-watcher", [sys.executable, "-m", "benchmarks", "pod-watcher",
-                                                 str(cp.admin_kubeconfig), "--encoding", WATCHER_SETUPS[setup]],
-                                 cp.workdir))
+        second_watch = start_watcher(cp, WATCHER_SETUPS[setup])
     with cf.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: api.create_namespaced_pod(ns, make_pod(f"p{i:05d}", group)), range(n_pods)))
     bound: dict[str, float] = {}

@@ -24,7 +24,6 @@ import concurrent.futures as cf
 import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,10 +32,10 @@ from typing import Any
 from kubernetes import client, config
 
 from benchmarks.bench_scheduler import make_pod
+from benchmarks.pod_watcher import start_watcher
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
 from harness.controlplane import ControlPlane
-from harness.processes import Proc, start
 
 SETUPS = {"kube-scheduler's watch": None, "+ JSON watch": "json", "+ protobuf watch": "protobuf"}
 """Setup name -> the encoding of the second watch (None: none)."""
@@ -55,12 +54,6 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Setup -> median over the rounds of the API server's CPU per update, ms."""
     return {s: statistics.median(r["apiserver_ms_per_update"] for r in rows if r["setup"] == s)
             for s in SETUPS if any(r["setup"] == s for r in rows)}
-
-
-def _watcher(cp: ControlPlane, encoding: str, n: int) -> Proc:
-    return cp.track(start(f"pod-watcher-{encoding}-{n}", [
-        sys.executable, "-m", "benchmarks", "pod-watcher", str(cp.admin_kubeconfig), "--encoding", encoding],
-        cp.workdir))
 
 
 def _updates(api: client.CoreV1Api, pods: int, updates: int, tag: str) -> None:
@@ -88,10 +81,11 @@ def run(args: argparse.Namespace) -> int:
                 list(pool.map(lambda i: api.create_namespaced_pod(NAMESPACE, make_pod(f"p{i:05d}", "watchers")),
                               range(args.pods)))
             apiserver = next(p for p in cp.procs if p.name == "kube-apiserver").popen.pid
-            _watcher(cp, "protobuf", 0)  # kube-scheduler's informer
+            start_watcher(cp, "protobuf", "pod-watcher-protobuf-0")  # kube-scheduler's informer
             for round_ in range(args.rounds):
                 for setup, encoding in SETUPS.items():
-                    second = _watcher(cp, encoding, len(rows) + 1) if encoding else None
+                    second = (start_watcher(cp, encoding, f"pod-watcher-{encoding}-{len(rows) + 1}")
+                              if encoding else None)
                     time.sleep(2)  # its list and watch are up
                     before = cpu_s(apiserver)
                     _updates(api, args.pods, args.updates, f"{round_}-{setup}")

@@ -15,9 +15,12 @@ or ``--max-requests`` watch requests have ended).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
+from harness.controlplane import ControlPlane
+from harness.processes import Proc, start
 from podspec.kubeio import kube_api
 
 ACCEPT = {"json": "application/json",
@@ -53,3 +56,10 @@ def run(args: argparse.Namespace) -> int:
         if resp.status != 200:
             time.sleep(1)
     return 0 if ok else 1
+
+
+def start_watcher(cp: ControlPlane, encoding: str, name: str = "pod-watcher") -> Proc:
+    """This watcher on ``cp``'s API server as a process ``cp`` tracks (``name``: its log's), for
+    the second-watch setups of ``bench scheduler`` and ``bench watchers``."""
+    return cp.track(start(name, [sys.executable, "-m", "benchmarks", "pod-watcher", str(cp.admin_kubeconfig),
+                                 "--encoding", encoding], cp.workdir))
