@@ -112,6 +112,12 @@ def _containers(items: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _scalars(msg: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The string fields ``names`` of ``msg`` that are not empty: the API server's JSON leaves
+    an empty one out (``omitempty``), so a reader falls back as it does on JSON."""
+    return {k: v for k in names if (v := getattr(msg, k))}
+
+
 def _claim_refs(items: Any, key: str) -> list[dict[str, str]]:
     return [{"name": r.name, **({key: getattr(r, key)} if r.HasField(key) else {})} for r in items]
 
@@ -138,8 +144,8 @@ def pod_fields(pod: Any) -> dict[str, Any]:
         ``{"metadata": ..., "spec": ..., "status": ...}``.
     """
     m, s = pod.metadata, pod.spec
-    meta: dict[str, Any] = {"name": m.name, "namespace": m.namespace, "uid": m.uid,
-                            "resourceVersion": m.resourceVersion, "annotations": dict(m.annotations)}
+    meta: dict[str, Any] = {**_scalars(m, ("name", "namespace", "uid", "resourceVersion")),
+                            "annotations": dict(m.annotations)}
     if m.labels:
         meta["labels"] = dict(m.labels)
     if m.HasField("creationTimestamp"):
@@ -147,8 +153,7 @@ def pod_fields(pod: Any) -> dict[str, Any]:
     if m.ownerReferences:
         meta["ownerReferences"] = [{"kind": r.kind, "name": r.name, "controller": r.controller}
                                    for r in m.ownerReferences]
-    spec: dict[str, Any] = {"containers": _containers(s.containers), "nodeName": s.nodeName,
-                            "schedulerName": s.schedulerName}
+    spec: dict[str, Any] = {"containers": _containers(s.containers), **_scalars(s, ("nodeName", "schedulerName"))}
     if s.initContainers:
         spec["initContainers"] = _containers(s.initContainers)
     if s.HasField("priority"):
@@ -171,7 +176,7 @@ def pod_fields(pod: Any) -> dict[str, Any]:
             for c in s.topologySpreadConstraints]
     if s.resourceClaims:
         spec["resourceClaims"] = _claim_refs(s.resourceClaims, "resourceClaimName")
-    status: dict[str, Any] = {"phase": pod.status.phase}
+    status: dict[str, Any] = _scalars(pod.status, ("phase",))
     if pod.status.resourceClaimStatuses:
         status["resourceClaimStatuses"] = _claim_refs(pod.status.resourceClaimStatuses, "resourceClaimName")
     return {"metadata": meta, "spec": spec, "status": status}

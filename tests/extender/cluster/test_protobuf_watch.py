@@ -73,6 +73,18 @@ def test_a_bad_pod_fails_with_the_same_message_from_protobuf(edit: Callable[[dic
     assert str(from_proto.value) == str(from_json.value) and rule in str(from_json.value)
 
 
+def test_fields_the_pod_does_not_set_are_left_out_as_in_json() -> None:
+    """An empty resourceVersion would resume the watch from "now"; a missing one keeps the
+    last revision (``ClusterSync._stream``), as a JSON event without it does."""
+    fields = pod_fields(PROTOS.pod())
+    assert fields == {"metadata": {"annotations": {}}, "spec": {"containers": []}, "status": {}}
+    with pytest.raises(PodSpecError) as from_proto:
+        pod_intent(fields)
+    with pytest.raises(PodSpecError) as from_json:
+        pod_intent({"metadata": {}, "spec": {}, "status": {}})
+    assert str(from_proto.value) == str(from_json.value)
+
+
 def test_a_time_rfc3339_cannot_write_is_left_unordered() -> None:
     pod = to_proto(pod_json("far"))
     pod.metadata.creationTimestamp.seconds = 2**62
@@ -120,7 +132,7 @@ class Calls:
 
 def read(calls: Calls) -> list[tuple[str, str]]:
     w = PodWatch(PROTOS)
-    return [(e["type"], e["object"]["metadata"]["name"]) for e in w.stream(calls, resource_version="7")]
+    return [(e["type"], e["object"]["metadata"].get("name", "")) for e in w.stream(calls, resource_version="7")]
 
 
 def test_the_stream_yields_each_event_and_ends_with_the_request() -> None:
