@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -51,6 +51,10 @@ class Ties(enum.StrEnum):
     KEEP_WHOLE = "keep_whole"
     ROW = "row"
 
+
+FitFn = Callable[[ClusterState, PodRequest, NDArray[np.int64], QoSPolicy, ClusterTerms | None, Memo | None],
+                 FitContext]
+"""``scoring.fit.fit``'s signature: what ``Scorer`` decides feasibility with."""
 
 KEEP_WHOLE_BAND = 2e-3
 """Score distance (of the [0, 1] node score) within which ``Ties.KEEP_WHOLE`` prefers a used
@@ -251,24 +255,32 @@ class Evaluation:
 
 
 class Scorer:
-    """Weighted combination of registered strategies (build with ``build_scorer``)."""
+    """Weighted combination of registered strategies (build with ``build_scorer``).
+
+    ``strategies`` is the registry the weights' names are looked up in: ``STRATEGIES`` by
+    default, or one whose score functions compute the same numbers faster (a compiled
+    ``gpu_score`` under the same name, checked against this package's by its tests);
+    ``feasibility`` likewise computes ``scoring.fit.fit``'s ``FitContext``.
+    """
 
     def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]],
                  qos_policy: QoSPolicy | None = None, prior: ShapePrior | None = None,
-                 ties: Ties = Ties.KEEP_WHOLE, learning: Learning = RUNNING) -> None:
+                 ties: Ties = Ties.KEEP_WHOLE, learning: Learning = RUNNING,
+                 strategies: Mapping[str, Strategy] = STRATEGIES, feasibility: FitFn = fit) -> None:
         self.qos_policy = qos_policy if qos_policy is not None else QoSPolicy()
         self.prior = prior if prior is not None else ShapePrior()
         self.ties = ties
         self.learning = learning
+        self._fit = feasibility
         self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
-            qos: tuple((STRATEGIES[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
+            qos: tuple((strategies[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
             for qos, ws in weights_by_qos.items()
         }
         # Every registered strategy's term, weighted or not: the incremental scorer's
         # refreshes (and so the published baselines' placements) stay what they were before
         # the terms moved into their strategies. Only the weighted ones would be cheaper.
         self.terms: tuple[Term, ...] = tuple(sorted(
-            (s.term for s in STRATEGIES.values() if s.term is not None), key=lambda t: t.name))
+            (s.term for s in strategies.values() if s.term is not None), key=lambda t: t.name))
         """The strategies' cluster-wide terms, by name."""
 
     def cluster_terms(self, state: ClusterState, memo: Memo | None = None) -> ClusterTerms:
@@ -321,7 +333,7 @@ class Scorer:
         memo = memo if memo is not None else Memo()
         if terms is None:
             terms = self.cluster_terms(state, memo)
-        ctx = fit(state, request, rows, self.qos_policy, terms, memo)
+        ctx = self._fit(state, request, rows, self.qos_policy, terms, memo)
         plan = self._plans[request.qos]
         if any(strat.gain is not None for strat, _ in plan):
             # A strategy whose gain is 0 now (``scoring.strategies``: ``weight_gain``) is left
@@ -401,12 +413,18 @@ def keep_whole_rank(ctx: FitContext, cols: NDArray[np.int64]) -> NDArray[np.int6
     return rank
 
 
-def build_scorer(config: ScoringConfig) -> Scorer:
+def build_scorer(config: ScoringConfig, strategies: Mapping[str, Strategy] = STRATEGIES,
+                 feasibility: FitFn = fit) -> Scorer:
     """Validate ``config`` once and build the scorer.
 
     Parameters
     ----------
     config : ScoringConfig
+    strategies : mapping of str to Strategy
+        The registry to score with (``Scorer``): ``STRATEGIES``, or the same names with
+        faster score functions of the same numbers.
+    feasibility : callable
+        ``scoring.fit.fit``, or a faster function of the same ``FitContext``.
 
     Returns
     -------
@@ -424,4 +442,4 @@ def build_scorer(config: ScoringConfig) -> Scorer:
         qos: {**config.weights, **config.qos_overrides.get(qos.wire_name, {})}
         for qos in QoSClass
     }
-    return Scorer(by_qos, config.qos, config.prior, config.ties, config.learning)
+    return Scorer(by_qos, config.qos, config.prior, config.ties, config.learning, strategies, feasibility)

@@ -241,8 +241,20 @@ def _usable_model(ctx: FitContext, rows: NDArray[np.int64], shape: tuple[int, ..
     return np.zeros(shape, dtype=np.int64) if ctx.gpu_model is None else np.maximum(ctx.gpu_model[rows], 0)
 
 
-def _to_score(delta_n: NDArray[np.int64], tasks: TaskTypes) -> NDArray[np.float64]:
-    """``N * dF`` -> the truncated sigmoid score."""
+def to_score(delta_n: NDArray[np.int64], tasks: TaskTypes) -> NDArray[np.float64]:
+    """``N * dF`` -> the truncated sigmoid score (module notes).
+
+    Parameters
+    ----------
+    delta_n : ndarray of any shape, int64
+        ``F_n(after) - F_n(before)`` times the number of pods ``N = tasks.count.sum()``.
+    tasks : TaskTypes
+
+    Returns
+    -------
+    ndarray of the same shape, float64
+        ``trunc(100 * sigmoid(-dF / 1000)) / 100``, in [0, 1].
+    """
     delta = delta_n / float(tasks.count.sum())
     return np.trunc(SCORE_LEVELS / (1.0 + np.exp(delta / 1000.0))) / SCORE_LEVELS
 
@@ -315,7 +327,7 @@ def gpu_score(ctx: FitContext) -> NDArray[np.float64]:
     host_after = _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks)
     after = _from_counts(cnt_g, small_g, total[pr] - req.gpu_milli, host_after[pr], tasks)
     scores = np.zeros(free.shape)
-    scores[fit_r, fit_g] = _to_score(after - before[pr], tasks)[cell_class]
+    scores[fit_r, fit_g] = to_score(after - before[pr], tasks)[cell_class]
     out[rows] = scores
     return np.where(ctx.gpu_fits, out, 0.0)
 
@@ -360,5 +372,5 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
         cnt_a, small_a = _per_task(free_after, canon, canon.allowed(model))
         after = _from_counts(cnt_a[:, column], small_a[:, column], free_after.sum(axis=1),
                              _host_fits(cpu_free - req.cpu_milli, mem_free - req.memory_mib, tasks), tasks)
-    out[rows] = _to_score(after - before, tasks)
+    out[rows] = to_score(after - before, tasks)
     return out

@@ -8,7 +8,7 @@ import pytest
 from scoring.fit import fit
 from scoring.registry import STRATEGIES
 from scoring.scorer import Evaluation, ScoringConfig, build_scorer
-from tests.scoring.randstate import random_request, random_state
+from tests.randstate import random_request, random_state
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))

@@ -100,7 +100,7 @@ def test_fragmentation_worked_example() -> None:
 
 
 def test_derived_arrays_track_allocations(rng: np.random.Generator) -> None:
-    from tests.scoring.randstate import random_state
+    from tests.randstate import random_state
 
     oversubscribed = 0
     for _ in range(20):

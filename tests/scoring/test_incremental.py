@@ -20,7 +20,7 @@ from scoring.specs import Allocation
 from scoring.state import ClusterState
 from scoring.strategies import adaptive_balance, spare_nodes
 from tests.conftest import gpu_node
-from tests.scoring.randstate import random_state
+from tests.randstate import random_state
 
 MENU = [PodRequest(1, 250, cpu_milli=2000, memory_mib=4096), PodRequest(1, 500, cpu_milli=4000, memory_mib=8192),
         PodRequest(1, 750, cpu_milli=1000, memory_mib=2048), PodRequest(2, 1000, cpu_milli=8000, memory_mib=16384),

@@ -13,7 +13,7 @@ from scoring.row_totals import RowTotals
 from scoring.specs import Allocation
 from scoring.state import ClusterState
 from scoring.strategies import adaptive_balance, spare_nodes
-from tests.scoring.randstate import random_state
+from tests.randstate import random_state
 
 
 def write(st: ClusterState, rng: np.random.Generator, held: list[Allocation]) -> None:

@@ -9,7 +9,7 @@ from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.request import QoSPolicy
 from scoring.scorer import ScoringConfig, build_scorer
-from tests.scoring.randstate import random_request, random_state
+from tests.randstate import random_request, random_state
 from tests.scoring.reference import evaluate_node_all
 
 WEIGHT_SETS = [

@@ -124,7 +124,7 @@ def test_the_term_kept_between_binds_equals_the_term_computed_afresh() -> None:
     # The memo keeps each node's free share and wholly free GPUs and reads again only the
     # rows a bind (or a release) moved: after every change it equals a fresh computation.
     from scoring.memo import Memo
-    from tests.scoring.randstate import random_state
+    from tests.randstate import random_state
 
     rng = np.random.default_rng(5)
     st = random_state(rng, 30)

@@ -15,7 +15,7 @@ from scoring.state import ClusterState
 from scoring.strategies import gpu_best_fit, node_packing, qos_interference, resource_balance, spread
 from scoring.utilization import multi_gpu_share
 from tests.conftest import gpu_node
-from tests.scoring.randstate import random_request, random_state
+from tests.randstate import random_request, random_state
 
 
 def two_node_state() -> ClusterState:

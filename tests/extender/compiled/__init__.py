@@ -1,0 +1,1 @@
+"""The compiled score functions (extender.compiled) against the numpy reference."""
