@@ -2,7 +2,7 @@
 
     python deploy/lock.py            # from the repository root, with network access to PyPI
 
-pip resolves ``.`` (the extender image) and ``.[agent]`` (the agent image) as it would in
+pip resolves ``.[compiled]`` (the extender image) and ``.[agent]`` (the agent image) as it would in
 the image, without installing anything (``pip install --dry-run --ignore-installed
 --report``), and this writes the result as ``name==version`` lines to
 ``deploy/requirements/extender.txt`` and ``agent.txt``; ``stubs.txt`` is the build stage
@@ -25,8 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "deploy" / "requirements"
-ROLES = {"extender": ".", "agent": ".[agent]"}
-"""What each image installs (pip's target)."""
+ROLES = {"extender": ".[compiled]", "agent": ".[agent]"}
+"""What each image installs (pip's target): the extender with its compiled score functions."""
 
 
 def resolve(*target: str) -> list[str]:

@@ -30,6 +30,7 @@ from extender.cluster.claim_allocator import ClaimBinding, ClaimPlacement, Claim
 from extender.cluster.models import GpuModelsPublisher, ModelsOptions
 from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
+from extender.compiled import REFERENCE, kernels
 from extender.fence import ClaimFence, default_instance_id
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
@@ -118,14 +119,18 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         Invalid scoring config or cluster file: start-up fails once, with field paths.
     """
     policy = admin_config_from_settings(settings)
-    scorer = build_scorer(policy.scoring)
     own_cache = cache is None
+    scores_here = own_cache or settings.config_file is not None  # else the caller's cache scores
+    compiled = kernels() if scores_here else REFERENCE  # compiled once, before anything is served
+    log.info("scoring with %s", compiled.backend)
+    scorer = build_scorer(policy.scoring, compiled.strategies, compiled.feasibility)
     cache = cache if cache is not None else GpuCache(scorer, policy.tolerance)
-    if own_cache or settings.config_file is not None:
+    if scores_here:
         cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
 
     def apply_policy(new: AdminConfig) -> None:
-        cache.set_policy(build_scorer(new.scoring), new.tenants, new.tolerance, new.starvation, new.defrag)
+        cache.set_policy(build_scorer(new.scoring, compiled.strategies, compiled.feasibility),
+                         new.tenants, new.tolerance, new.starvation, new.defrag)
 
     metrics = Metrics(cache.summary, cache.metrics_view)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())

@@ -1,15 +1,17 @@
-"""Compiled score functions, registered under the strategies' own names.
+"""Compiled scoring: feasibility and score functions, in place of the numpy reference's.
 
 ``scoring`` is the reference: pure numpy, every strategy's formula and its source. A module
-here computes one strategy's scores to the bit in one compiled pass (numba, the ``compiled``
-extra), where numpy's fixed cost per call is most of a one-row rescoring (decision record
-0032). ``strategies()`` is ``scoring.STRATEGIES`` with those functions swapped in, for
-``scoring.build_scorer``; without numba it is ``STRATEGIES`` itself, and every placement is
-the same either way (the kernels' tests hold them to the reference).
+here computes the same numbers to the bit in one compiled pass over the candidate rows
+(numba, the ``compiled`` extra), where numpy's fixed cost per call is most of a one-row
+rescoring (decision record 0032): ``compiled_fit`` for ``scoring.fit.fit``, and a strategy's
+``gpu_score`` and ``node_score`` registered under the strategy's own name (``COMPILED``).
+``kernels()`` bundles them for ``scoring.build_scorer``; without numba it bundles the
+reference itself, and every placement is the same either way (the modules' tests hold
+them to the reference).
 
 Compiling takes a few seconds, once per process (less where numba can keep the result on
-disk, ``extender.compiled.fgd``): ``strategies()`` compiles the kernels when first called,
-which the extender does while it starts, before it is ready; never on a request.
+disk, ``extender.compiled.jit``): ``kernels()`` compiles them when first called, which the
+extender does while it starts, before it is ready; never on a request.
 """
 
 from __future__ import annotations
@@ -19,43 +21,65 @@ import importlib
 import importlib.util
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
+from scoring.fit import fit
 from scoring.registry import STRATEGIES, Strategy
+from scoring.scorer import FitFn
 
 log = logging.getLogger(__name__)
 
-COMPILED = ("fgd",)
-"""The strategies with a compiled module here (``extender.compiled.<name>``)."""
+COMPILED: Mapping[str, str] = MappingProxyType({"fgd": "extender.compiled.compiled_fgd"})
+"""Strategy name -> the module here that compiles its ``gpu_score`` and ``node_score`` (the
+ones it defines replace the reference's)."""
+
+FEASIBILITY = "extender.compiled.compiled_fit"
+"""The module here whose ``fit`` replaces ``scoring.fit.fit``."""
 
 
-def strategies() -> Mapping[str, Strategy]:
-    """``STRATEGIES`` with the compiled score functions of ``COMPILED`` (read-only).
+@dataclass(frozen=True, slots=True)
+class Kernels:
+    """What ``scoring.build_scorer`` scores with (its ``strategies`` and ``feasibility``).
+
+    Attributes
+    ----------
+    strategies : mapping of str to Strategy
+        Every registered name; the compiled score functions of ``COMPILED`` swapped in.
+    feasibility : callable
+        ``scoring.fit.fit``'s signature.
+    backend : str
+        ``numba <version>``, or ``numpy`` for the reference alone (the start-up log says which).
+    """
+
+    strategies: Mapping[str, Strategy]
+    feasibility: FitFn
+    backend: str
+
+
+REFERENCE = Kernels(STRATEGIES, fit, "numpy")
+"""The numpy reference alone."""
+
+
+def kernels() -> Kernels:
+    """The compiled kernels, or ``REFERENCE`` when numba is not installed, or does not load or
+    compile here (a warning says why: the placements are the same, only slower).
 
     Returns
     -------
-    mapping of str to Strategy
-        Every registered name; ``STRATEGIES`` itself when numba is not installed, or does
-        not load or compile here (logged once per call as a warning: the scores are the
-        same, only slower).
+    Kernels
     """
     if importlib.util.find_spec("numba") is None:
-        return STRATEGIES
+        return REFERENCE
     try:
-        fgd = importlib.import_module("extender.compiled.fgd")  # numba compiles (or loads) the kernels here
+        modules = {name: importlib.import_module(path) for name, path in COMPILED.items()}  # numba compiles here
+        feasibility = importlib.import_module(FEASIBILITY).fit
+        import numba
     except Exception as exc:  # noqa: BLE001 - numba's errors on an unsupported numpy or CPU vary
         log.warning("compiled scoring kernels unavailable, scoring with numpy: %s", exc)
-        return STRATEGIES
-    out = dict(STRATEGIES)
-    out["fgd"] = dataclasses.replace(STRATEGIES["fgd"], gpu_score=fgd.gpu_score, node_score=fgd.node_score)
-    return MappingProxyType(out)
-
-
-def backend(registry: Mapping[str, Strategy]) -> str:
-    """What scores ``COMPILED`` in ``registry`` (one ``strategies()`` returned), for the
-    start-up log: ``numba <version>`` or ``numpy``."""
-    if registry is STRATEGIES:
-        return "numpy"
-    import numba
-
-    return f"numba {numba.__version__}"
+        return REFERENCE
+    registry = dict(STRATEGIES)
+    for name, module in modules.items():
+        registry[name] = dataclasses.replace(STRATEGIES[name], **{
+            f: getattr(module, f) for f in ("gpu_score", "node_score") if hasattr(module, f)})
+    return Kernels(MappingProxyType(registry), feasibility, f"numba {numba.__version__}")

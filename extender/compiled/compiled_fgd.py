@@ -12,51 +12,19 @@ dimension (a type that asks for explicit GPU memory, ``TaskTypes.gpu_memory_mib`
 kernels take the arrays of one signature (``_ROWS``); a ``FitContext`` of other dtypes
 (none is built so today) is scored by the reference too, never compiled on the hot path.
 
-``tests/extender/compiled/test_fgd.py`` holds the kernels to the reference.
+``tests/extender/compiled/test_compiled_fgd.py`` holds the kernels to the reference.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
 
 import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from extender.compiled.jit import inline, kernel
 from scoring.fit import FitContext
 from scoring.fragmentation import TaskTypes
 from scoring.strategies import fgd as reference
-
-
-def _probe() -> None:
-    """What ``_can_cache`` decorates: a function of this file."""
-
-
-def _can_cache() -> bool:
-    """Whether numba can keep this file's compiled kernels on disk (``__pycache__`` beside it,
-    ``NUMBA_CACHE_DIR``, or the user's cache directory, writable): then a process after the
-    first loads them instead of compiling, a second instead of about four. An image's read-only
-    root file system has none, and compiles at every start."""
-    try:
-        numba.njit(cache=True)(_probe)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return False
-    return True
-
-
-_CACHE = _can_cache()
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _inline(f: _F) -> _F:
-    """A helper compiled into the kernels that call it (numba is untyped: the cast keeps mypy's view)."""
-    return cast(_F, numba.njit(inline="always")(f))
-
-
-def _kernel(signature: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """A kernel of one signature, compiled at import (``_CACHE``: kept on disk where it can be)."""
-    return lambda f: cast(Callable[..., None], numba.njit(signature, nogil=True, cache=_CACHE)(f))
 
 _I2, _B2, _I1, _B1 = numba.int64[:, :], numba.boolean[:, :], numba.int64[:], numba.boolean[:]
 _ROWS = (_I2, _B2, _I2, _B1, _I1, _I1, _I1, _I1, _I1, _I1, _I1, _I1, numba.int64, numba.int64, numba.int64)
@@ -65,14 +33,14 @@ _ROWS = (_I2, _B2, _I2, _B1, _I1, _I1, _I1, _I1, _I1, _I1, _I1, _I1, numba.int64
 CPU and memory."""
 
 
-@_inline
+@inline
 def _usable(mask: int, model: int) -> bool:
     """``TaskTypes.allowed`` for one type and one GPU: padding (-1) reads as model 0, ids past
     62 share bit 63 (a mask of -1 accepts every model)."""
     return ((mask >> min(max(model, 0), 63)) & 1) == 1
 
 
-@_inline
+@inline
 def _counts(free: NDArray[np.int64], exists: NDArray[np.bool_], model: NDArray[np.int64], i: int,
             t_milli: NDArray[np.int64], t_mask: NDArray[np.int64], cnt: NDArray[np.int64],
             small: NDArray[np.int64], chosen: NDArray[np.bool_] | None, take: int) -> int:
@@ -96,7 +64,7 @@ def _counts(free: NDArray[np.int64], exists: NDArray[np.bool_], model: NDArray[n
     return total
 
 
-@_inline
+@inline
 def _free(free: NDArray[np.int64], exists: NDArray[np.bool_], chosen: NDArray[np.bool_] | None,
           i: int, g: int, take: int) -> int:
     if not exists[i, g]:
@@ -106,7 +74,7 @@ def _free(free: NDArray[np.int64], exists: NDArray[np.bool_], chosen: NDArray[np
     return int(free[i, g])
 
 
-@_inline
+@inline
 def _expected(cnt: NDArray[np.int64], small: NDArray[np.int64], total: int, cpu: int, mem: int,
               t_k: NDArray[np.int64], t_cpu: NDArray[np.int64], t_mem: NDArray[np.int64],
               t_count: NDArray[np.int64]) -> int:
@@ -120,7 +88,7 @@ def _expected(cnt: NDArray[np.int64], small: NDArray[np.int64], total: int, cpu:
     return out
 
 
-@_kernel(numba.void(*_ROWS, _B2, _I2))
+@kernel(numba.void(*_ROWS, _B2, _I2))
 def _gpu_delta(free, exists, model, node_fits, cpu_free, mem_free, t_milli, t_k, t_cpu, t_mem,  # type: ignore[no-untyped-def]
                t_count, t_mask, req_milli, req_cpu, req_mem, gpu_fits, out):
     """``out[i, g] = N * (F_n with the pod on GPU g alone - F_n)`` on every fitting GPU of every
@@ -152,7 +120,7 @@ def _gpu_delta(free, exists, model, node_fits, cpu_free, mem_free, t_milli, t_k,
             out[i, g] = after - before
 
 
-@_kernel(numba.void(*_ROWS, _B2, _I1))
+@kernel(numba.void(*_ROWS, _B2, _I1))
 def _node_delta(free, exists, model, node_fits, cpu_free, mem_free, t_milli, t_k, t_cpu, t_mem,  # type: ignore[no-untyped-def]
                 t_count, t_mask, req_milli, req_cpu, req_mem, chosen, out):
     """``out[i] = N * (F_n with the pod on the chosen GPUs - F_n)`` on every fitting row;

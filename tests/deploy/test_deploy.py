@@ -203,9 +203,9 @@ def test_the_images_lock_satisfies_what_the_package_asks() -> None:
     # Issue 53: images installed dependencies by minimum versions only. deploy/Dockerfile
     # installs the lock with --no-deps; every dependency pyproject.toml names must be in it,
     # at a version its specifier allows, and the agent's lock must hold the extender's plus
-    # the [agent] extra.
+    # the [agent] extra; the extender's, the [compiled] one (numba: extender.compiled).
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {"extender": project["dependencies"],
+    wanted = {"extender": project["dependencies"] + project["optional-dependencies"]["compiled"],
               "agent": project["dependencies"] + project["optional-dependencies"]["agent"]}
     for role, requirements in wanted.items():
         pins = _lock(role)

@@ -1,4 +1,4 @@
-"""FGD compiled (``extender.compiled.fgd``) gives the reference's numbers to the bit."""
+"""FGD compiled (``extender.compiled.compiled_fgd``) gives the reference's numbers to the bit."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from extender import compiled
-from extender.compiled import fgd
+from extender.compiled import compiled_fgd as fgd
 from scoring.fit import fit
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
@@ -45,10 +45,12 @@ def test_scores_equal_the_reference_on_random_states(rng: np.random.Generator) -
 
 
 def test_the_default_scorer_decides_the_same(rng: np.random.Generator) -> None:
-    # Everything an evaluation answers, with FGD compiled and with the reference, under the
-    # default preset (FGD, and five terms beside it) and FGD alone.
+    # Everything an evaluation answers, with the extender's kernels (FGD and feasibility
+    # compiled) and with the reference, under the default preset (FGD, and five terms beside
+    # it) and FGD alone.
+    kernels = compiled.kernels()
     for weights in (PRESETS["default"].weights, {"fgd": 1.0}):
-        ours = build_scorer(ScoringConfig(weights), compiled.strategies())
+        ours = build_scorer(ScoringConfig(weights), kernels.strategies, kernels.feasibility)
         theirs = build_scorer(ScoringConfig(weights))
         for _ in range(30):
             st = random_state(rng)
@@ -80,32 +82,24 @@ def test_what_the_kernels_do_not_cover_is_the_reference(rng: np.random.Generator
 
 
 def test_the_registry_swaps_only_fgds_score_functions() -> None:
-    registry = compiled.strategies()
+    kernels = compiled.kernels()
+    registry = kernels.strategies
     assert set(registry) == set(STRATEGIES)
     assert (registry["fgd"].gpu_score, registry["fgd"].node_score) == (fgd.gpu_score, fgd.node_score)
     assert dataclasses.replace(registry["fgd"], gpu_score=reference.gpu_score,
                                node_score=reference.node_score) == STRATEGIES["fgd"]
     assert all(registry[n] is STRATEGIES[n] for n in STRATEGIES if n != "fgd")
-    assert compiled.backend(registry).startswith("numba ") and compiled.backend(STRATEGIES) == "numpy"
+    assert kernels.backend == f"numba {numba.__version__}" and compiled.REFERENCE.backend == "numpy"
 
 
 def test_without_numba_the_reference_scores(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # Not installed: the reference, silently. Installed but failing to load (an unsupported
     # numpy or CPU): the reference, and a warning that says why.
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert compiled.strategies() is STRATEGIES
+    assert compiled.kernels() is compiled.REFERENCE
     monkeypatch.undo()
-    monkeypatch.setitem(sys.modules, "extender.compiled.fgd", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "extender.compiled.compiled_fgd", None)  # import raises ImportError
     with caplog.at_level(logging.WARNING, logger="extender.compiled"):
-        assert compiled.strategies() is STRATEGIES
+        assert compiled.kernels() is compiled.REFERENCE
     assert "scoring with numpy" in caplog.text
-
-
-def test_a_file_system_numba_cannot_write_compiles_without_keeping(monkeypatch: pytest.MonkeyPatch) -> None:
-    # numba refuses cache=True where no cache directory is writable (an image's read-only root
-    # file system); the kernels are then compiled in memory, not refused.
-    def refuse(*args: object, **kwargs: object) -> object:
-        raise RuntimeError("cannot cache function '_probe': no locator available for file")
-
-    monkeypatch.setattr(numba, "njit", refuse)
-    assert fgd._can_cache() is False
+    assert compiled.REFERENCE.strategies is STRATEGIES and compiled.REFERENCE.feasibility is fit
