@@ -11,12 +11,16 @@ around each evaluation: CPU of the deciding thread, what one filter's decision c
 kube-scheduler without HTTP or JSON. Writes JSON
 after every size, so a long run keeps what it measured.
 
-Each pod is evaluated twice, side by side: by ``Scorer.evaluate`` (every node from scratch,
-``full_*``) and by the extender's ``scoring.incremental.IncrementalScorer`` with the shipped
-tolerance (``incremental_*``: only the nodes whose row moved since the same shape's last
-evaluation, and everything when the cluster-wide terms drift), and placed where the
-incremental one chose, as the extender would. Before timing, every openb GPU pod shape is
-evaluated once by the incremental scorer (a running extender has seen them: 126 shapes);
+Each pod is evaluated three times, side by side: by ``Scorer.evaluate`` (every node from
+scratch, ``full_*``), by the extender's ``scoring.incremental.IncrementalScorer`` with the
+shipped tolerance (``incremental_*``: only the nodes whose row moved since the same shape's
+last evaluation, and everything when the cluster-wide terms drift), and by a second
+incremental scorer with the numpy reference strategies (``numpy_incremental_*``), the two
+incremental ones first in turn; it is placed where the incremental one chose, as the
+extender would (the reference must choose the same node, or the run stops). The scorer is
+the extender's: ``extender.compiled.kernels()`` (``meta.compiled`` names what compiled
+it, ``numpy`` without numba). Before timing, every openb GPU pod shape is evaluated once by
+both incremental scorers (a running extender has seen them: 126 shapes);
 ``incremental_full_pct`` is the share of timed evaluations that still scored every node
 (a term refresh).
 """
@@ -37,6 +41,7 @@ from benchmarks import trace
 from benchmarks.replay import source_commit
 from extender.admin_config import scoring_config
 from extender.clusterfile import synthetic_uuid
+from extender.compiled import kernels
 from scoring.drift import DEFAULT_TOLERANCE
 from scoring.incremental import IncrementalScorer
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
@@ -100,11 +105,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; print a Markdown table; write JSON."""
     pods = trace.load_pods(trace.DEFAULT_PODS)
-    scorer = build_scorer(scoring_config(args.preset))
+    compiled = kernels()
+    scorer = build_scorer(scoring_config(args.preset), compiled.strategies, compiled.feasibility)
+    reference = build_scorer(scoring_config(args.preset))
     meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
             "python": platform.python_version(), "numpy": np.__version__, "commit": source_commit(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "preset": args.preset,
-            "samples": args.samples, "load_pct": args.load_pct}
+            "samples": args.samples, "load_pct": args.load_pct, "compiled": compiled.backend}
     rows: list[dict[str, Any]] = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for n in (int(x) for x in args.nodes.split(",")):
@@ -115,44 +122,59 @@ def run(args: argparse.Namespace) -> int:
         all_rows.flags.writeable = False  # as the extender's candidate rows (inbound.candidates)
         gpu_pods = [q for q in pods if q.num_gpu]
         inc = IncrementalScorer(scorer, DEFAULT_TOLERANCE)
+        inc_numpy = IncrementalScorer(reference, DEFAULT_TOLERANCE)
         for shape in sorted({request_of(q) for q in gpu_pods}, key=repr):  # warm: every shape seen once
             inc.evaluate(state, shape, all_rows)
+            inc_numpy.evaluate(state, shape, all_rows)
         warm = replace(inc.stats)
-        full_ms, inc_ms = [], []
-        for _ in range(args.samples):
+        full_ms: list[float] = []
+        inc_ms: list[float] = []
+        numpy_ms: list[float] = []
+        for i in range(args.samples):
             req = request_of(gpu_pods[int(rng.integers(len(gpu_pods)))])
             t0 = time.thread_time()
             scorer.evaluate(state, req, all_rows)
-            t1 = time.thread_time()
-            ev = inc.evaluate(state, req, all_rows)
-            t2 = time.thread_time()
-            full_ms.append(1000 * (t1 - t0))
-            inc_ms.append(1000 * (t2 - t1))
+            full_ms.append(1000 * (time.thread_time() - t0))
+            # The shipped scorer and the numpy reference on the same state, first in turn
+            # (the second finds the state's rows in cache).
+            evs = {}
+            for which, times in ((inc, inc_ms), (inc_numpy, numpy_ms))[::1 if i % 2 == 0 else -1]:
+                t1 = time.thread_time()
+                evs[id(which)] = which.evaluate(state, req, all_rows)
+                times.append(1000 * (time.thread_time() - t1))
+            ev = evs[id(inc)]
             best = ev.best()
+            if best != evs[id(inc_numpy)].best():
+                raise AssertionError(f"sample {i}: the shipped scorer and the numpy reference chose apart")
             if best >= 0:  # place it there, as the scheduler would (untimed)
                 cols = tuple(int(c) for c in ev.chosen_cols[best])
                 mem = tuple(int(m) for m in ev.chosen_mem_mib[best])
                 state.apply(Allocation(state.node_names[int(all_rows[best])], cols, req.gpu_milli, mem,
                                        req.qos, req.cpu_milli, req.memory_mib))
-        a, b = np.array(full_ms), np.array(inc_ms)
+        a, b, c = np.array(full_ms), np.array(inc_ms), np.array(numpy_ms)
         rows.append({"nodes": n, "gpus": int(state.gpu_exists.sum()), "gpu_allocated_pct": round(reached, 1),
                      "full_p50_ms": float(np.percentile(a, 50)), "full_p99_ms": float(np.percentile(a, 99)),
                      "full_mean_ms": float(a.mean()),
                      "incremental_p50_ms": float(np.percentile(b, 50)),
                      "incremental_p99_ms": float(np.percentile(b, 99)), "incremental_mean_ms": float(b.mean()),
+                     "numpy_incremental_p50_ms": float(np.percentile(c, 50)),
+                     "numpy_incremental_p99_ms": float(np.percentile(c, 99)),
                      "incremental_full_pct": 100.0 * (inc.stats.full - warm.full) / args.samples,
                      "incremental_rows_rescored_mean": (inc.stats.rows_rescored - warm.rows_rescored) / args.samples})
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         r = rows[-1]
         print(f"{n:>6} nodes: full p50 {r['full_p50_ms']:.2f} ms, p99 {r['full_p99_ms']:.2f} ms; incremental "
-              f"p50 {r['incremental_p50_ms']:.2f} ms, p99 {r['incremental_p99_ms']:.2f} ms (thread CPU), "
+              f"p50 {r['incremental_p50_ms']:.2f} ms, p99 {r['incremental_p99_ms']:.2f} ms (numpy: "
+              f"{r['numpy_incremental_p50_ms']:.2f}, {r['numpy_incremental_p99_ms']:.2f}; thread CPU), "
               f"{r['gpu_allocated_pct']} % allocated", flush=True)
+    print(f"Scored with {meta['compiled']} (`extender.compiled`); numpy: the reference alone, same samples.")
     print("| nodes | GPUs | allocated | full p50 ms | full p99 ms | incremental p50 ms | incremental p99 ms "
-          "| full passes | rows rescored |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| numpy incremental p50 ms | numpy incremental p99 ms | full passes | rows rescored |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['nodes']:,} | {r['gpus']:,} | {r['gpu_allocated_pct']} % | {r['full_p50_ms']:.2f} "
               f"| {r['full_p99_ms']:.2f} | {r['incremental_p50_ms']:.3f} | {r['incremental_p99_ms']:.3f} "
+              f"| {r['numpy_incremental_p50_ms']:.3f} | {r['numpy_incremental_p99_ms']:.3f} "
               f"| {r['incremental_full_pct']:.1f} % | {r['incremental_rows_rescored_mean']:.1f} |")
     return 0
 

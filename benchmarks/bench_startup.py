@@ -2,6 +2,9 @@
 
 Times (wall, one process) each step a restarted extender takes before ``/readyz``:
 
+- compiling the scoring kernels (``extender.compiled.kernels()``: numba's import and
+  compile, in a child process whose ``NUMBA_CACHE_DIR`` is empty, as in the image, where
+  nothing compiled is kept; ``numpy`` and no time without numba);
 - loading a cluster file of ``--nodes`` synthetic 8-GPU nodes, as JSON and as YAML
   (``extender.clusterfile.load_cluster_file``: pydantic's JSON parser, libyaml's C loader);
 - building the ``ClusterState`` from the node specs (``GpuCache.set_nodes``);
@@ -20,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +46,19 @@ from podspec import annotations as ann
 from podspec.pods import pod_intent
 from scoring.scorer import build_scorer
 from scoring.state import ClusterState
+
+COMPILE = ("import time; from extender import compiled; t = time.perf_counter(); k = compiled.kernels(); "
+           "print(time.perf_counter() - t, k.backend)")
+
+
+def compile_kernels(cache_dir: str) -> tuple[float, str]:
+    """Seconds ``extender.compiled.kernels()`` takes a fresh process with nothing kept on
+    disk (its import of numba included; timed in the child, so the interpreter's own start is
+    not counted), and the backend it reports."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir}
+    out = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, check=True,
+                         timeout=600).stdout.split()
+    return float(out[0]), " ".join(out[1:])
 
 
 def pod_objects(specs: list[Any], n_pods: int, load_pct: float, seed: int) -> tuple[list[dict[str, Any]], int]:
@@ -90,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         return result
 
     with tempfile.TemporaryDirectory() as tmp:
+        seconds, used = compile_kernels(tmp)
+        steps.append({"step": f"scoring kernels ({used}, nothing kept on disk)", "seconds": round(seconds, 3)})
+        print(f"{steps[-1]['step']}: {seconds:.2f} s", flush=True)
         as_json = synthetic_cluster(Path(tmp) / "cluster.json", args.nodes)
         as_yaml = Path(tmp) / "cluster.yaml"
         as_yaml.write_text(yaml.safe_dump(orjson.loads(as_json.read_bytes()), sort_keys=False))

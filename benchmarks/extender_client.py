@@ -17,6 +17,7 @@ import orjson
 
 from extender.admin_config import AdminConfig
 from extender.cache import GpuCache, PodRecord
+from extender.compiled import kernels
 from extender.verbs.bind import ExtenderBindingArgs, bind
 from extender.verbs.filter import ExtenderArgs, filter
 from extender.verbs.pod_events import PodEvent, pod_events
@@ -83,7 +84,8 @@ class InProcessClient:
     """
 
     def __init__(self, specs: list[NodeSpec], policy: AdminConfig, decision: str = "filter") -> None:
-        scorer = build_scorer(policy.scoring)
+        compiled = kernels()  # the extender's own
+        scorer = build_scorer(policy.scoring, compiled.strategies, compiled.feasibility)
         self.cache = GpuCache(scorer, policy.tolerance)
         self.cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
         self.cache.set_nodes(specs)
