@@ -30,7 +30,7 @@ from extender.cluster.claim_allocator import ClaimBinding, ClaimPlacement, Claim
 from extender.cluster.models import GpuModelsPublisher, ModelsOptions
 from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
-from extender.compiled import REFERENCE, kernels
+from extender.compiled import REFERENCE, Kernels, kernels
 from extender.fence import ClaimFence, default_instance_id
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
@@ -120,17 +120,33 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     """
     policy = admin_config_from_settings(settings)
     own_cache = cache is None
-    scores_here = own_cache or settings.config_file is not None  # else the caller's cache scores
-    compiled = kernels() if scores_here else REFERENCE  # compiled once, before anything is served
-    log.info("scoring with %s", compiled.backend)
-    scorer = build_scorer(policy.scoring, compiled.strategies, compiled.feasibility)
+    scorer = build_scorer(policy.scoring)
     cache = cache if cache is not None else GpuCache(scorer, policy.tolerance)
-    if scores_here:
-        cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
+    # The numpy reference scores until the compiled kernels are ready (extender.compiled: the
+    # same numbers; compiling takes seconds in an image), then they score in its place, under
+    # the policy of the moment. A cache handed in keeps its own scorer.
+    scores_here = own_cache or settings.config_file is not None
+    policy_lock = threading.Lock()
+    in_force, scoring_with = policy, REFERENCE
+
+    def set_policy(new: AdminConfig | None = None, compiled: Kernels | None = None) -> None:
+        nonlocal in_force, scoring_with
+        with policy_lock:
+            in_force, scoring_with = new or in_force, compiled or scoring_with
+            cache.set_policy(build_scorer(in_force.scoring, scoring_with.strategies, scoring_with.feasibility),
+                             in_force.tenants, in_force.tolerance, in_force.starvation, in_force.defrag)
 
     def apply_policy(new: AdminConfig) -> None:
-        cache.set_policy(build_scorer(new.scoring, compiled.strategies, compiled.feasibility),
-                         new.tenants, new.tolerance, new.starvation, new.defrag)
+        set_policy(new=new)
+
+    def compile_kernels() -> None:
+        compiled = kernels()
+        log.info("scoring with %s", compiled.backend)
+        if compiled is not REFERENCE:
+            set_policy(compiled=compiled)
+
+    if scores_here:
+        cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
 
     metrics = Metrics(cache.summary, cache.metrics_view)
     quarantine = Quarantine(count=lambda kind, reason: metrics.rejected_objects.labels(kind, reason).inc())
@@ -181,6 +197,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if scores_here:
+            threading.Thread(target=compile_kernels, name="gpufrac-compile", daemon=True).start()
         if watcher is not None:
             watcher.start()
         if sync is not None:

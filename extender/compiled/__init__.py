@@ -11,7 +11,8 @@ them to the reference).
 
 Compiling takes a few seconds, once per process (less where numba can keep the result on
 disk, ``extender.compiled.jit``): ``kernels()`` compiles them when first called, which the
-extender does while it starts, before it is ready; never on a request.
+extender does in a thread as it starts, scoring with the reference until they are ready;
+never on a request.
 """
 
 from __future__ import annotations

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
+from typing import cast
 
 import numba
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from extender.app import create_app
 from extender.cache import GpuCache
@@ -13,27 +18,53 @@ from extender.compiled import compiled_fgd, compiled_fit
 from extender.settings import Settings
 from scoring.fit import fit
 from scoring.presets import PRESETS
-from scoring.scorer import build_scorer
+from scoring.request import QoSClass
+from scoring.scorer import Scorer, Ties, build_scorer
 
 
 def _settings() -> Settings:
     return Settings(mode="standalone", host="127.0.0.1", port=8888, log_level="warning")
 
 
-def test_the_extender_scores_with_the_compiled_kernels(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="extender.app"):
-        app = create_app(_settings())
+def _scorer(app: FastAPI) -> Scorer:
+    return cast(Scorer, app.state.cache.defrag_snapshot()[2])
+
+
+def test_the_extender_scores_with_the_compiled_kernels_once_compiled(caplog: pytest.LogCaptureFixture) -> None:
+    # The numpy reference scores from the start; the kernels, compiled beside it while the
+    # extender starts, take its place under the same policy.
+    app = create_app(_settings())
+    assert _scorer(app)._fit is fit
+    with caplog.at_level(logging.INFO, logger="extender.app"), TestClient(app):
+        deadline = time.monotonic() + 120
+        while _scorer(app)._fit is not compiled_fit.fit and time.monotonic() < deadline:
+            time.sleep(0.05)
+        scorer = _scorer(app)
     assert f"scoring with numba {numba.__version__}" in caplog.text
-    _, _, scorer = app.state.cache.defrag_snapshot()
     assert scorer._fit is compiled_fit.fit
-    assert scorer.weights(next(iter(scorer._plans))) == dict(PRESETS["default"].weights)
+    assert scorer.weights(QoSClass.BURSTABLE) == dict(PRESETS["default"].weights)
     assert any(strat.gpu_score is compiled_fgd.gpu_score for plan in scorer._plans.values() for strat, _ in plan)
+
+
+def test_the_kernels_score_the_admin_configs_policy(tmp_path: Path) -> None:
+    # The swap builds the scorer from the policy in force (here the admin config's), not
+    # from the default.
+    config = tmp_path / "gpufrac.yaml"
+    config.write_text("scoring:\n  preset: fgd\n")
+    app = create_app(Settings(mode="standalone", host="127.0.0.1", port=8888, log_level="warning",
+                              config_file=config))
+    with TestClient(app):
+        deadline = time.monotonic() + 120
+        while _scorer(app)._fit is not compiled_fit.fit and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _scorer(app)._fit is compiled_fit.fit
+        assert _scorer(app).weights(QoSClass.BURSTABLE) == {"fgd": 1.0} and _scorer(app).ties == Ties.ROW
 
 
 def test_a_cache_handed_in_keeps_its_own_scorer(caplog: pytest.LogCaptureFixture) -> None:
     # The demo and the tests hand create_app a cache with its scorer: nothing is compiled for it.
     cache = GpuCache(build_scorer(PRESETS["default"]))
-    with caplog.at_level(logging.INFO, logger="extender.app"):
-        create_app(_settings(), cache=cache)
-    assert "scoring with numpy" in caplog.text
+    with caplog.at_level(logging.INFO, logger="extender.app"), TestClient(create_app(_settings(), cache=cache)):
+        pass
+    assert "scoring with" not in caplog.text
     assert cache.defrag_snapshot()[2]._fit is fit
