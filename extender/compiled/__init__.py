@@ -31,7 +31,8 @@ from scoring.scorer import FitFn
 
 log = logging.getLogger(__name__)
 
-COMPILED: Mapping[str, str] = MappingProxyType({"fgd": "extender.compiled.compiled_fgd"})
+COMPILED: Mapping[str, str] = MappingProxyType({
+    name: f"extender.compiled.compiled_{name}" for name in ("adaptive_balance", "fgd", "spare_nodes")})
 """Strategy name -> the module here that compiles its ``gpu_score`` and ``node_score`` (the
 ones it defines replace the reference's)."""
 

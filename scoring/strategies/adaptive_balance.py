@@ -105,13 +105,20 @@ def node_score(ctx: FitContext, chosen: NDArray[np.bool_]) -> NDArray[np.float64
     ndarray of shape (m,), float64
         In [0, 1]; 0 for a node without GPUs or without allocatable CPU or memory.
     """
+    two_sided, one_sided = mix(ctx)
+    two = balance(ctx)
+    one = host_lead(ctx)
+    return (two_sided * two + one_sided * one) / 2.0
+
+
+def mix(ctx: FitContext) -> tuple[float, float]:
+    """The factors of the two- and the one-sided balance in ``node_score``: ``(1 - lam) * k``
+    and ``ONE_SIDED_GAIN * lam`` (module notes), from the workload and the CPU pressure."""
     lam = min(1.0, multi_gpu_share(ctx.tasks) / S_ONE_SIDED)
     term = ctx.terms.get(TERM)
     pressure = float(term[0]) if isinstance(term, tuple) else 0.0
     k = 1.0 + (PRESSURE_GAIN - 1.0) * pressure_ramp(pressure)
-    two = balance(ctx)
-    one = host_lead(ctx)
-    return ((1.0 - lam) * k * two + ONE_SIDED_GAIN * lam * one) / 2.0
+    return (1.0 - lam) * k, ONE_SIDED_GAIN * lam
 
 
 def pressure_ramp(pressure: float) -> float:

@@ -7,7 +7,6 @@ import importlib.util
 import logging
 import sys
 
-import numba
 import numpy as np
 import pytest
 
@@ -79,17 +78,6 @@ def test_what_the_kernels_do_not_cover_is_the_reference(rng: np.random.Generator
         assert np.array_equal(fgd.node_score(narrow, ctx.gpu_fits), reference.node_score(narrow, ctx.gpu_fits))
         asks = dataclasses.replace(ctx.tasks, gpu_memory_mib=np.ones_like(ctx.tasks.count))
         assert fgd._compiled(dataclasses.replace(ctx, tasks=asks)) is None
-
-
-def test_the_registry_swaps_only_fgds_score_functions() -> None:
-    kernels = compiled.kernels()
-    registry = kernels.strategies
-    assert set(registry) == set(STRATEGIES)
-    assert (registry["fgd"].gpu_score, registry["fgd"].node_score) == (fgd.gpu_score, fgd.node_score)
-    assert dataclasses.replace(registry["fgd"], gpu_score=reference.gpu_score,
-                               node_score=reference.node_score) == STRATEGIES["fgd"]
-    assert all(registry[n] is STRATEGIES[n] for n in STRATEGIES if n != "fgd")
-    assert kernels.backend == f"numba {numba.__version__}" and compiled.REFERENCE.backend == "numpy"
 
 
 def test_without_numba_the_reference_scores(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import logging
 import time
 from pathlib import Path
@@ -12,12 +14,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from extender import compiled
 from extender.app import create_app
 from extender.cache import GpuCache
 from extender.compiled import compiled_fgd, compiled_fit
 from extender.settings import Settings
 from scoring.fit import fit
 from scoring.presets import PRESETS
+from scoring.registry import STRATEGIES
 from scoring.request import QoSClass
 from scoring.scorer import Scorer, Ties, build_scorer
 
@@ -68,3 +72,19 @@ def test_a_cache_handed_in_keeps_its_own_scorer(caplog: pytest.LogCaptureFixture
         pass
     assert "scoring with" not in caplog.text
     assert cache.defrag_snapshot()[2]._fit is fit
+
+
+def test_the_registry_swaps_only_the_compiled_strategies_score_functions() -> None:
+    kernels = compiled.kernels()
+    registry = kernels.strategies
+    assert set(registry) == set(STRATEGIES) and set(compiled.COMPILED) <= set(STRATEGIES)
+    for name, path in compiled.COMPILED.items():
+        module = importlib.import_module(path)
+        swapped = {f: getattr(module, f) for f in ("gpu_score", "node_score") if hasattr(module, f)}
+        assert swapped and all(getattr(registry[name], f) is fn for f, fn in swapped.items())
+        # everything else about the strategy (its term, gain, flags) is the reference's
+        assert dataclasses.replace(registry[name], **{f: getattr(STRATEGIES[name], f) for f in swapped}) \
+            == STRATEGIES[name]
+    assert all(registry[n] is STRATEGIES[n] for n in STRATEGIES if n not in compiled.COMPILED)
+    assert kernels.feasibility is compiled_fit.fit
+    assert kernels.backend == f"numba {numba.__version__}" and compiled.REFERENCE.backend == "numpy"
