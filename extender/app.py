@@ -30,7 +30,7 @@ from extender.cluster.claim_allocator import ClaimBinding, ClaimPlacement, Claim
 from extender.cluster.models import GpuModelsPublisher, ModelsOptions
 from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
-from extender.compiled import REFERENCE, Kernels, kernels
+from extender.compiled import REFERENCE, kernels
 from extender.fence import ClaimFence, default_instance_id
 from extender.metrics import Metrics
 from extender.quarantine import Quarantine
@@ -129,21 +129,21 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     policy_lock = threading.Lock()
     in_force, scoring_with = policy, REFERENCE
 
-    def set_policy(new: AdminConfig | None = None, compiled: Kernels | None = None) -> None:
-        nonlocal in_force, scoring_with
-        with policy_lock:
-            in_force, scoring_with = new or in_force, compiled or scoring_with
-            cache.set_policy(build_scorer(in_force.scoring, scoring_with.strategies, scoring_with.feasibility),
-                             in_force.tenants, in_force.tolerance, in_force.starvation, in_force.defrag)
-
     def apply_policy(new: AdminConfig) -> None:
-        set_policy(new=new)
+        nonlocal in_force
+        with policy_lock:
+            in_force = new
+            cache.set_policy(build_scorer(new.scoring, scoring_with.strategies, scoring_with.feasibility),
+                             new.tenants, new.tolerance, new.starvation, new.defrag)
 
     def compile_kernels() -> None:
+        nonlocal scoring_with
         compiled = kernels()
         log.info("scoring with %s", compiled.backend)
         if compiled is not REFERENCE:
-            set_policy(compiled=compiled)
+            with policy_lock:  # the same numbers: nothing kept is dropped (GpuCache.same_numbers)
+                scoring_with = compiled
+                cache.same_numbers(build_scorer(in_force.scoring, compiled.strategies, compiled.feasibility))
 
     if scores_here:
         cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import cast
 
 import numba
+import numpy as np
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -19,11 +20,14 @@ from extender.app import create_app
 from extender.cache import GpuCache
 from extender.compiled import compiled_fgd, compiled_fit
 from extender.settings import Settings
+from scoring.drift import DEFAULT_TOLERANCE
 from scoring.fit import fit
+from scoring.incremental import IncrementalScorer
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.request import QoSClass
 from scoring.scorer import Scorer, Ties, build_scorer
+from tests.randstate import random_request, random_state
 
 
 def _settings() -> Settings:
@@ -88,3 +92,26 @@ def test_the_registry_swaps_only_the_compiled_strategies_score_functions() -> No
     assert all(registry[n] is STRATEGIES[n] for n in STRATEGIES if n not in compiled.COMPILED)
     assert kernels.feasibility is compiled_fit.fit
     assert kernels.backend == f"numba {numba.__version__}" and compiled.REFERENCE.backend == "numpy"
+
+
+def test_swapping_in_the_same_numbers_keeps_every_kept_score(rng: np.random.Generator) -> None:
+    # A config reload drops what the incremental scorer keeps (its terms may differ); the
+    # compiled kernels are the same numbers, and swapping them in drops nothing, so the
+    # placements of a run do not depend on when the compile finished.
+    k = compiled.kernels()
+    st = random_state(rng, n_nodes=30)
+    reference_scorer = build_scorer(PRESETS["default"])
+    inc = IncrementalScorer(reference_scorer, DEFAULT_TOLERANCE)
+    rows = np.arange(st.n_nodes, dtype=np.int64)
+    requests = [random_request(rng) for _ in range(12)]
+    before = [inc.evaluate(st, r, rows) for r in requests]
+    full = inc.stats.full
+    inc.same_numbers(build_scorer(PRESETS["default"], k.strategies, k.feasibility))
+    after = [inc.evaluate(st, r, rows) for r in requests]
+    assert inc.stats.full == full  # nothing evaluated again from scratch
+    for a, b in zip(before, after, strict=True):
+        assert np.array_equal(a.score, b.score) and np.array_equal(a.chosen_cols, b.chosen_cols)
+    # a scorer of other cluster-wide terms is not the same numbers
+    other = {n: dataclasses.replace(s, term=None) for n, s in STRATEGIES.items()}
+    with pytest.raises(ValueError, match="not the same numbers"):
+        inc.same_numbers(build_scorer(PRESETS["default"], other))
