@@ -60,6 +60,17 @@ def test_extender_image_runs_gpufrac_as_non_root(images: Images) -> None:
     assert "usage: gpufrac config validate" in "\n".join(help_text)
 
 
+def test_extender_image_compiles_the_scoring_kernels(images: Images) -> None:
+    # numba and llvmlite load on the image's base and compile as its user, with nowhere to
+    # keep the result (decision 0032); the version is the lock's.
+    lock = (ROOT / "deploy" / "requirements" / "extender.txt").read_text()
+    version = re.search(r"^numba==(\S+)$", lock, re.MULTILINE)
+    assert version is not None
+    out = img.run(images.extender, "python3", "-c", "from extender.compiled import jit, kernels; "
+                  "print(jit.CACHE, kernels().backend)")
+    assert out.splitlines()[-1] == f"False numba {version.group(1)}"
+
+
 def test_agent_image_carries_the_kubelet_plugin_stubs(images: Images) -> None:
     out = img.run(images.agent, "sh", "-c", "gpufrac-agent --version; python -c 'import agent.deviceplugin.stubs "
                   "as s; pb, grpc = s.load(); print(pb.DESCRIPTOR.package, grpc.RegistrationStub.__name__); "
