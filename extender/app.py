@@ -127,23 +127,22 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     # the policy of the moment. A cache handed in keeps its own scorer.
     scores_here = own_cache or settings.config_file is not None
     policy_lock = threading.Lock()
-    in_force, scoring_with = policy, REFERENCE
+    scoring_with, in_use = REFERENCE, scorer
 
     def apply_policy(new: AdminConfig) -> None:
-        nonlocal in_force
+        nonlocal in_use
         with policy_lock:
-            in_force = new
-            cache.set_policy(build_scorer(new.scoring, scoring_with.strategies, scoring_with.feasibility),
-                             new.tenants, new.tolerance, new.starvation, new.defrag)
+            in_use = build_scorer(new.scoring, scoring_with.strategies, scoring_with.feasibility)
+            cache.set_policy(in_use, new.tenants, new.tolerance, new.starvation, new.defrag)
 
     def compile_kernels() -> None:
         nonlocal scoring_with
         compiled = kernels()
         log.info("scoring with %s", compiled.backend)
         if compiled is not REFERENCE:
-            with policy_lock:  # the same numbers: nothing kept is dropped (GpuCache.same_numbers)
+            with policy_lock:  # the same numbers, swapped in place: nothing the cache keeps is dropped
                 scoring_with = compiled
-                cache.same_numbers(build_scorer(in_force.scoring, compiled.strategies, compiled.feasibility))
+                in_use.use(compiled.strategies, compiled.feasibility)
 
     if scores_here:
         cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)

@@ -264,22 +264,6 @@ class IncrementalScorer:
                 return entry.evaluation
             return entry.evaluation.take(rows)
 
-    def same_numbers(self, scorer: Scorer) -> None:
-        """Score with ``scorer`` from now on, keeping every entry: for a scorer of the same
-        weights, policy and terms whose functions compute the same numbers by other code
-        (``scoring.build_scorer``'s ``strategies`` and ``feasibility``), so that what is kept
-        stays what it would have computed.
-
-        Raises
-        ------
-        ValueError
-            When ``scorer``'s cluster-wide terms are not this one's (then it is not the same).
-        """
-        if scorer.terms != self.scorer.terms:
-            raise ValueError("a scorer of other cluster-wide terms is not the same numbers")
-        with self._lock:
-            self.scorer = scorer
-
     def _every_row(self, state: ClusterState, rows: NDArray[np.int64]) -> bool:
         """Whether ``rows`` is every row of ``state`` in order; a read-only array found so
         is remembered (the extender's candidate rows, the same object at every filter while

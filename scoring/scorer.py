@@ -299,6 +299,11 @@ class Scorer:
         memo = memo if memo is not None else Memo()
         return replace(base, strategy_terms=MappingProxyType({t.name: t.compute(state, memo) for t in self.terms}))
 
+    def use(self, strategies: Mapping[str, Strategy], feasibility: FitFn) -> None:
+        """Swap in ``build_scorer``'s ``strategies`` and ``feasibility`` of the same numbers, in place."""
+        self._fit, self._plans = feasibility, {
+            q: tuple((strategies[s.name], w) for s, w in plan) for q, plan in self._plans.items()}
+
     def reads_row(self, qos: QoSClass) -> bool:
         """Whether a weighted strategy of ``qos`` reads which row it scores (``Strategy.reads_row``):
         then rows of equal content may score differently for its pods."""

@@ -49,11 +49,6 @@ class Evaluator:
         self._memo: _Memo | None = None
         self._candidates: tuple[ClusterState, inbound.Candidates] | None = None
 
-    def same_numbers(self, scorer: Scorer) -> None:
-        """Score with ``scorer``, the same numbers by other code, keeping what is kept
-        (``IncrementalScorer.same_numbers``)."""
-        self._incremental.same_numbers(scorer)
-
     def evaluate(self, ledger: Ledger, intent: PodIntent, names: Sequence[str]) -> CandidateEvaluation:
         """Score ``intent`` on the named nodes, with its tenant's admission (no change to
         the allocations); the previous evaluation when it still holds."""

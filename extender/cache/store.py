@@ -73,21 +73,6 @@ class GpuCache:
         with self._lock:
             return self._ledger.tenancy.usage(namespaces)
 
-    def same_numbers(self, scorer: Scorer) -> None:
-        """Score with ``scorer`` from now on: the current policy's scorer with functions that
-        compute the same numbers by other code (``extender.compiled``). Unlike ``set_policy``
-        nothing is dropped or reshaped (kept scores, the workload's prior, holds on receipt),
-        so placements do not depend on when the swap came.
-
-        Raises
-        ------
-        ValueError
-            When ``scorer``'s cluster-wide terms differ from the current scorer's.
-        """
-        with self._lock:
-            self._evaluator.same_numbers(scorer)
-            self._ledger.scorer = scorer
-
     def set_namespaces(self, labels: dict[str, dict[str, str]]) -> None:
         """Every namespace's labels (a full list, from the namespace watch)."""
         with self._lock:
