@@ -73,12 +73,12 @@ class World:
         return self.stub.GetPreferredAllocation(
             self.pb.PreferredAllocationRequest(container_requests=[creq] * containers), timeout=5)
 
-    def a_valid_allocate_is_served(self) -> None:
-        """A new quarter pod waits; kubelet's Allocate for it gets its GPU within the deadline."""
+    def a_valid_allocate_is_served(self, deadline_s: float = VALID_DEADLINE_S) -> None:
+        """A new quarter pod waits; kubelet's Allocate for it gets its GPU within ``deadline_s``."""
         self.made += 1
         uuid = (A, B)[self.made % 2]
         self.pods.append(quarter(f"waiting-{self.made}", uuid))
-        env = self.allocate([f"{uuid}::0"], timeout=VALID_DEADLINE_S).container_responses[0].envs
+        env = self.allocate([f"{uuid}::0"], timeout=deadline_s).container_responses[0].envs
         assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
 
 
@@ -227,7 +227,11 @@ def test_random_hostile_calls_never_cost_a_waiting_pod_its_allocation(shared_wor
             # Refused with a status that names the problem, never an internal error.
             assert exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION), exc
             assert exc.details().startswith("gpufrac: "), exc.details()
-    w.a_valid_allocate_is_served()
+    # What this property is about is the allocation, not the pace: these calls run one after
+    # another, so none can hold a worker (the tests above hold them, with the 100 ms deadline).
+    # 150 examples, each a 100 ms wall-clock deadline, missed it on a loaded CI machine (gRPC
+    # DEADLINE_EXCEEDED, reported by Hypothesis as flaky); the other calls' 5 s here.
+    w.a_valid_allocate_is_served(deadline_s=5)
 
 
 def test_a_failing_pod_read_is_unavailable_not_a_crash(tmp_path: Path, stubs: tuple[Any, Any]) -> None:

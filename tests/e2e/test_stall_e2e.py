@@ -33,18 +33,30 @@ TROUBLESHOOTING = "docs/troubleshooting.md"
 
 
 def stranger_takes_the_lease(leases: client.CoordinationV1Api) -> None:
-    """Write the Lease as a stranger would: holder, renewTime now, a duration of 10^9 s."""
-    now = dt.datetime.now(dt.UTC)
-    spec = client.V1LeaseSpec(holder_identity=STRANGER, lease_duration_seconds=10**9, acquire_time=now,
-                              renew_time=now)
-    try:
-        current = leases.read_namespaced_lease(LEASE, LEASE_NS)
-    except ApiException as exc:
-        assert exc.status == 404
-        leases.create_namespaced_lease(LEASE_NS, client.V1Lease(metadata=client.V1ObjectMeta(name=LEASE), spec=spec))
-        return
-    current.spec = spec
-    leases.replace_namespaced_lease(LEASE, LEASE_NS, current)
+    """Write the Lease as a stranger would: holder, renewTime now, a duration of 10^9 s.
+
+    A leading kube-scheduler renews the Lease every retry period (1 s here), so a read and
+    the replace after it can race its renewal: the API server answers 409 Conflict and the
+    stranger, as any controller would, reads again and retries (at most 20 times).
+    """
+    for _ in range(20):
+        now = dt.datetime.now(dt.UTC)
+        spec = client.V1LeaseSpec(holder_identity=STRANGER, lease_duration_seconds=10**9, acquire_time=now,
+                                  renew_time=now)
+        try:
+            current = leases.read_namespaced_lease(LEASE, LEASE_NS)
+        except ApiException as exc:
+            assert exc.status == 404
+            leases.create_namespaced_lease(LEASE_NS, client.V1Lease(metadata=client.V1ObjectMeta(name=LEASE),
+                                                                    spec=spec))
+            return
+        current.spec = spec
+        try:
+            leases.replace_namespaced_lease(LEASE, LEASE_NS, current)
+            return
+        except ApiException as exc:
+            assert exc.status == 409, exc
+    raise AssertionError("the stranger's write lost 20 races with the scheduler's renewals")
 
 
 def scheduler_detail(url: str) -> dict[str, Any]:
@@ -136,9 +148,9 @@ def test_a_strangers_lease_is_named_and_the_documented_recovery_binds_every_pod(
             cl.api.create_namespaced_pod(ns, gpu_pod(n, group, fraction="0.25", scheduler=PROFILE))
         reported(cl, url, gpufrac, ns, more)
         recover_and_bind(cl, ns, names + more)
-    except Exception:
+    except Exception as exc:
         logs = "\n".join(f"--- {s.name} ---\n{s.tail(2000)}" for s in scheds)
-        raise AssertionError(f"--- gpufrac ---\n{gpufrac.tail(3000)}\n{logs}") from None
+        raise AssertionError(f"{exc!r}\n--- gpufrac ---\n{gpufrac.tail(3000)}\n{logs}") from exc
     finally:
         for s in scheds:
             s.stop()
