@@ -49,6 +49,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from benchmarks.errors import UsageError
+from benchmarks.extender_client import wait_scoring
 from benchmarks.pod_watcher import start_watcher
 from benchmarks.procstat import cpu_s
 from benchmarks.replay import source_commit
@@ -109,11 +110,13 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     ns = f"bench-{group}-{setup.replace(' ', '-')}-{round_}"
     api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     extender = None
+    scoring = None
     port = free_port()
     if setup in ("gpufrac", "gpufrac fenced"):
         fence = ["--fence-namespace", ns] if setup == "gpufrac fenced" else []
         extender = cp.start_gpufrac(port, extra=["--inventory-stale-after-s", "3600", "--log-level", "warning",
                                                  *fence])
+        scoring = wait_scoring(extender.popen, f"http://{LOOPBACK}:{port}", timeout_s)
     elif setup in ("no-op extender", "no-op binder") or setup in WATCHER_SETUPS:
         bind = ["--bind", str(cp.admin_kubeconfig)] if setup == "no-op binder" else []
         extender = cp.track(start("noop-extender", [sys.executable, "-m", "benchmarks", "noop-extender",
@@ -133,8 +136,9 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     watcher.start()
     url = None if setup == "no extender" else f"http://{LOOPBACK}:{port}"
     drop = ("bindVerb",) if setup == "no-op extender" or setup in WATCHER_SETUPS else ()
-    # CPU of the control plane while this setup schedules (from the scheduler's start to the
-    # last bind), and of the scheduler and the extender over their whole lives.
+    # CPU of the control plane and of the extender while this setup schedules (from the
+    # scheduler's start to the last bind; gpufrac's compile of its scoring kernels has ended
+    # before: wait_scoring), and of the scheduler over its whole life.
     plane = {p.name: p.popen.pid for p in cp.procs if p.name in ("etcd", "kube-apiserver")}
     plane_before = {name: cpu_s(pid) for name, pid in plane.items()}
     extender_before = cpu_s(extender.popen.pid) if extender is not None else 0.0
@@ -156,7 +160,7 @@ def run_setup(cp: ControlPlane, api: client.CoreV1Api, setup: str, group: str, n
     api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     wait_until(lambda: not api.list_namespaced_pod(ns, limit=1).items, 120, f"pods of {ns} deleted")
     per_pod = {f"cpu_ms_per_pod_{name}": 1000 * s / max(len(times), 1) for name, s in cpu.items()}
-    return {"setup": setup, "pods": n_pods, "bound": len(times), "pods_per_s": rate,
+    return {"setup": setup, "scoring": scoring, "pods": n_pods, "bound": len(times), "pods_per_s": rate,
             "bind_window_s": times[-1] - times[0] if times else 0.0, **per_pod,
             "cpu_ms_per_pod_total": sum(per_pod.values())}
 

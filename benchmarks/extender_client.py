@@ -169,7 +169,35 @@ def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None 
                                                      "GPUFRAC_EVENTS_TOKEN": token})
     url = f"http://127.0.0.1:{port}"
     wait_ok(proc, f"{url}/readyz", ready_timeout_s, "extender")
+    wait_scoring(proc, url, ready_timeout_s)
     return proc, ExtenderClient(url, events_token=token)
+
+
+def wait_scoring(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> str:
+    """Poll ``/readyz`` until its ``scoring`` is no longer ``numpy, compiling``, at most
+    ``timeout_s``: what a benchmark times is then the steady state, not the compile running
+    beside it (``bench startup`` times the compile). Returns what scores (``numba <version>``
+    or ``numpy``).
+
+    Raises
+    ------
+    RuntimeError
+        ``proc`` exited, or the compile did not end within ``timeout_s`` (then ``proc`` is
+        killed).
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"extender exited with {proc.returncode}")
+        try:
+            scoring = str(httpx.get(f"{url}/readyz", timeout=1).json()["scoring"])
+            if not scoring.endswith("compiling"):
+                return scoring
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the extender's scoring kernels were not ready within {timeout_s:g} s")
 
 
 def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str) -> None:

@@ -28,9 +28,12 @@ async def healthz() -> Response:
 async def readyz(request: Request, cache: CacheDep) -> Response:
     """200 once the cache has had its first full sync and no watch is silent (cluster mode:
     ``silent_watches`` names each with the seconds since its last sign of life), else 503
-    (lock-free: answers at once while a verb is busy)."""
+    (lock-free: answers at once while a verb is busy). ``scoring`` says what scores:
+    ``numpy, compiling`` until the compiled kernels are in use, then ``numba <version>``, or
+    ``numpy`` (numba absent or failed: the same placements, slower)."""
     ready = bool(request.app.state.ready())
-    return json_response({"ready": ready, **request.app.state.ready_detail(), **cache.summary()},
+    return json_response({"ready": ready, "scoring": request.app.state.scoring(),
+                          **request.app.state.ready_detail(), **cache.summary()},
                          status_code=200 if ready else 503)
 
 

@@ -43,11 +43,16 @@ def test_the_extender_scores_with_the_compiled_kernels_once_compiled(caplog: pyt
     # extender starts, take its place under the same policy.
     app = create_app(_settings())
     assert _scorer(app)._fit is fit
-    with caplog.at_level(logging.INFO, logger="extender.app"), TestClient(app):
+    seen: set[str] = set()
+    with caplog.at_level(logging.INFO, logger="extender.app"), TestClient(app) as http:
         deadline = time.monotonic() + 120
-        while _scorer(app)._fit is not compiled_fit.fit and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            seen.add(http.get("/readyz").json()["scoring"])
+            if f"numba {numba.__version__}" in seen:
+                break
             time.sleep(0.05)
-        scorer = _scorer(app)
+        scorer = _scorer(app)  # /readyz names the kernels once they score
+    assert seen <= {"numpy, compiling", f"numba {numba.__version__}"} and f"numba {numba.__version__}" in seen
     assert f"scoring with numba {numba.__version__}" in caplog.text
     assert scorer._fit is compiled_fit.fit
     assert scorer.weights(QoSClass.BURSTABLE) == dict(PRESETS["default"].weights)
@@ -72,8 +77,8 @@ def test_the_kernels_score_the_admin_configs_policy(tmp_path: Path) -> None:
 def test_a_cache_handed_in_keeps_its_own_scorer(caplog: pytest.LogCaptureFixture) -> None:
     # The demo and the tests hand create_app a cache with its scorer: nothing is compiled for it.
     cache = GpuCache(build_scorer(PRESETS["default"]))
-    with caplog.at_level(logging.INFO, logger="extender.app"), TestClient(create_app(_settings(), cache=cache)):
-        pass
+    with caplog.at_level(logging.INFO, logger="extender.app"), TestClient(create_app(_settings(), cache=cache)) as http:
+        assert http.get("/readyz").json()["scoring"] == "the scorer of the cache handed in"
     assert "scoring with" not in caplog.text
     assert cache.defrag_snapshot()[2]._fit is fit
 
@@ -116,3 +121,16 @@ def test_swapping_in_the_same_numbers_keeps_every_kept_score(rng: np.random.Gene
     fresh = build_scorer(PRESETS["default"])
     for r in requests:
         assert np.array_equal(scorer.evaluate(st, r, rows).score, fresh.evaluate(st, r, rows).score)
+
+
+def test_without_the_kernels_readyz_says_numpy_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    # numba absent or failing (kernels() returns the reference): the compile ends, the
+    # reference keeps scoring, and /readyz says so instead of "compiling" for ever.
+    monkeypatch.setattr("extender.app.kernels", lambda: compiled.REFERENCE)
+    app = create_app(_settings())
+    with TestClient(app) as http:
+        deadline = time.monotonic() + 30
+        while http.get("/readyz").json()["scoring"] != "numpy" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert http.get("/readyz").json()["scoring"] == "numpy"
+    assert _scorer(app)._fit is fit
