@@ -46,21 +46,18 @@ def _counts(free: NDArray[np.int64], exists: NDArray[np.bool_], model: NDArray[n
             small: NDArray[np.int64], chosen: NDArray[np.bool_] | None, take: int) -> int:
     """Row ``i``'s usable GPUs per type (``cnt``) and the share on the GPUs each type cannot
     use (``small``), with ``take`` less share on the ``chosen`` GPUs; the row's free share."""
-    n_gpus = free.shape[1]
+    n_types = t_milli.shape[0]
+    cnt[:] = 0
+    small[:] = 0
     total = 0
-    for g in range(n_gpus):
-        total += _free(free, exists, chosen, i, g, take)
-    for t in range(t_milli.shape[0]):
-        c = 0
-        s = 0
-        for g in range(n_gpus):
-            f = _free(free, exists, chosen, i, g, take)
+    for g in range(free.shape[1]):
+        f = _free(free, exists, chosen, i, g, take)
+        total += f
+        for t in range(n_types):
             if f >= t_milli[t] and _usable(t_mask[t], model[i, g]):
-                c += 1
+                cnt[t] += 1
             else:
-                s += f
-        cnt[t] = c
-        small[t] = s
+                small[t] += f
     return total
 
 
@@ -105,7 +102,7 @@ def _gpu_delta(free, exists, model, node_fits, cpu_free, mem_free, t_milli, t_k,
         for g in range(free.shape[1]):
             if not gpu_fits[i, g]:
                 continue
-            f = free[i, g] if exists[i, g] else 0
+            f = _free(free, exists, None, i, g, 0)
             fp = f - req_milli
             after = 0
             for t in range(n_types):
