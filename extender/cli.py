@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -433,6 +434,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpufrac") -> int:
     except ConfigException as exc:
         print(f"{NO_CREDENTIALS} ({exc})", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # a reader that stopped early (``| head``): no traceback (Python's recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
