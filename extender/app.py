@@ -143,7 +143,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             with policy_lock:  # the same numbers, swapped in place: nothing the cache keeps is dropped
                 scoring_with = compiled
                 in_use.use(compiled.strategies, compiled.feasibility)
-        app.state.scoring = lambda: scoring_with.backend
+        scoring_is(compiled.backend)
 
     if scores_here:
         cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
@@ -198,7 +198,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if scores_here:
-            app.state.scoring = lambda: f"{REFERENCE.backend}, compiling"
+            scoring_is(f"{REFERENCE.backend}, compiling")
             threading.Thread(target=compile_kernels, name="gpufrac-compile", daemon=True).start()
         if watcher is not None:
             watcher.start()
@@ -240,7 +240,15 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     app.state.config_watcher = watcher
     app.state.ready = lambda: False
     app.state.ready_detail = dict
-    app.state.scoring = lambda: scoring_with.backend if scores_here else "the scorer of the cache handed in"
+    scoring_now = REFERENCE.backend if scores_here else "the scorer of the cache handed in"
+    app.state.scoring = lambda: scoring_now
+
+    def scoring_is(backend: str) -> None:
+        """What scores now: ``/readyz``'s ``scoring`` and ``gpufrac_scoring_info``."""
+        nonlocal scoring_now
+        scoring_now = backend
+        metrics.scoring.info({"backend": backend})
+    scoring_is(scoring_now)
     app.state.binder = binder
     app.state.hold_on_receipt = kube_binder.hold_on_receipt if sync is not None else None
     app.state.claim_refusals = app.state.claim_shape = None

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -248,6 +248,11 @@ class Metrics:
             "PodDisruptionBudget refused; gone; error).", ["result"], registry=self.registry)
         for result in ("evicted", "blocked", "gone", "error"):
             self.defrag_evictions.labels(result)
+        self.scoring = Info(
+            "gpufrac_scoring",
+            "What scores (backend): 'numpy, compiling' while the compiled kernels build at start, "
+            "then 'numba <version>', or 'numpy' where numba is absent or failed (the same "
+            "placements, slower).", registry=self.registry)
 
     def planned(self, made: DefragPlan) -> None:
         """A new defragmentation plan (``extender.cluster.defragmenter.Defragmenter``): its gauges."""

@@ -36,6 +36,10 @@ CASES = {
             {"series": 'gpufrac_bind_total{result="error"}', "values": "0+0x8 0+3x32"},
             {"series": 'gpufrac_bind_total{result="conflict"}', "values": "0+1x100"},
             {"series": "gpufrac_pods_waiting_for_fragmentation", "values": "2x200"},
+            # replica a compiles for a minute, then numba scores; replica b scores with numpy throughout
+            {"series": 'gpufrac_scoring_info{backend="numpy, compiling",pod="a"}', "values": "1x4"},
+            {"series": 'gpufrac_scoring_info{backend="numba 0.68.1",pod="a"}', "values": "_x4 1x100"},
+            {"series": 'gpufrac_scoring_info{backend="numpy",pod="b"}', "values": "1x100"},
         ],
         "alert_rule_test": [
             {"eval_time": "1m", "alertname": "GpufracGpuPodsNotAttempted", "exp_alerts": []},
@@ -96,6 +100,14 @@ CASES = {
                                     "description": "Their request is free in sum but on no single node; `gpufrac "
                                                    "inspect --defrag` shows which moves would make room (docs/admin.md, "
                                                    "\"Defragmentation plan\")."}}]},
+            {"eval_time": "14m", "alertname": "GpufracScoringWithoutKernels", "exp_alerts": []},
+            {"eval_time": "16m", "alertname": "GpufracScoringWithoutKernels", "exp_alerts": [{
+                "exp_labels": {"severity": "info"},
+                "exp_annotations": {"summary": "1 gpufrac replica(s) score with numpy, not the compiled kernels",
+                                    "description": "The same placements, each decision slower; the compile takes "
+                                                   "seconds at start, so 15 minutes means numba did not load or "
+                                                   "compile there: the extender's log says why "
+                                                   "(docs/troubleshooting.md, \"Scoring with numpy\")."}}]},
         ],
     }],
 }
@@ -108,7 +120,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_rules_file_is_valid_prometheus() -> None:
     proc = promtool("check", "rules", str(RULES))
-    assert proc.returncode == 0 and "SUCCESS: 9 rules found" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "SUCCESS: 10 rules found" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_each_alert_fires_when_its_condition_holds_and_not_before(tmp_path: Path) -> None:

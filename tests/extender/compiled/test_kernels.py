@@ -52,6 +52,8 @@ def test_the_extender_scores_with_the_compiled_kernels_once_compiled(caplog: pyt
                 break
             time.sleep(0.05)
         scorer = _scorer(app)  # /readyz names the kernels once they score
+        metrics = http.get("/metrics").text
+    assert f'gpufrac_scoring_info{{backend="numba {numba.__version__}"}} 1.0' in metrics
     assert seen <= {"numpy, compiling", f"numba {numba.__version__}"} and f"numba {numba.__version__}" in seen
     assert f"scoring with numba {numba.__version__}" in caplog.text
     assert scorer._fit is compiled_fit.fit
@@ -133,4 +135,5 @@ def test_without_the_kernels_readyz_says_numpy_scores(monkeypatch: pytest.Monkey
         while http.get("/readyz").json()["scoring"] != "numpy" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert http.get("/readyz").json()["scoring"] == "numpy"
+        assert 'gpufrac_scoring_info{backend="numpy"} 1.0' in http.get("/metrics").text
     assert _scorer(app)._fit is fit
