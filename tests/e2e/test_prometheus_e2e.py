@@ -25,7 +25,7 @@ import yaml
 
 from harness.builds import ensure_debian
 from harness.controlplane import add_fake_node, fake_node_gpus
-from harness.processes import LOOPBACK, ROOT, free_port, start
+from harness.processes import LOOPBACK, ROOT, free_port, start, wait_until
 from tests.e2e.conftest import STALE_AFTER_S, Cluster, unique, wait_for_pods
 from tests.e2e.helpers import gpu_pod, new_namespace
 
@@ -100,6 +100,9 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
             str(ensure_debian("prometheus", "prometheus")), f"--config.file={work / f'{name}.yml'}",
             f"--storage.tsdb.path={work / f'data-{name}'}", f"--web.listen-address={LOOPBACK}:{port}"], work)))
         urls.append(f"http://{LOOPBACK}:{port}")
+    for url, prom in zip(urls, proms, strict=True):  # a test that runs first (-k) finds it serving
+        wait_until(lambda url=url: urllib.request.urlopen(f"{url}/-/ready", timeout=5).status == 200, 60,
+                   f"{prom.name} ready", prom)
     try:
         yield Scrapes(*urls)
     finally:
@@ -198,11 +201,17 @@ def test_the_committed_dashboard_is_the_generators_output() -> None:
 def test_the_alerting_rules_load_and_fire_on_a_stale_inventory(cluster: Cluster, prometheus: Scrapes) -> None:
     """The chart's rules in the real Prometheus: all loaded, and GpufracInventoryStale fires for
     a node whose agent never wrote an inventory (and not for the agent's node)."""
-    with urllib.request.urlopen(f"{prometheus.one}/api/v1/rules", timeout=10) as r:
-        groups = json.loads(r.read())["data"]["groups"]
-    loaded = {rule["name"] for g in groups for rule in g["rules"]}
-    assert loaded == {rule["alert"] for rule in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]}
-    assert all(rule["health"] == "ok" for g in groups for rule in g["rules"])
+    def evaluated() -> list[dict[str, Any]] | None:  # each rule's health is "unknown" until evaluated once
+        with urllib.request.urlopen(f"{prometheus.one}/api/v1/rules", timeout=10) as r:
+            rules = [rule for g in json.loads(r.read())["data"]["groups"] for rule in g["rules"]]
+        return rules if rules and all(rule["health"] != "unknown" for rule in rules) else None
+    rules = cluster.wait(evaluated, 30, "every rule evaluated once")
+    chart = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    assert {rule["name"] for rule in rules} == {rule["alert"] for rule in chart}
+    assert all(rule["health"] == "ok" for rule in rules), rules
+    # What GpufracScoringWithoutKernels reads: the extender scraped says its kernels score.
+    cluster.wait(lambda: query(prometheus.one, 'gpufrac_scoring_info{backend=~"numba .+"}'), 60,
+                 "gpufrac_scoring_info naming numba")
     silent = unique("noagent")
     add_fake_node(cluster.api, silent, fake_node_gpus(silent, 1), publish_inventory=False)
     try:
