@@ -9,8 +9,9 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httpx
 import orjson
@@ -28,6 +29,7 @@ from scoring.scorer import build_scorer
 from scoring.specs import NodeSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_T = TypeVar("_T")
 
 
 class ExtenderClient:
@@ -185,19 +187,11 @@ def wait_scoring(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> s
         ``proc`` exited, or the compile did not end within ``timeout_s`` (then ``proc`` is
         killed).
     """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"extender exited with {proc.returncode}")
-        try:
-            scoring = str(httpx.get(f"{url}/readyz", timeout=1).json()["scoring"])
-            if not scoring.endswith("compiling"):
-                return scoring
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"the extender's scoring kernels were not ready within {timeout_s:g} s")
+    def done() -> str | None:
+        scoring = str(httpx.get(f"{url}/readyz", timeout=1).json()["scoring"])
+        return None if scoring.endswith("compiling") else scoring
+    return _poll(proc, done, timeout_s, "extender",
+                 f"the extender's scoring kernels were not ready within {timeout_s:g} s")
 
 
 def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str) -> None:
@@ -209,15 +203,24 @@ def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str
         ``proc`` exited, or ``url`` did not answer 200 within ``timeout_s`` (then ``proc``
         is killed).
     """
+    _poll(proc, lambda: httpx.get(url, timeout=1).status_code == 200 or None, timeout_s, what,
+          f"{what} did not become ready within {timeout_s:g} s")
+
+
+def _poll(proc: subprocess.Popen[bytes], check: Callable[[], _T | None], timeout_s: float, what: str,
+          timed_out: str) -> _T:
+    """``check()`` every 0.2 s until it is not None (an HTTP error or an unreadable body counts
+    as None), at most ``timeout_s``; RuntimeError when ``proc`` exits, or ``timed_out`` (and
+    ``proc`` killed) when the time is up."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}")
         try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
+            if (value := check()) is not None:
+                return value
+        except (httpx.HTTPError, ValueError, KeyError):
             pass
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"{what} did not become ready within {timeout_s:g} s")
+    raise RuntimeError(timed_out)
