@@ -27,6 +27,7 @@ from extender.bodies import (
 from extender.cache import GpuCache
 from extender.cluster import ClusterSync, KubeBinder, SyncOptions
 from extender.cluster.claim_allocator import ClaimBinding, ClaimPlacement, ClaimWriter
+from extender.cluster.loop_api import LoopApi
 from extender.cluster.models import GpuModelsPublisher, ModelsOptions
 from extender.cluster.stall import StallOptions, StallWatch
 from extender.clusterfile import load_cluster_file
@@ -161,6 +162,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             settings.claim_ttl_s, api_timeout_s=settings.bind_api_timeout_s))
         kube_binder = KubeBinder(kube_api, cache, settings.assume_ttl_s, fence=fence,
                                  api_timeout_s=settings.bind_api_timeout_s)
+        kube_binder.loop_api = LoopApi.for_client(kube_api)  # None: binds write through the client
         sync = ClusterSync(kube_api, cache, SyncOptions(
             inventory_stale_after_s=settings.inventory_stale_after_s,
             assume_ttl_s=settings.assume_ttl_s, watch_timeout_s=settings.watch_timeout_s,
@@ -229,6 +231,8 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
             watcher.stop()
         if sync is not None:
             sync.stop()
+        if sync is not None and kube_binder.loop_api is not None:
+            kube_binder.loop_api.close()
         loops_stop.set()
 
     app = ExtenderApp(title="gpufrac extender", lifespan=lifespan)
@@ -251,6 +255,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     scoring_is(scoring_now)
     app.state.binder = binder
     app.state.hold_on_receipt = kube_binder.hold_on_receipt if sync is not None else None
+    app.state.bind_on_loop = kube_binder.bind_on_loop if sync is not None else None
     app.state.claim_refusals = app.state.claim_shape = None
     if sync is not None and settings.allocate_claims:
         placement = ClaimPlacement(sync.resource_claims)

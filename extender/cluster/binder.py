@@ -11,12 +11,14 @@ write (group commit, ``extender.cluster.group_commit``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
+from typing import Any, NoReturn
 
 import urllib3
 from kubernetes import client
@@ -25,8 +27,9 @@ from kubernetes.client.rest import ApiException
 from extender.cache import BindError, ClaimedAllocation, GpuCache, PodRecord, Receipt
 from extender.cluster.claim_allocator import ClaimBinding, shaped
 from extender.cluster.group_commit import NodeGroup, Queued
+from extender.cluster.loop_api import LoopApi
 from extender.cluster.objects import CLAIM_READ_BUDGET_S, HTTP_CONFLICT, MAX_ABSENT, WATERMARK_WAIT_S
-from extender.cluster.pod_api import bound_there, create_binding, read_pod
+from extender.cluster.pod_api import binding, bound_there, create_binding, read_pod
 from extender.fence import Claim, ClaimFence, ClaimLedger, FenceConflict
 from podspec.pods import PodIntent, allocation_annotations
 
@@ -75,6 +78,8 @@ class KubeBinder:
         self.bound_rv: Callable[[str], int | None] = lambda uid: None
         # --allocate-claims (set by create_app): pods whose ResourceClaims gpufrac allocates.
         self.claims: ClaimBinding | None = None
+        # Unfenced binds write their Binding from the event loop with it (set by create_app).
+        self.loop_api: LoopApi | None = None
 
     def _node_lock(self, node: str) -> threading.Lock:
         """The node's lock: unfenced binds hold it around assume; fenced ones go through
@@ -104,19 +109,61 @@ class KubeBinder:
         intent = self._cache.pod_intent(uid) if self.claims is not None else None
         if intent is not None and intent.resource_claims and self._bind_claims(intent, node):
             return
-        rec = self._hold(uid, namespace, name, node)
-        alloc = rec.allocation
-        assert alloc is not None
         # Outside the node lock: the share is held (and claimed); other binds to the node go on.
-        record = allocation_annotations(rec.gpu_uuids, alloc.gpu_milli, alloc.gpu_memory_mib, self._now())
+        record = self._record(self._hold(uid, namespace, name, node))
         try:
             self._create_binding(uid, namespace, name, node, record)
         except ApiException as exc:
             if exc.status == HTTP_CONFLICT and self._bound_there(uid, namespace, name, node):
                 return  # a retried bind whose first attempt went through, or another instance's
+            self._refused(uid, namespace, name, node, exc)
+
+    def bind_on_loop(self, uid: str, namespace: str, name: str, node: str) -> Coroutine[Any, Any, None] | None:
+        """``bind`` as a coroutine for the event loop, where it needs no blocking call: not
+        fenced, a pod the cache knows, without ResourceClaims gpufrac allocates, and a
+        ``LoopApi`` to write with. None otherwise: the caller runs ``bind`` in a worker.
+
+        The same steps as ``bind``: the GPUs chosen and held under the node lock (held only
+        around in-memory work, by every bind), the Binding written (``LoopApi``, no thread),
+        a 409 read back in a worker thread (``pod_api.bound_there``, rare). Cancelled (the
+        extender stopping) after the hold, it leaves the hold to its TTL and the pod watch, as
+        a bind whose API call timed out does.
+
+        Raises
+        ------
+        BindError
+            As ``bind`` (raised when the coroutine is awaited).
+        """
+        api = self.loop_api
+        if api is None or self.fence is not None:
+            return None
+        intent = self._cache.pod_intent(uid)
+        if intent is None or (self.claims is not None and intent.resource_claims):
+            return None
+        return self._bind_on_loop(api, uid, namespace, name, node)
+
+    async def _bind_on_loop(self, api: LoopApi, uid: str, namespace: str, name: str, node: str) -> None:
+        record = self._record(self._hold(uid, namespace, name, node))
+        try:
+            await api.write_json("POST", *binding(uid, namespace, name, node, record), timeout_s=self._timeout_s)
+        except ApiException as exc:
+            if exc.status == HTTP_CONFLICT and await asyncio.to_thread(self._bound_there, uid, namespace, name, node):
+                return
+            self._refused(uid, namespace, name, node, exc)
+        except Exception:  # a bug: nothing is held for a Binding of unknown fate (the pod watch counts one written)
             self._cache.forget(uid)
-            raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: "
-                            f"{exc.status} {exc.reason}") from None
+            raise
+
+    def _record(self, rec: PodRecord) -> dict[str, str]:
+        """The allocation record of a hold (``podspec.pods.allocation_annotations``)."""
+        alloc = rec.allocation
+        assert alloc is not None
+        return allocation_annotations(rec.gpu_uuids, alloc.gpu_milli, alloc.gpu_memory_mib, self._now())
+
+    def _refused(self, uid: str, namespace: str, name: str, node: str, exc: ApiException) -> NoReturn:
+        """The Binding was not written: give the hold back and refuse the bind."""
+        self._cache.forget(uid)
+        raise BindError(f"gpufrac: binding pod {namespace}/{name} to {node}: {exc.status} {exc.reason}") from None
 
     def hold_on_receipt(self, uid: str, namespace: str, name: str, node: str) -> None:
         """``bind``'s hold, taken on the caller's thread as the bind arrives (a pod the cache

@@ -7,6 +7,7 @@ Functions of the ``kubernetes`` client and the cache, no state: ``KubeBinder`` c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -59,10 +60,17 @@ def create_binding(api: client.CoreV1Api, uid: str, namespace: str, name: str, n
     kubernetes.client.rest.ApiException
         As ``podspec.kubeio.write_json``.
     """
+    write_json(api, "POST", *binding(uid, namespace, name, node, annotations), timeout_s=timeout_s)
+
+
+def binding(uid: str, namespace: str, name: str, node: str,
+            annotations: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """The API path and body of ``create_binding``'s write (``extender.cluster.loop_api`` sends
+    the same one from the event loop)."""
     body = {"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations)},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    write_json(api, "POST", core_path("namespaces", namespace, "pods", name, "binding"), body, timeout_s=timeout_s)
+    return core_path("namespaces", namespace, "pods", name, "binding"), body
 
 
 def bound_there(api: client.CoreV1Api, cache: GpuCache, uid: str, namespace: str, name: str, node: str,

@@ -12,9 +12,12 @@ Where the verb runs: a hop to a worker thread (what FastAPI does for a ``def`` h
 costs 400-500 us of CPU per call on this machine, more than a 50-node ``filter`` itself
 (about 330 us; decision record 0012). So ``filter`` and ``prioritize`` over at most
 ``INLINE_MAX_CANDIDATES`` nodes run on the event loop (a few milliseconds at most, even for
-a shape never seen, which scores every row), larger ones and every ``bind`` and ``preempt``
-(API calls) in a worker thread, so ``/healthz`` and ``/metrics`` still answer while a
-large verb is busy. A cluster-mode ``bind`` holds the pod's GPUs on the event loop first
+a shape never seen, which scores every row), larger ones and ``preempt`` in a worker thread,
+so ``/healthz`` and ``/metrics`` still answer while a large verb is busy. A cluster-mode
+``bind`` that is not fenced, of a pod the cache knows, runs on the event loop too, its
+Binding written without blocking (``KubeBinder.bind_on_loop``, ``extender.cluster.loop_api``;
+decision record 0033); every other ``bind`` (fenced, ResourceClaims, a pod not seen yet,
+standalone) in a worker thread. A cluster-mode ``bind`` holds the pod's GPUs on the event loop first
 (``KubeBinder.hold_on_receipt``, no API call), as the request arrives: kube-scheduler sends
 the next pod's ``filter`` while this pod's bind is in flight, and a worker thread may wait
 milliseconds for the GIL, so a filter answered in between would choose from a node that no
@@ -47,7 +50,7 @@ from extender.bodies import BadRequest, json_body, json_dependency, json_respons
 from extender.deps import CacheDep, SettingsDep
 from extender.metrics import Metrics
 from extender.verbs import Reply
-from extender.verbs.bind import ExtenderBindingArgs, bind
+from extender.verbs.bind import ExtenderBindingArgs, LoopBinder, bind, bind_awaiting
 from extender.verbs.filter import ExtenderArgs, error_reply, filter
 from extender.verbs.pod_events import PodEvent, pod_events
 from extender.verbs.preempt import ExtenderPreemptionArgs, preempt
@@ -144,7 +147,12 @@ async def bind_verb(state: Any, raw: bytes) -> Answer:
         hold = getattr(state, "hold_on_receipt", None)
         if hold is not None:  # held now: a filter answered before the worker runs counts it
             hold(args.PodUID, args.PodNamespace, args.PodName, args.Node)
-        reply = await to_thread.run_sync(bind, state.binder, args)
+        on_loop: LoopBinder | None = getattr(state, "bind_on_loop", None)
+        pending = on_loop(args.PodUID, args.PodNamespace, args.PodName, args.Node) if on_loop is not None else None
+        if pending is not None:
+            reply = await bind_awaiting(pending, args)
+        else:
+            reply = await to_thread.run_sync(bind, state.binder, args)
         metrics.binds.labels(reply.result).inc()
         return reply.status, reply.body
 
