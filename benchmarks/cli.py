@@ -2,7 +2,7 @@
 
 ``replay`` (placement quality on openb, ``--compare`` for several policies), ``churn`` (pods
 that leave: pending time and allocation over time), ``cold-start``,
-``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup|watchers``
+``floor`` (the bounds no placement beats), ``soak``, ``bench core|http|scheduler|startup|watchers|binding``
 (costs), ``check-placements`` (the independent check of a replay's output),
 ``noop-extender`` (the baseline server the cost benchmarks compare against) and
 ``pod-watcher`` (a second pod watch beside it, in JSON or protobuf). Run from the
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import (
+    bench_binding,
     bench_core,
     bench_http,
     bench_scheduler,
@@ -90,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("startup", bench_startup, "loading a 5,000-node cluster file; cluster mode's first list of "
                                        "50,000 pods"),
             ("watchers", bench_watchers, "the API server's CPU per pod update with one more pod watch, in JSON "
-                                         "or protobuf")):
+                                         "or protobuf"),
+            ("binding", bench_binding, "CPU per Binding written, by HTTP client: the kubernetes client in a "
+                                       "worker, LoopApi, aiohttp, httpx")):
         cost = costs.add_parser(name, help=what)
         module.add_arguments(cost)
         cost.set_defaults(func=module.run)
