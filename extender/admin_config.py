@@ -27,7 +27,7 @@ from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.request import MILLI_PER_GPU, QoSClass, QoSPolicy
 from scoring.scorer import ScoringConfig, Ties, validate_config
-from scoring.workload import MAX_PRIOR_GPUS, MAX_PRIOR_WEIGHT, ShapePrior
+from scoring.shape_prior import MAX_PRIOR_GPUS, MAX_PRIOR_WEIGHT, ShapePrior
 
 _M = TypeVar("_M")
 
@@ -75,7 +75,7 @@ class PriorShapeFile(BaseModel):
 
 class PriorFile(BaseModel):
     """``scoring.prior:``: the shapes the learned workload starts from
-    (``scoring.workload.ShapePrior``); a field left out keeps the preset's."""
+    (``scoring.shape_prior.ShapePrior``); a field left out keeps the preset's."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -39,7 +39,7 @@ NODES = [
 """Two nodes of four 24 GiB A10s and one of two 80 GiB A100s; 4 time-slicing replicas each."""
 
 # (name, GPUs, annotations): what the pods ask for, in arrival order. The A100-only LLM
-# server comes first: the shape prior (scoring.workload.ShapePrior) knows GPU shapes, not
+# server comes first: the shape prior (scoring.shape_prior.ShapePrior) knows GPU shapes, not
 # models, so notebooks arriving first are packed onto the 2-GPU A100 node (to keep the
 # 4-GPU A10 nodes whole) and would leave the LLM server waiting.
 PODS: list[tuple[str, int, dict[str, str]]] = [

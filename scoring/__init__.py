@@ -3,11 +3,12 @@
 Pure numpy + stdlib: no HTTP, no Kubernetes, no NVML.
 """
 
+from scoring.evaluated import Evaluation
 from scoring.fit import FitContext, Reason
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.scorer import Evaluation, Scorer, ScoringConfig, build_scorer
+from scoring.scorer import Scorer, ScoringConfig, build_scorer
 from scoring.specs import Allocation, GpuSpec, NodeSpec
 from scoring.state import ClusterState
 

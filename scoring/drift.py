@@ -68,10 +68,12 @@ ramp; ``spare_nodes``: 0.01 of a spare-node probability). Measured in ``benchmar
 
 
 def _same_tasks(a: TaskTypes, b: TaskTypes) -> bool:
-    return all(  # the counts first: what a bind changes
-        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
-        for x, y in ((a.count, b.count), (a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli),
-                     (a.cpu_milli, b.cpu_milli), (a.memory_mib, b.memory_mib), (a.model_mask, b.model_mask),
+    if a.count.shape != b.count.shape or not np.array_equal(a.count, b.count):  # what a bind changes
+        return False
+    return all(
+        x is y or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
+                     (a.memory_mib, b.memory_mib), (a.model_mask, b.model_mask),
                      (a.gpu_memory_mib, b.gpu_memory_mib))) and a.demand == b.demand
 
 
@@ -216,7 +218,9 @@ def _aligned_drift(a: TaskTypes | None, b: TaskTypes) -> float | None:
         return None
     for x, y in ((a.gpu_count, b.gpu_count), (a.gpu_milli, b.gpu_milli), (a.cpu_milli, b.cpu_milli),
                  (a.memory_mib, b.memory_mib), (a.model_mask, b.model_mask), (a.gpu_memory_mib, b.gpu_memory_mib)):
-        if (x is None) != (y is None) or (x is not None and y is not None and x.tobytes() != y.tobytes()):
+        if x is y:  # the same arrays (``WorkloadModel`` keeps them while the types stay)
+            continue
+        if x is None or y is None or x.tobytes() != y.tobytes():
             return None
     types = 0.5 * float(np.abs(a.popularity - b.popularity).sum())
     if a.demand is None or b.demand is None:
@@ -225,8 +229,13 @@ def _aligned_drift(a: TaskTypes | None, b: TaskTypes) -> float | None:
         return None
     if not a.demand:
         return types
-    da, db = np.array(a.demand, dtype=np.int64), np.array(b.demand, dtype=np.int64)
-    if da.shape != db.shape or da.shape[1] != 5 or da[:, :4].tobytes() != db[:, :4].tobytes():
-        return None
-    demand = 0.5 * float(np.abs(da[:, 4] / da[:, 4].sum() - db[:, 4] / db[:, 4].sum()).sum())
+    if a.demand_keys is not None and a.demand_keys is b.demand_keys and a.demand_count is not None \
+            and b.demand_count is not None:  # the same classes: their counts, without the tuples
+        ca, cb = a.demand_count, b.demand_count
+    else:
+        da, db = np.array(a.demand, dtype=np.int64), np.array(b.demand, dtype=np.int64)
+        if da.shape != db.shape or da.shape[1] != 5 or da[:, :4].tobytes() != db[:, :4].tobytes():
+            return None
+        ca, cb = da[:, 4], db[:, 4]
+    demand = 0.5 * float(np.abs(ca / ca.sum() - cb / cb.sum()).sum())
     return max(types, demand)

@@ -70,6 +70,13 @@ class TaskTypes:
         rounded up to ``scoring.workload.DEMAND_MEMORY_STEP_MIB`` (0: a share's proportion),
         so that the prices know which GPUs a pod's memory fits. None: the types above are
         the demand.
+    demand_keys : tuple of (int, int, int, int) or None
+        ``demand``'s classes without their counts, in its order. ``WorkloadModel`` hands the
+        same tuple object to every workload it builds while the classes stay the same (and
+        the same type arrays while the types and their order do): ``scoring.drift``
+        compares two such workloads by identity and ``demand_count`` without a dictionary.
+    demand_count : ndarray of shape (d,), int64, or None
+        ``demand``'s pod counts, in its order.
     """
 
     gpu_count: NDArray[np.int64]
@@ -81,6 +88,8 @@ class TaskTypes:
     model_mask: NDArray[np.int64] | None = None
     gpu_memory_mib: NDArray[np.int64] | None = None
     demand: tuple[tuple[int, int, int, int, int], ...] | None = None
+    demand_keys: tuple[tuple[int, int, int, int], ...] | None = None
+    demand_count: NDArray[np.int64] | None = None
 
     def allowed(self, gpu_model: NDArray[np.int64]) -> NDArray[np.bool_] | None:
         """Which GPUs each type may use.

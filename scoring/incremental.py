@@ -45,11 +45,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.drift import EXACT, DriftWatch, Tolerance
+from scoring.evaluated import Evaluation
 from scoring.fit import ClusterTerms
 from scoring.memo import Memo
 from scoring.request import PodRequest
 from scoring.row_contents import RowContents
-from scoring.scorer import Evaluation, Scorer
+from scoring.scorer import Scorer
 from scoring.state import ClusterState
 
 _ARRAYS = ("node_fits", "reason", "score", "chosen_cols", "chosen_mem_mib", "gpu_mem_max_mib", "tie_rank")

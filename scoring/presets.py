@@ -10,7 +10,7 @@
   reproduce the published numbers under ``benchmarks/scheduler-config-simulator.yaml``;
 - ``packing``, ``spread``: one term each.
 
-gpufrac's own presets learn the workload from a ``ShapePrior`` (``scoring.workload``) and
+gpufrac's own presets learn the workload from a ``ShapePrior`` (``scoring.shape_prior``) and
 break ties by keeping capacity whole (``Ties.KEEP_WHOLE``); the paper baselines learn from
 observed pods only and break ties by node name, as the authors' simulator does, and so
 does ``spread``, whose point is to not pack.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from scoring.scorer import ScoringConfig, Ties
-from scoring.workload import NO_PRIOR
+from scoring.shape_prior import NO_PRIOR
 
 PRESETS: MappingProxyType[str, ScoringConfig] = MappingProxyType({
     "default": ScoringConfig({"fgd": 1.0, "adaptive_balance": 0.2, "gap_price": 6.0, "priced_stranding": 6.0,

@@ -24,13 +24,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scoring.arrivals import RUNNING, Learning
+from scoring.evaluated import BREAKS_EMPTY_SHIFT, Evaluation
 from scoring.fit import ClusterTerms, FitContext, cluster_terms, fit
 from scoring.memo import Memo
 from scoring.reduce import clip, mean_at, take_cols
 from scoring.registry import STRATEGIES, Strategy, Term
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass, QoSPolicy
+from scoring.shape_prior import ShapePrior
 from scoring.state import ClusterState
-from scoring.workload import ShapePrior
 
 
 class Ties(enum.StrEnum):
@@ -56,6 +57,15 @@ FitFn = Callable[[ClusterState, PodRequest, NDArray[np.int64], QoSPolicy, Cluste
                  FitContext]
 """``scoring.fit.fit``'s signature: what ``Scorer`` decides feasibility with."""
 
+Combined = tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+"""``(score, cols, chosen_mem_mib, gpu_mem_max_mib, keep_whole_rank)``: an ``Evaluation``'s
+arrays as ``Scorer.evaluate`` combines them (cols -1 and memory 0 on infeasible rows)."""
+
+CombineFn = Callable[[FitContext, tuple[tuple[Strategy, float], ...]], Combined | None]
+"""``(ctx, plan) -> Combined``, or None where it does not cover the plan: ``Scorer.evaluate``'s
+combination of the weighted strategies of a pod of one or more GPUs, computed faster (the
+same numbers; ``extender.compiled.compiled_plan``)."""
+
 KEEP_WHOLE_BAND = 2e-3
 """Score distance (of the [0, 1] node score) within which ``Ties.KEEP_WHOLE`` prefers a used
 node to breaking an empty one, while ``ClusterTerms.whole_node_unseen``. On the cold-start
@@ -65,9 +75,6 @@ kept 250 whole. After one 8-GPU pod, half-GPU pods to 50 % put an empty node 1.0
 (``adaptive_balance`` with one multi-GPU pod in the learned mix): 1e-3 touched 468 nodes
 against bestfit's 251, 2e-3 touches as many as bestfit (``benchmarks/README.md``, "Cold
 start"; decision record 0022)."""
-
-BREAKS_EMPTY_SHIFT = 40
-"""Bit of ``keep_whole_rank`` that says the node holds no GPU share yet."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,7 @@ class ScoringConfig:
     qos : QoSPolicy
         What each QoS class may share (feasibility, not score).
     prior : ShapePrior
-        The shapes the learned workload starts from (``scoring.workload.ShapePrior``).
+        The shapes the learned workload starts from (``scoring.shape_prior.ShapePrior``).
     ties : Ties
         How nodes of equal score are ordered.
     learning : Learning
@@ -152,108 +159,6 @@ def validate_config(config: ScoringConfig, *, path: str = "scoring") -> list[str
     return errors
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Evaluation:
-    """Result of scoring one pod on ``m`` candidate nodes: what the verbs answer with.
-
-    Attributes
-    ----------
-    request : PodRequest
-    rows : ndarray of shape (m,), int64
-        Candidate rows in the ``ClusterState``.
-    node_fits : ndarray of shape (m,), bool
-    reason : ndarray of shape (m,), int8
-        ``scoring.fit.Reason`` per node, ``FITS`` where ``node_fits``.
-    score : ndarray of shape (m,), float64
-        Weighted node score in [0, 1], higher is better; 0 on infeasible rows.
-    chosen_cols : ndarray of shape (m, gpu_count), int64
-        GPU columns the pod would get on each node; -1 on infeasible rows.
-    chosen_mem_mib : ndarray of shape (m, gpu_count), int64
-        GPU memory the pod would take on each chosen GPU, MiB; 0 on infeasible rows.
-    gpu_mem_max_mib : ndarray of shape (m,), int64
-        The node's largest GPU memory, MiB (0 without GPUs): a ``gpu_memory_mib`` above it
-        is a request no preemption can make room for.
-    tie_rank : ndarray of shape (m,), int64
-        Among nodes of the same score, lower is preferred (``Ties``; then the lowest row).
-    context : FitContext or None
-        The full feasibility context, as the strategies saw it; None on an evaluation
-        kept or sliced by ``scoring.incremental`` or ``take`` (only the fields above are kept).
-    tie_band : float
-        ``KEEP_WHOLE_BAND`` where ``best`` keeps empty nodes through near-ties, else 0.
-    """
-
-    request: PodRequest
-    rows: NDArray[np.int64]
-    node_fits: NDArray[np.bool_]
-    reason: NDArray[np.int8]
-    score: NDArray[np.float64]
-    chosen_cols: NDArray[np.int64]
-    chosen_mem_mib: NDArray[np.int64]
-    gpu_mem_max_mib: NDArray[np.int64]
-    tie_rank: NDArray[np.int64]
-    context: FitContext | None = None
-    tie_band: float = 0.0
-
-    @classmethod
-    def of(cls, ctx: FitContext, score: NDArray[np.float64], cols: NDArray[np.int64],
-           tie_rank: NDArray[np.int64] | None = None, tie_band: float = 0.0) -> Evaluation:
-        """The evaluation of a context, its node scores, its GPU choice (-1: none), its
-        tie ranks (all 0, the lowest row wins ties, by default) and tie band."""
-        if cols.shape[1] and ctx.mem_req_mib.shape[1]:
-            mem = np.where(cols >= 0, take_cols(ctx.mem_req_mib, np.maximum(cols, 0)), 0)
-        else:
-            mem = np.zeros(cols.shape, dtype=np.int64)
-        rank = tie_rank if tie_rank is not None else np.zeros(ctx.rows.shape[0], dtype=np.int64)
-        return cls(ctx.request, ctx.rows, ctx.node_fits, ctx.reason, score, cols, mem,
-                   ctx.mem_total_mib.max(axis=1, initial=0), rank, ctx, tie_band)
-
-    def take(self, positions: NDArray[np.int64]) -> Evaluation:
-        """The evaluation restricted to some candidates (node scores do not depend on the set).
-
-        Parameters
-        ----------
-        positions : ndarray of shape (p,), int64
-            Positions in this evaluation's candidate list.
-
-        Returns
-        -------
-        Evaluation
-            Rows in the order of ``positions``; ``context`` None.
-        """
-        p = positions
-        return Evaluation(self.request, self.rows[p], self.node_fits[p], self.reason[p], self.score[p],
-                          self.chosen_cols[p], self.chosen_mem_mib[p], self.gpu_mem_max_mib[p],
-                          self.tie_rank[p], tie_band=self.tie_band)
-
-    def best(self) -> int:
-        """Position (in the candidate list) of the best feasible node, or -1 if none.
-
-        Ties are broken by the lowest ``tie_rank``, then the lowest cluster row, so the answer
-        does not depend on the order in which candidates were given. With a ``tie_band``, an
-        empty best node gives way to the best used node within the band (``Ties``).
-        """
-        score = self.score
-        if not np.isfinite(score).all():  # NaN below any score; +-inf to the largest finite values
-            score = np.nan_to_num(score, nan=-1.0)
-        scores = np.where(self.node_fits, score, -np.inf)
-        top = scores.max(initial=-np.inf)
-        if top == -np.inf:
-            return -1
-        pick = self._first(np.flatnonzero(scores == top))
-        if self.tie_band > 0 and (self.tie_rank[pick] >> BREAKS_EMPTY_SHIFT) & 1:
-            used = np.flatnonzero((scores >= top - self.tie_band)
-                                  & ((self.tie_rank >> BREAKS_EMPTY_SHIFT) & 1 == 0))
-            if used.shape[0]:
-                return self._first(used[scores[used] == scores[used].max()])
-        return pick
-
-    def _first(self, tied: NDArray[np.intp]) -> int:
-        """Of candidates of equal score, the lowest ``tie_rank``, then the lowest row."""
-        if tied.shape[0] == 1:
-            return int(tied[0])
-        return int(tied[np.lexsort((self.rows[tied], self.tie_rank[tied]))[0]])
-
-
 class Scorer:
     """Weighted combination of registered strategies (build with ``build_scorer``).
 
@@ -266,12 +171,14 @@ class Scorer:
     def __init__(self, weights_by_qos: Mapping[QoSClass, Mapping[str, float]],
                  qos_policy: QoSPolicy | None = None, prior: ShapePrior | None = None,
                  ties: Ties = Ties.KEEP_WHOLE, learning: Learning = RUNNING,
-                 strategies: Mapping[str, Strategy] = STRATEGIES, feasibility: FitFn = fit) -> None:
+                 strategies: Mapping[str, Strategy] = STRATEGIES, feasibility: FitFn = fit,
+                 combination: CombineFn | None = None) -> None:
         self.qos_policy = qos_policy if qos_policy is not None else QoSPolicy()
         self.prior = prior if prior is not None else ShapePrior()
         self.ties = ties
         self.learning = learning
         self._fit = feasibility
+        self._combine = combination
         self._plans: dict[QoSClass, tuple[tuple[Strategy, float], ...]] = {
             qos: tuple((strategies[n], float(w)) for n, w in sorted(ws.items()) if w > 0)
             for qos, ws in weights_by_qos.items()
@@ -299,8 +206,10 @@ class Scorer:
         memo = memo if memo is not None else Memo()
         return replace(base, strategy_terms=MappingProxyType({t.name: t.compute(state, memo) for t in self.terms}))
 
-    def use(self, strategies: Mapping[str, Strategy], feasibility: FitFn) -> None:
-        """Swap in ``build_scorer``'s ``strategies`` and ``feasibility`` of the same numbers, in place."""
+    def use(self, strategies: Mapping[str, Strategy], feasibility: FitFn, combination: CombineFn | None = None) -> None:
+        """Swap in ``build_scorer``'s ``strategies``, ``feasibility`` and ``combination`` of the
+        same numbers, in place."""
+        self._combine = combination
         self._fit, self._plans = feasibility, {
             q: tuple((strategies[s.name], w) for s, w in plan) for q, plan in self._plans.items()}
 
@@ -362,6 +271,14 @@ class Scorer:
             # No node has k GPU columns (e.g. only nodes whose inventory has not arrived):
             # fit already failed every row with TOO_FEW_GPUS; there is nothing to choose.
             return Evaluation.of(ctx, np.zeros(m), np.full((m, k), -1, dtype=np.int64))
+        combined = self._combine(ctx, plan) if self._combine is not None else None
+        if combined is not None:
+            score, cols, mem, mem_max, rank = combined
+            if self.ties != Ties.KEEP_WHOLE:
+                return Evaluation(ctx.request, ctx.rows, ctx.node_fits, ctx.reason, score, cols, mem, mem_max,
+                                  np.zeros(m, dtype=np.int64), ctx)
+            return Evaluation(ctx.request, ctx.rows, ctx.node_fits, ctx.reason, score, cols, mem, mem_max, rank,
+                              ctx, KEEP_WHOLE_BAND if ctx.whole_node_unseen else 0.0)
         per_gpu = [(strat, w, strat.gpu_score(ctx)) for strat, w in plan if strat.gpu_score]
         pref = np.zeros(ctx.gpu_fits.shape)
         for _, w, g in per_gpu:
@@ -419,7 +336,7 @@ def keep_whole_rank(ctx: FitContext, cols: NDArray[np.int64]) -> NDArray[np.int6
 
 
 def build_scorer(config: ScoringConfig, strategies: Mapping[str, Strategy] = STRATEGIES,
-                 feasibility: FitFn = fit) -> Scorer:
+                 feasibility: FitFn = fit, combination: CombineFn | None = None) -> Scorer:
     """Validate ``config`` once and build the scorer.
 
     Parameters
@@ -430,6 +347,9 @@ def build_scorer(config: ScoringConfig, strategies: Mapping[str, Strategy] = STR
         faster score functions of the same numbers.
     feasibility : callable
         ``scoring.fit.fit``, or a faster function of the same ``FitContext``.
+    combination : callable, optional
+        ``CombineFn``: the weighted strategies combined faster, the same numbers (None: the
+        scorer's own combination).
 
     Returns
     -------
@@ -447,4 +367,5 @@ def build_scorer(config: ScoringConfig, strategies: Mapping[str, Strategy] = STR
         qos: {**config.weights, **config.qos_overrides.get(qos.wire_name, {})}
         for qos in QoSClass
     }
-    return Scorer(by_qos, config.qos, config.prior, config.ties, config.learning, strategies, feasibility)
+    return Scorer(by_qos, config.qos, config.prior, config.ties, config.learning, strategies, feasibility,
+                  combination)

@@ -13,17 +13,12 @@ strategy uses (fewer types keep the kernel cheap; the tail carries little weight
 cutting-stock prices, whose classes ignore CPU and host memory: there the tail is whole pods
 restricted to rare models, or asking more GPU memory than most GPUs have.
 
-A fresh cluster has seen few shapes: after a thousand quarter-GPU notebooks the learned
-workload is "quarter GPUs only", against which no placement fragments anything, and the
-notebooks spread over every node until the first 8-GPU job fits nowhere (issue 36). So the
-counts start from a ``ShapePrior``: pseudo-pods of the shapes the cluster's nodes can host
-(a whole node and half a node of every node size, a whole GPU, half and a quarter of one),
-which real demand outgrows but never erases (module notes of ``ShapePrior``).
+The counts start from a prior of the shapes the cluster's nodes can host
+(``scoring.shape_prior.ShapePrior``), which real demand outgrows but never erases.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -33,6 +28,7 @@ import numpy as np
 from scoring.arrivals import ARRIVAL_UNITS, RUNNING, ArrivalHistory, Learning, TaskKey
 from scoring.fragmentation import TaskTypes
 from scoring.request import ANY_MODEL_MASK, MILLI_PER_GPU
+from scoring.shape_prior import NO_PRIOR, ShapePrior
 
 DEMAND_MEMORY_STEP_MIB = 1024
 """Explicit GPU memory is counted in ``TaskTypes.demand`` rounded up to this (GPU sizes are
@@ -45,133 +41,6 @@ def demand_memory_mib(gpu_memory_mib: int) -> int:
     ``DEMAND_MEMORY_STEP_MIB`` (0 stays 0: a share's proportion), MiB."""
     step = DEMAND_MEMORY_STEP_MIB
     return -(-max(gpu_memory_mib, 0) // step) * step
-
-PRIOR_PODS = 8
-"""Pseudo-pods the default prior is worth while little is observed (see ``ShapePrior``)."""
-
-PRIOR_FLOOR = 0.05
-"""The default prior's share of the counted pods for the shapes not seen yet, however many
-pods are observed."""
-
-PRIOR_FRACTIONS_MILLI = (500, 250)
-"""Shares of one GPU the automatic prior expects besides whole GPUs."""
-
-
-@dataclass(frozen=True, slots=True)
-class ShapePrior:
-    """Pseudo-pods added to the learned workload, so that shapes not seen yet still count.
-
-    Parameters
-    ----------
-    shapes : tuple of (int, int, int)
-        ``(gpu_count, gpu_milli, weight)``: GPUs per pod (>= 1), share per GPU in milli-GPU
-        (1..1000; 1000 for whole GPUs) and a relative weight (>= 1). Empty: the automatic
-        prior, resolved against the cluster's node sizes by ``resolve``.
-    pods : int
-        Pseudo-pods the prior is worth while the observed pods are few, >= 0.
-    floor : float
-        Share, in [0, 0.5], of the counted pods that the shapes not seen yet hold together,
-        however many pods are observed.
-
-    Notes
-    -----
-    With ``N`` observed GPU pods (placed and pending) the prior counts
-    ``T = max(pods, ceil(floor * N))`` pseudo-pods. A shape no counted pod holds yet gets
-    ``max(1, round(T * w_i / sum w))`` of them; a shape counted pods already hold keeps one
-    (``counts``; a whole-GPU shape is held by pods of the same GPU count, the fractional
-    shapes by any fractional pod). With the defaults (8 pods, floor 5 %) and five shapes, a
-    cluster that has seen 960 quarter-GPU notebooks counts ``T = 48``, 10 pseudo-pods for
-    each of the whole GPU, 4 and 8 GPUs. Why these numbers:
-
-    - A pseudo-pod is a pod, not a GPU: FGD weighs task types by pod count (popularity), so
-      8-GPU pseudo-pods at about 1 % of the pods make a placement that breaks an empty node
-      score 4-5 of FGD's 1/100 steps below one that fills a used one (the break makes the
-      node's whole free share fragment for the 8-GPU type), more than the balance term's
-      preference for the empty node. At 2 pseudo-pods per shape (floor 1 %) it was one step,
-      and 960 notebooks still touched 134 of 500 nodes (``docs/decisions/0011-shape-prior.md``).
-    - Only unseen shapes get the floor: added to every shape, 5 % moved openb default from
-      3.77 % to 3.81 % unallocated (seeds 42-51, in process); openb holds every shape early,
-      so there the prior is one pseudo-pod per shape and the median moved by 0.01 point.
-    - A shape that does arrive is counted as the pods it brings, plus one pseudo-pod.
-
-    The pseudo-pods ask for no CPU and no host memory and accept any GPU model: the prior
-    says which GPU shapes will come, not what they bring with them.
-    """
-
-    shapes: tuple[tuple[int, int, int], ...] = ()
-    pods: int = PRIOR_PODS
-    floor: float = PRIOR_FLOOR
-
-    def __post_init__(self) -> None:
-        if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 0:
-            raise ValueError(f"pods: must be an integer >= 0, got {self.pods!r}")
-        if not 0.0 <= self.floor <= 0.5:
-            raise ValueError(f"floor: must be in [0, 0.5], got {self.floor!r}")
-        for i, (k, milli, w) in enumerate(self.shapes):
-            if not 1 <= k <= MAX_PRIOR_GPUS or not 1 <= milli <= MILLI_PER_GPU or not 1 <= w <= MAX_PRIOR_WEIGHT:
-                raise ValueError(f"shapes[{i}]: gpus in 1..{MAX_PRIOR_GPUS}, gpu_milli in 1..{MILLI_PER_GPU} "
-                                 f"and weight in 1..{MAX_PRIOR_WEIGHT}, got {(k, milli, w)!r}")
-            if k > 1 and milli != MILLI_PER_GPU:
-                raise ValueError(f"shapes[{i}]: a pod of {k} GPUs takes whole GPUs (gpu_milli 1000), "
-                                 f"got {milli}")
-
-    @property
-    def off(self) -> bool:
-        """Whether the prior adds nothing."""
-        return self.pods == 0 and self.floor == 0.0
-
-    def resolve(self, node_sizes: Iterable[int]) -> tuple[tuple[int, int, int], ...]:
-        """The shapes, with the automatic prior resolved against the node sizes.
-
-        Parameters
-        ----------
-        node_sizes : iterable of int
-            GPUs per node of the cluster's GPU nodes (repeats allowed).
-
-        Returns
-        -------
-        tuple of (int, int, int)
-            ``(gpu_count, gpu_milli, weight)``, sorted; empty when the prior is off, or
-            automatic on a cluster without GPUs. The automatic prior holds, with weight 1
-            each: ``c`` and ``c // 2`` whole GPUs for every node size ``c``, one whole GPU,
-            and ``PRIOR_FRACTIONS_MILLI`` of one.
-        """
-        if self.off:
-            return ()
-        if self.shapes:
-            return tuple(sorted(self.shapes))
-        sizes = {min(int(c), MAX_PRIOR_GPUS) for c in node_sizes if c > 0}
-        if not sizes:
-            return ()
-        whole = {c for s in sizes for c in (s, s // 2) if c >= 1} | {1}
-        return tuple(sorted([(k, MILLI_PER_GPU, 1) for k in whole]
-                            + [(1, f, 1) for f in PRIOR_FRACTIONS_MILLI]))
-
-    def counts(self, shapes: tuple[tuple[int, int, int], ...], observed: int,
-               seen: tuple[bool, ...] | None = None) -> list[int]:
-        """Pseudo-pods of each of ``shapes`` (``resolve``) after ``observed`` counted pods.
-
-        ``seen``: per shape, whether counted pods already hold its class (``WorkloadModel``);
-        a seen shape keeps one pseudo-pod, an unseen one its weight's part of the total.
-        """
-        if not shapes:
-            return []
-        total = max(self.pods, math.ceil(self.floor * observed))
-        weight = sum(w for _, _, w in shapes)
-        seen = seen if seen is not None else (False,) * len(shapes)
-        return [1 if was_seen else max(1, round(total * w / weight))
-                for (_, _, w), was_seen in zip(shapes, seen, strict=True)]
-
-
-MAX_PRIOR_GPUS = 64
-"""Largest GPUs per pod a prior shape may have (bounds what a config can size)."""
-
-MAX_PRIOR_WEIGHT = 1000
-"""Largest relative weight of a prior shape."""
-
-NO_PRIOR = ShapePrior((), 0, 0.0)
-"""Learn from observed pods only (the paper baselines)."""
-
 
 @dataclass(slots=True)
 class _Counted:
@@ -228,6 +97,8 @@ class WorkloadModel:
         self._whole_node_seen: bool | None = None
         self._view_cache: _Counted | None = None
         self._cached: TaskTypes | None = None
+        self._keys: tuple[TaskKey, ...] = ()
+        """The type keys of ``_cached``, in its order."""
         self._dirty = False
         self._net: dict[TaskKey, int] | None = None
         """Net ``add`` per type since ``_cached`` was computed (None: something else changed)."""
@@ -402,15 +273,33 @@ class WorkloadModel:
             if not merged:
                 self._cached = None
             else:
-                items = sorted([(-c, key) for key, c in merged.items()])
-                rows = np.array([k for _, k in items], dtype=np.int64)
-                count = np.array([-c for c, _ in items], dtype=np.int64)
-                masks = rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None
-                gpu_mem = rows[:, 5] if (rows[:, 5] != 0).any() else None
-                demand_rows = tuple([(k, r, m, g, c) for (k, r, m, g), c in sorted(demand.items())])
-                self._cached = TaskTypes(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                                         count / count.sum(), count, masks, gpu_mem, demand_rows)
+                self._cached = self._built(sorted([(-c, key) for key, c in merged.items()]), demand)
         return self._cached
+
+    def _built(self, items: list[tuple[int, TaskKey]], demand: dict[tuple[int, int, int, int], int]) -> TaskTypes:
+        """The ``TaskTypes`` of ``items`` (``(-count, key)``, sorted) and ``demand``; the type
+        arrays and the demand classes of the last one where they are the same (``TaskTypes``:
+        ``scoring.drift`` then compares by identity)."""
+        last = self._cached
+        keys = tuple([k for _, k in items])
+        count = np.array([-c for c, _ in items], dtype=np.int64)
+        if last is not None and keys == self._keys:
+            columns = (last.gpu_count, last.gpu_milli, last.cpu_milli, last.memory_mib, last.model_mask,
+                       last.gpu_memory_mib)
+        else:
+            rows = np.array(keys, dtype=np.int64)
+            columns = (rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
+                       rows[:, 4] if (rows[:, 4] != ANY_MODEL_MASK).any() else None,
+                       rows[:, 5] if (rows[:, 5] != 0).any() else None)
+            self._keys = keys
+        classes = sorted(demand)
+        demand_keys = (last.demand_keys if last is not None and last.demand_keys is not None
+                       and tuple(classes) == last.demand_keys else tuple(classes))
+        demand_count = np.array([demand[c] for c in classes], dtype=np.int64)
+        demand_rows = tuple([(k, r, m, g, n) for (k, r, m, g), n in zip(classes, demand_count.tolist(), strict=True)])
+        gpu_count, gpu_milli, cpu_milli, memory_mib, masks, gpu_mem = columns
+        return TaskTypes(gpu_count, gpu_milli, cpu_milli, memory_mib, count / count.sum(), count, masks, gpu_mem,
+                         demand_rows, demand_keys, demand_count)
 
     # -- copies --------------------------------------------------------------------------------
 

@@ -21,9 +21,10 @@ from extender.cache.records import CandidateEvaluation
 from extender.translate import inbound
 from podspec.pods import PodIntent
 from scoring.drift import Tolerance
+from scoring.evaluated import Evaluation
 from scoring.incremental import IncrementalScorer
 from scoring.request import PodRequest
-from scoring.scorer import Evaluation, Scorer
+from scoring.scorer import Scorer
 from scoring.state import ClusterState
 
 

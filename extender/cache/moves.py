@@ -15,10 +15,11 @@ from extender.cache.records import PodRecord
 from extender.cache.victims import fewest_victims, fits_without
 from extender.translate import inbound
 from podspec.pods import PodIntent
+from scoring.evaluated import Evaluation
 from scoring.fit import ClusterTerms, fit
 from scoring.memo import Memo
 from scoring.request import MILLI_PER_GPU, PodRequest
-from scoring.scorer import Evaluation, Scorer
+from scoring.scorer import Scorer
 from scoring.specs import Allocation
 from scoring.state import ClusterState
 

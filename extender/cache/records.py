@@ -11,7 +11,7 @@ import numpy as np
 
 from extender.translate.inbound import model_mask_of
 from podspec.pods import PodIntent
-from scoring.scorer import Evaluation
+from scoring.evaluated import Evaluation
 from scoring.specs import Allocation
 from scoring.state import ClusterState
 

@@ -14,9 +14,9 @@ import numpy as np
 from podspec import annotations as ann
 from podspec.pods import PodIntent
 from podspec.quantities import quote
+from scoring.evaluated import Evaluation
 from scoring.fit import Reason
 from scoring.request import MILLI_PER_GPU, PodRequest, QoSClass
-from scoring.scorer import Evaluation
 
 MAX_EXTENDER_PRIORITY = 10
 """kube-scheduler ``extender/v1.MaxExtenderPriority``: the highest score an extender returns."""

@@ -12,7 +12,7 @@ from scoring.drift import DEFAULT_TOLERANCE, Tolerance
 from scoring.presets import PRESETS
 from scoring.registry import STRATEGIES
 from scoring.scorer import Ties
-from scoring.workload import ShapePrior
+from scoring.shape_prior import ShapePrior
 
 
 def write(tmp_path: Path, text: str) -> Path:

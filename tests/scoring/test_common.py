@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scoring.evaluated import Evaluation
 from scoring.fit import fit
 from scoring.registry import STRATEGIES
-from scoring.scorer import Evaluation, ScoringConfig, build_scorer
+from scoring.scorer import ScoringConfig, build_scorer
 from tests.randstate import random_request, random_state
 
 

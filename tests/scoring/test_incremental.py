@@ -10,12 +10,13 @@ import pytest
 
 from scoring import gaps, incremental, strategies, utilization
 from scoring.drift import EXACT, Tolerance, drifted, workload_drift
+from scoring.evaluated import Evaluation
 from scoring.fit import ClusterTerms
 from scoring.fragmentation import TaskTypes
 from scoring.incremental import IncrementalScorer
 from scoring.presets import PRESETS
 from scoring.request import PodRequest, QoSClass
-from scoring.scorer import Evaluation, build_scorer
+from scoring.scorer import build_scorer
 from scoring.specs import Allocation
 from scoring.state import ClusterState
 from scoring.strategies import adaptive_balance, spare_nodes

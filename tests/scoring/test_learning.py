@@ -8,8 +8,9 @@ import pytest
 from scoring.arrivals import ARRIVAL_UNITS, Learning, TaskKey
 from scoring.fragmentation import TaskTypes
 from scoring.request import ANY_MODEL_MASK
+from scoring.shape_prior import NO_PRIOR
 from scoring.state import ClusterState
-from scoring.workload import NO_PRIOR, WorkloadModel
+from scoring.workload import WorkloadModel
 from tests.conftest import gpu_node
 
 SHORT: TaskKey = (1, 250, 1000, 4096, ANY_MODEL_MASK, 0)

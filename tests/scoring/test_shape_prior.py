@@ -8,21 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from scoring.evaluated import BREAKS_EMPTY_SHIFT, Evaluation
 from scoring.fit import cluster_terms, fit
 from scoring.presets import PRESETS
 from scoring.request import ANY_MODEL_MASK, PodRequest, QoSClass
-from scoring.scorer import (
-    BREAKS_EMPTY_SHIFT,
-    KEEP_WHOLE_BAND,
-    Evaluation,
-    ScoringConfig,
-    Ties,
-    build_scorer,
-    keep_whole_rank,
-)
+from scoring.scorer import KEEP_WHOLE_BAND, ScoringConfig, Ties, build_scorer, keep_whole_rank
+from scoring.shape_prior import NO_PRIOR, ShapePrior
 from scoring.specs import Allocation
 from scoring.state import ClusterState
-from scoring.workload import NO_PRIOR, ShapePrior, WorkloadModel
+from scoring.workload import WorkloadModel
 from tests.conftest import gpu_node
 
 QUARTER = (1, 250, 2000, 16384, ANY_MODEL_MASK, 0)

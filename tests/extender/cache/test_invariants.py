@@ -36,7 +36,7 @@ from podspec import annotations as ann
 from podspec.pods import allocation_annotations, pod_intent
 from scoring.request import QoSClass
 from scoring.scorer import build_scorer
-from scoring.workload import NO_PRIOR
+from scoring.shape_prior import NO_PRIOR
 from tests.conftest import gpu_node, pod_json
 
 NODES = [gpu_node("a", 2, replicas=3, memory_mib=16384), gpu_node("b", 1, replicas=3, memory_mib=24576)]

@@ -23,7 +23,7 @@ from podspec.kubeio import core_path
 from podspec.nodes import node_observation
 from podspec.pods import PodIntent, allocation_annotations, pod_intent
 from scoring.scorer import build_scorer
-from scoring.workload import NO_PRIOR
+from scoring.shape_prior import NO_PRIOR
 from tests.conftest import gpu_node, pod_json
 from tests.extender.helpers import FakeApiClient, FakeResponse
 
