@@ -82,3 +82,23 @@ def test_the_aligned_step_is_the_distance() -> None:
         st.workload.add(SHAPES[0], 1)  # SHAPES[0] overtakes the others: another order, no step
     c = st.workload.task_types()
     assert c is not None and drift._aligned_drift(b, c) is None
+
+
+def test_workloads_of_the_same_types_share_their_arrays_and_the_step_reads_them() -> None:
+    # A bind of a shape already counted changes the counts only: the model hands the next
+    # workload the same type arrays and demand classes, which the step compares by identity;
+    # its distance is the one the tuples give (the demand classes rebuilt from scratch).
+    st = ClusterState.from_nodes([gpu_node("n", 8)])
+    for i, shape in enumerate(SHAPES):
+        for _ in range(10 + 7 * i):
+            st.workload.add(shape, 1)
+    a = st.workload.task_types()
+    st.workload.add(SHAPES[2], 1)
+    b = st.workload.task_types()
+    assert a is not None and b is not None
+    assert a.gpu_milli is b.gpu_milli and a.cpu_milli is b.cpu_milli and a.demand_keys is b.demand_keys
+    assert a.demand_count is not None and b.demand_count is not None
+    assert a.demand_count.tolist() == [c for *_, c in a.demand] and a.demand_keys == tuple(d[:4] for d in a.demand)
+    fresh = TaskTypes(b.gpu_count.copy(), b.gpu_milli.copy(), b.cpu_milli.copy(), b.memory_mib.copy(),
+                      b.popularity, b.count, b.model_mask, b.gpu_memory_mib, b.demand)  # no shared layout
+    assert drift._aligned_drift(a, b) == drift._aligned_drift(a, fresh) > 0
