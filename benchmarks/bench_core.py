@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark; print a Markdown table; write JSON."""
     pods = trace.load_pods(trace.DEFAULT_PODS)
     compiled = kernels()
-    scorer = build_scorer(scoring_config(args.preset), compiled.strategies, compiled.feasibility)
+    scorer = compiled.scorer(scoring_config(args.preset))
     reference = build_scorer(scoring_config(args.preset))
     meta = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}",
             "python": platform.python_version(), "numpy": np.__version__, "commit": source_commit(),

@@ -25,7 +25,6 @@ from extender.verbs.pod_events import PodEvent, pod_events
 from extender.verbs.prioritize import prioritize
 from harness.processes import free_port
 from podspec import annotations as ann
-from scoring.scorer import build_scorer
 from scoring.specs import NodeSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +86,7 @@ class InProcessClient:
 
     def __init__(self, specs: list[NodeSpec], policy: AdminConfig, decision: str = "filter") -> None:
         compiled = kernels()  # the extender's own
-        scorer = build_scorer(policy.scoring, compiled.strategies, compiled.feasibility)
+        scorer = compiled.scorer(policy.scoring)
         self.cache = GpuCache(scorer, policy.tolerance)
         self.cache.set_policy(scorer, policy.tenants, policy.tolerance, policy.starvation, policy.defrag)
         self.cache.set_nodes(specs)

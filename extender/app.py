@@ -133,7 +133,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
     def apply_policy(new: AdminConfig) -> None:
         nonlocal in_use
         with policy_lock:
-            in_use = build_scorer(new.scoring, scoring_with.strategies, scoring_with.feasibility)
+            in_use = scoring_with.scorer(new.scoring)
             cache.set_policy(in_use, new.tenants, new.tolerance, new.starvation, new.defrag)
 
     def compile_kernels() -> None:
@@ -143,7 +143,7 @@ def create_app(settings: Settings, cache: GpuCache | None = None,
         if compiled is not REFERENCE:
             with policy_lock:  # the same numbers, swapped in place: nothing the cache keeps is dropped
                 scoring_with = compiled
-                in_use.use(compiled.strategies, compiled.feasibility)
+                compiled.swap_into(in_use)
         scoring_is(compiled.backend)
 
     if scores_here:

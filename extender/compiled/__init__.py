@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 from scoring.fit import fit
 from scoring.registry import STRATEGIES, Strategy
-from scoring.scorer import FitFn
+from scoring.scorer import CombineFn, FitFn, Scorer, ScoringConfig, build_scorer
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,13 @@ ones it defines replace the reference's)."""
 FEASIBILITY = "extender.compiled.compiled_fit"
 """The module here whose ``fit`` replaces ``scoring.fit.fit``."""
 
+COMBINATION = "extender.compiled.compiled_plan"
+"""The module here whose ``combine`` combines the weighted strategies (``scoring.scorer.CombineFn``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Kernels:
-    """What ``scoring.build_scorer`` scores with (its ``strategies`` and ``feasibility``).
+    """What ``scoring.build_scorer`` scores with (its ``strategies``, ``feasibility`` and ``combination``).
 
     Attributes
     ----------
@@ -52,11 +55,22 @@ class Kernels:
         ``scoring.fit.fit``'s signature.
     backend : str
         ``numba <version>``, or ``numpy`` for the reference alone (the start-up log says which).
+    combination : callable or None
+        ``scoring.scorer.CombineFn`` (``compiled_plan.combine``); None: the scorer's own.
     """
 
     strategies: Mapping[str, Strategy]
     feasibility: FitFn
     backend: str
+    combination: CombineFn | None = None
+
+    def scorer(self, config: ScoringConfig) -> Scorer:
+        """``scoring.build_scorer(config)`` scoring with these kernels."""
+        return build_scorer(config, self.strategies, self.feasibility, self.combination)
+
+    def swap_into(self, scorer: Scorer) -> None:
+        """``Scorer.use`` with these kernels: the same numbers, swapped in place."""
+        scorer.use(self.strategies, self.feasibility, self.combination)
 
 
 REFERENCE = Kernels(STRATEGIES, fit, "numpy")
@@ -76,6 +90,7 @@ def kernels() -> Kernels:
     try:
         modules = {name: importlib.import_module(path) for name, path in COMPILED.items()}  # numba compiles here
         feasibility = importlib.import_module(FEASIBILITY).fit
+        combination = importlib.import_module(COMBINATION).combine
         import numba
     except Exception as exc:  # noqa: BLE001 - numba's errors on an unsupported numpy or CPU vary
         log.warning("compiled scoring kernels unavailable, scoring with numpy: %s", exc)
@@ -84,4 +99,4 @@ def kernels() -> Kernels:
     for name, module in modules.items():
         registry[name] = dataclasses.replace(STRATEGIES[name], **{
             f: getattr(module, f) for f in ("gpu_score", "node_score") if hasattr(module, f)})
-    return Kernels(MappingProxyType(registry), feasibility, f"numba {numba.__version__}")
+    return Kernels(MappingProxyType(registry), feasibility, f"numba {numba.__version__}", combination)

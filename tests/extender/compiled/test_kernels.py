@@ -113,7 +113,7 @@ def test_swapping_in_the_same_numbers_keeps_every_kept_score(rng: np.random.Gene
     requests = [random_request(rng) for _ in range(12)]
     before = [inc.evaluate(st, r, rows) for r in requests]
     full = inc.stats.full
-    scorer.use(k.strategies, k.feasibility)
+    k.swap_into(scorer)
     assert scorer._fit is compiled_fit.fit
     after = [inc.evaluate(st, r, rows) for r in requests]
     assert inc.stats.full == full  # nothing evaluated again from scratch
