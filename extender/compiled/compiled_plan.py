@@ -312,6 +312,38 @@ def _priced(ctx: FitContext) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     return kept.stacked, kept.codes
 
 
+@dataclass(slots=True)
+class _Terms:
+    """What the kernel reads of the workload and the cluster-wide terms, for one pair of them
+    (the incremental scorer's frozen terms stay one object between refreshes)."""
+
+    tasks: object = None
+    of: object = None
+    rho: tuple[float, float] = (0.0, 0.0)
+    mix: tuple[float, float] = (0.0, 0.0)
+    sizes: NDArray[np.int64] = field(default_factory=lambda: _NO_I1)
+    price: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    churn: tuple[int, int] | None = None
+
+
+def _terms(ctx: FitContext) -> _Terms:
+    """``priced_stranding.host_per_milli``, ``adaptive_balance.mix``, spare nodes' sizes and
+    prices, consolidation's scales: kept in ``ctx.memo`` while the workload and the terms are
+    the same objects."""
+    kept = ctx.memo.slot(NAME + ".terms", _Terms)
+    if kept.tasks is ctx.tasks and kept.of is ctx.terms:
+        return kept
+    need = ctx.terms.get(spare_nodes.TERM, ())
+    need = need if isinstance(need, tuple) else ()
+    churn = ctx.terms.get(consolidation.TERM)
+    kept.rho, kept.mix = priced_stranding.host_per_milli(ctx), adaptive_balance.mix(ctx)
+    kept.sizes = np.array([s for s, _ in need], dtype=np.int64)
+    kept.price = np.array([MILLI_PER_GPU * s * p for s, p in need], dtype=np.float64)
+    kept.churn = (int(churn[1]), int(churn[2])) if isinstance(churn, tuple) else None
+    kept.tasks, kept.of = ctx.tasks, ctx.terms
+    return kept
+
+
 def combine(ctx: FitContext, plan: Sequence[tuple[Strategy, float]]) -> Combined | None:
     """``Scorer.evaluate``'s combination of ``plan`` on ``ctx``, the same numbers; None where
     this module does not cover it (module notes: the reference combines then).
@@ -354,16 +386,11 @@ def combine(ctx: FitContext, plan: Sequence[tuple[Strategy, float]]) -> Combined
         g_fgd = compiled_fgd.gpu_score(ctx)
         if k > 1:
             fgd_args = (ctx.gpu_model, *compiled_fgd._rows_args(ctx, tasks)[6:12])
-    rho_cpu, rho_mem = priced_stranding.host_per_milli(ctx) if w_ps > 0.0 else (0.0, 0.0)
-    two_sided, one_sided = adaptive_balance.mix(ctx) if w_ab > 0.0 else (0.0, 0.0)
-    need = ctx.terms.get(spare_nodes.TERM, ())
-    need = need if isinstance(need, tuple) else ()
-    sizes = np.array([s for s, _ in need], dtype=np.int64)
-    price = np.array([MILLI_PER_GPU * s * p for s, p in need], dtype=np.float64)
-    churn = ctx.terms.get(consolidation.TERM)
-    cpu_ref, gpu_ref = (int(churn[1]), int(churn[2])) if w_cons > 0.0 and isinstance(churn, tuple) else (1, 1)
-    if w_cons > 0.0 and not isinstance(churn, tuple):
+    terms = _terms(ctx)
+    if w_cons > 0.0 and terms.churn is None:
         return None
+    (rho_cpu, rho_mem), (two_sided, one_sided), (cpu_ref, gpu_ref) = terms.rho, terms.mix, terms.churn or (1, 1)
+    sizes, price = terms.sizes, terms.price
     healthy = ctx.gpu_exists if ctx.gpu_healthy is None else ctx.gpu_exists & ctx.gpu_healthy
     score, rest = np.empty(m), np.empty((4, m))
     cols, mem = np.empty((m, k), dtype=np.int64), np.empty((m, k), dtype=np.int64)
