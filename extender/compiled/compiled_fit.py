@@ -12,6 +12,8 @@ seventy numpy calls; here one loop fills blocks allocated once (decision record 
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 from numpy.typing import NDArray
@@ -134,7 +136,14 @@ def _fit(exists, healthy, model, mem_total, mem_free, nvml_used, free_milli, use
 
 def _allowed(request: PodRequest) -> NDArray[np.bool_]:
     """The allowed-model lookup: ``out[id]`` for every id in ``request.allowed_models``."""
-    ids = [i for i in request.allowed_models or () if i >= 0]
+    return _allowed_ids(request.allowed_models)
+
+
+@functools.lru_cache(maxsize=1024)
+def _allowed_ids(models: frozenset[int] | None) -> NDArray[np.bool_]:
+    """``_allowed``, made once per set of model ids and shared (the kernel only reads it; kept
+    writable, since a read-only array is another numba type, refused with TypeError)."""
+    ids = [i for i in models or () if i >= 0]
     out = np.zeros(max(ids, default=-1) + 1, dtype=bool)
     out[ids] = True
     return out
