@@ -7,7 +7,8 @@ deploy runs it). Faults: kube-apiserver restarted during a stream of binds, etcd
 and the Binding. Each time: ``/healthz`` answers throughout, binds that cannot be written
 are refused with a message (never a 500, never half-written), gpufrac recovers without a
 restart, and ``check_invariants`` over the API finds no over-commit, no lost and no doubled
-allocation.
+allocation. The API server's restart is also met by a replica without a fence (its own
+profile and nodes), whose Bindings go out from the event loop on kept-alive connections.
 """
 
 from __future__ import annotations
@@ -154,6 +155,45 @@ def test_api_server_restart_during_a_stream_of_binds(faults: Faults) -> None:
     assert failures == []
     assert faults.gpufrac.popen.poll() is None  # recovered without a restart
     faults.consistent(ns, pods)
+
+
+UNFENCED_PROFILE = "gpufrac-unfenced"
+
+
+def test_api_server_restart_during_a_stream_of_unfenced_binds(faults: Faults) -> None:
+    # One replica without a fence writes its Bindings from the event loop on kept-alive
+    # connections (extender.cluster.loop_api): the restart closes them under binds in flight.
+    # Its own profile and nodes, beside the module's fenced instance.
+    group, port = "restart-unfenced", free_port()
+    make_nodes(faults.api, group, 6, gpus=2)
+    ns = new_namespace(faults.api, "restart-unfenced")
+    gpufrac = faults.cp.start_gpufrac(port, name="gpufrac-unfenced", extra=[
+        "--inventory-stale-after-s", "600", "--scheduler-name", UNFENCED_PROFILE])
+    scheduler = faults.cp.start_scheduler(f"http://{LOOPBACK}:{port}", name="kube-scheduler-unfenced", qps=100,
+                                          profile=UNFENCED_PROFILE)
+    try:
+        names = [f"p{i:02d}" for i in range(24)]
+        with health_probe(f"http://{LOOPBACK}:{port}") as failures:
+            create_pods(faults.api, ns, group, names[:12], fraction="0.25", scheduler=UNFENCED_PROFILE)
+            faults.cp.restart("kube-apiserver")  # the kept-alive connections close under binds in flight
+            create_pods(faults.api, ns, group, names[12:], fraction="0.25", scheduler=UNFENCED_PROFILE)
+            def bound() -> list[Any] | None:
+                pods = faults.api.list_namespaced_pod(ns).items
+                return pods if len(pods) == 24 and all(p.spec.node_name for p in pods) else None
+            try:
+                pods = list(wait_until(bound, 120, f"24 pods of {ns} bound", interval_s=0.5))
+            except Exception as exc:
+                raise AssertionError(f"{exc}\n--- gpufrac ---\n{gpufrac.tail(3000)}") from None
+        assert failures == []
+        assert gpufrac.popen.poll() is None  # recovered without a restart
+        assert check_invariants(faults.api) == []
+        recorded = {p.metadata.name: p.metadata.annotations["gpufrac.io/assigned-gpus"].split(",") for p in pods}
+        wait_until(lambda: {a["name"]: a["gpu_uuids"] for a in httpx.get(
+            f"http://{LOOPBACK}:{port}/allocations", timeout=10).json() if a["namespace"] == ns} == recorded,
+            30, "the unfenced gpufrac's allocations equal to the API's records")
+    finally:
+        scheduler.stop()
+        gpufrac.stop()
 
 
 def test_etcd_stopped_for_30s_binds_are_refused_cleanly_then_recover(faults: Faults) -> None:
