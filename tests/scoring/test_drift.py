@@ -67,14 +67,20 @@ def test_the_watch_decides_as_drifted_at_every_step(rng: np.random.Generator, bo
         assert computed < 600 / 3, computed
 
 
-def test_the_aligned_step_is_the_distance() -> None:
+def _one_bind_apart() -> tuple[ClusterState, TaskTypes | None, TaskTypes | None]:
+    """A workload of the test shapes, then one more pod of a shape already counted: the two
+    ``task_types`` and the state."""
     st = ClusterState.from_nodes([gpu_node("n", 8)])
     for i, shape in enumerate(SHAPES):
         for _ in range(10 + 7 * i):
             st.workload.add(shape, 1)
     a = st.workload.task_types()
     st.workload.add(SHAPES[2], 1)
-    b = st.workload.task_types()
+    return st, a, st.workload.task_types()
+
+
+def test_the_aligned_step_is_the_distance() -> None:
+    st, a, b = _one_bind_apart()
     assert a is not None and b is not None and a.count.tobytes() != b.count.tobytes()
     step = drift._aligned_drift(a, b)
     assert step is not None and step == pytest.approx(workload_drift(a, b), abs=1e-15) and step > 0
@@ -88,17 +94,12 @@ def test_workloads_of_the_same_types_share_their_arrays_and_the_step_reads_them(
     # A bind of a shape already counted changes the counts only: the model hands the next
     # workload the same type arrays and demand classes, which the step compares by identity;
     # its distance is the one the tuples give (the demand classes rebuilt from scratch).
-    st = ClusterState.from_nodes([gpu_node("n", 8)])
-    for i, shape in enumerate(SHAPES):
-        for _ in range(10 + 7 * i):
-            st.workload.add(shape, 1)
-    a = st.workload.task_types()
-    st.workload.add(SHAPES[2], 1)
-    b = st.workload.task_types()
+    _, a, b = _one_bind_apart()
     assert a is not None and b is not None
     assert a.gpu_milli is b.gpu_milli and a.cpu_milli is b.cpu_milli and a.demand_keys is b.demand_keys
-    assert a.demand_count is not None and b.demand_count is not None
+    assert a.demand is not None and a.demand_count is not None and b.demand_count is not None
     assert a.demand_count.tolist() == [c for *_, c in a.demand] and a.demand_keys == tuple(d[:4] for d in a.demand)
     fresh = TaskTypes(b.gpu_count.copy(), b.gpu_milli.copy(), b.cpu_milli.copy(), b.memory_mib.copy(),
                       b.popularity, b.count, b.model_mask, b.gpu_memory_mib, b.demand)  # no shared layout
-    assert drift._aligned_drift(a, b) == drift._aligned_drift(a, fresh) > 0
+    shared, rebuilt = drift._aligned_drift(a, b), drift._aligned_drift(a, fresh)
+    assert shared is not None and shared == rebuilt and shared > 0
