@@ -118,7 +118,13 @@ def test_every_hostile_call_is_refused_by_name_and_a_valid_allocate_still_runs(w
     ]
     for call, message in cases:
         assert message in refused(call)
-        world.a_valid_allocate_is_served()
+        # The calls run one after another: each refusal has come back before the valid
+        # Allocate starts, so none holds a worker, and what is checked here is that the
+        # plugin still serves it, not the pace (the worker-holding test below keeps the
+        # 100 ms deadline). At 100 ms this missed once in the full fast suite on 2 loaded
+        # cores (DEADLINE_EXCEEDED after one of the cases; alone, with two CPU burners, the
+        # valid Allocate took 17-52 ms after any case): the machine's scheduling, not the call.
+        world.a_valid_allocate_is_served(deadline_s=5)
 
 
 def test_a_failed_allocate_consumes_nothing(world: World) -> None:
