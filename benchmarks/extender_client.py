@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -174,11 +175,13 @@ def start_extender(nodes: Path, policy: str, replicas: int, config: Path | None 
     return proc, ExtenderClient(url, events_token=token)
 
 
-def wait_scoring(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> str:
+def wait_scoring(proc: subprocess.Popen[bytes], url: str, timeout_s: float,
+                 verify: ssl.SSLContext | bool = True) -> str:
     """Poll ``/readyz`` until its ``scoring`` is no longer ``numpy, compiling``, at most
     ``timeout_s``: what a benchmark times is then the steady state, not the compile running
     beside it (``bench startup`` times the compile). Returns what scores (``numba <version>``
-    or ``numpy``).
+    or ``numpy``). ``verify``: httpx's, for an ``https`` URL (a context with the CA and a
+    client certificate).
 
     Raises
     ------
@@ -187,14 +190,16 @@ def wait_scoring(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> s
         killed).
     """
     def done() -> str | None:
-        scoring = str(httpx.get(f"{url}/readyz", timeout=1).json()["scoring"])
+        scoring = str(httpx.get(f"{url}/readyz", timeout=1, verify=verify).json()["scoring"])
         return None if scoring.endswith("compiling") else scoring
     return _poll(proc, done, timeout_s, "extender",
                  f"the extender's scoring kernels were not ready within {timeout_s:g} s")
 
 
-def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str) -> None:
-    """Poll ``url`` until it answers 200, at most ``timeout_s``.
+def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str,
+            verify: ssl.SSLContext | bool = True) -> None:
+    """Poll ``url`` until it answers 200, at most ``timeout_s`` (``verify``: as in
+    ``wait_scoring``).
 
     Raises
     ------
@@ -202,7 +207,7 @@ def wait_ok(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str
         ``proc`` exited, or ``url`` did not answer 200 within ``timeout_s`` (then ``proc``
         is killed).
     """
-    _poll(proc, lambda: httpx.get(url, timeout=1).status_code == 200 or None, timeout_s, what,
+    _poll(proc, lambda: httpx.get(url, timeout=1, verify=verify).status_code == 200 or None, timeout_s, what,
           f"{what} did not become ready within {timeout_s:g} s")
 
 

@@ -10,12 +10,13 @@ the allocation annotations, the choice of GPUs or a pod watch). ``bench_schedule
 "no-op binder": the cost of the bind verb itself, which gpufrac's design (kube-scheduler calls
 the extender's bind, the extender writes the Binding with the allocation) cannot avoid.
 
-Run: ``python -m benchmarks noop-extender PORT [--bind KUBECONFIG]``
+Run: ``python -m benchmarks noop-extender PORT [--bind KUBECONFIG] [--tls CERT KEY CLIENT_CA]``
 """
 
 from __future__ import annotations
 
 import argparse
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``python -m benchmarks noop-extender``."""
     p.add_argument("port", type=int)
     p.add_argument("--bind", metavar="KUBECONFIG", help="answer bind too, writing Bindings with this kubeconfig")
+    p.add_argument("--tls", nargs=3, metavar=("CERT", "KEY", "CLIENT_CA"), type=Path,
+                   help="serve HTTPS with this certificate and key, requiring client certificates this CA "
+                        "signed (gpufrac's --tls-cert-file, --tls-key-file, --tls-client-ca-file)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve on ``127.0.0.1:PORT`` until stopped."""
     if args.bind:
         add_bind(kube_api(Path(args.bind)))
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    tls: dict[str, Any] = {}
+    if args.tls:
+        cert, key, client_ca = args.tls
+        tls = {"ssl_certfile": str(cert), "ssl_keyfile": str(key), "ssl_ca_certs": str(client_ca),
+               "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, **tls)
     return 0

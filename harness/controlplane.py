@@ -45,6 +45,55 @@ from harness.pki import Pki, kubeconfig, make_pki
 from harness.processes import LOOPBACK, ROOT, ControlPlaneError, Proc, free_port, start, wait_until
 
 
+@dataclass(frozen=True)
+class ExtenderTls:
+    """Mutual TLS between kube-scheduler and an extender, as the chart deploys it: the extender
+    serves with a certificate for 127.0.0.1 and requires a client certificate its CA signed;
+    kube-scheduler checks the serving certificate and presents its own. Every key is the
+    harness CA's ECDSA P-256 (the chart's cert-manager ``Certificate``s ask for the same).
+
+    Attributes
+    ----------
+    cert, key : Path
+        The extender's serving certificate and key (PEM).
+    client_ca : Path
+        The CA that signed the serving certificate and the clients' (PEM).
+    client_cert, client_key : Path
+        kube-scheduler's client certificate and key (PEM).
+    """
+
+    cert: Path
+    key: Path
+    client_ca: Path
+    client_cert: Path
+    client_key: Path
+
+    @classmethod
+    def of(cls, pki: Pki, client: str = "kube-scheduler-extender-client") -> ExtenderTls:
+        """The PKI's serving certificate for 127.0.0.1 and a new client certificate (CN
+        ``client``) for kube-scheduler."""
+        cert, key = pki.client(client)
+        return cls(pki.serving_cert, pki.serving_key, pki.ca_cert, cert, key)
+
+    def serve_args(self) -> list[str]:
+        """``gpufrac serve``'s flags for it."""
+        return ["--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key),
+                "--tls-client-ca-file", str(self.client_ca)]
+
+    def client_context(self) -> Any:
+        """An ``ssl.SSLContext`` trusting the CA and presenting the client certificate (for
+        probes from the harness)."""
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=str(self.client_ca))
+        ctx.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return ctx
+
+    def scheduler_tls_config(self) -> dict[str, str]:
+        """The extender's ``tlsConfig`` in a ``KubeSchedulerConfiguration``."""
+        return {"caFile": str(self.client_ca), "certFile": str(self.client_cert), "keyFile": str(self.client_key)}
+
+
 @dataclass
 class ControlPlane:
     """etcd + kube-apiserver on loopback, plus the processes started on top of it.
@@ -139,22 +188,34 @@ class ControlPlane:
         slug = hashlib.sha1(user.encode()).hexdigest()[:10]
         return kubeconfig(self.workdir / f"{slug}.kubeconfig", self.server, self.pki, user, groups)
 
+    def extender_tls(self, client: str = "kube-scheduler-extender-client") -> ExtenderTls:
+        """Mutual TLS for an extender on loopback: ``ExtenderTls.of`` this control plane's PKI."""
+        return ExtenderTls.of(self.pki, client)
+
     def start_gpufrac(self, port: int, kubeconfig_path: Path | None = None,
-                      extra: Iterable[str] = (), name: str = "gpufrac", wrapper: Sequence[str] = ()) -> Proc:
+                      extra: Iterable[str] = (), name: str = "gpufrac", wrapper: Sequence[str] = (),
+                      tls: ExtenderTls | None = None) -> Proc:
         """Start ``gpufrac serve --mode cluster`` on ``port`` and wait for ``/readyz``
-        (``wrapper``: a command to run it under, e.g. ``env LD_PRELOAD=<libfaketime> FAKETIME=+600s``)."""
+        (``wrapper``: a command to run it under, e.g. ``env LD_PRELOAD=<libfaketime> FAKETIME=+600s``;
+        ``tls``: serve HTTPS requiring client certificates, probed with ``tls``'s own)."""
         proc = self.track(start(name, [
             *wrapper, sys.executable, "-m", "extender", "serve", "--mode", "cluster",
             "--kubeconfig", str(kubeconfig_path or self.admin_kubeconfig),
-            "--host", LOOPBACK, "--port", str(port), "--log-level", "info", *extra], self.workdir))
-        wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"), 60, "gpufrac /readyz", proc)
+            "--host", LOOPBACK, "--port", str(port), "--log-level", "info",
+            *(tls.serve_args() if tls is not None else ()), *extra], self.workdir))
+        if tls is None:
+            wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"), 60, "gpufrac /readyz", proc)
+        else:
+            ctx = tls.client_context()
+            wait_until(lambda: _http_ok(f"https://{LOOPBACK}:{port}/readyz", ctx), 60, "gpufrac /readyz", proc)
         return proc
 
     def start_scheduler(self, extender_url: str | None, name: str = "kube-scheduler",
                         config: Path = ROOT / "scheduler-config.yaml",
                         kubeconfig_path: Path | None = None, qps: int = 0,
                         drop_verbs: Iterable[str] = (), profile: str | None = None,
-                        leader_lease_s: float | None = None, lease: tuple[str, str] | None = None) -> Proc:
+                        leader_lease_s: float | None = None, lease: tuple[str, str] | None = None,
+                        extender_tls: ExtenderTls | None = None) -> Proc:
         """Start kube-scheduler with the project's config, only the extender URL rewritten.
 
         Parameters
@@ -176,6 +237,9 @@ class ControlPlane:
         lease : tuple of (str, str), optional
             With ``leader_lease_s``: the Lease's ``(namespace, name)`` instead of
             ``kube-system/<profile>`` (deploy's is ``gpufrac-system/gpufrac-scheduler``).
+        extender_tls : ExtenderTls, optional
+            With an ``https`` ``extender_url``: the extender's ``tlsConfig`` (the CA and
+            kube-scheduler's client certificate) instead of the config's in-cluster paths.
         """
         cfg = yaml.safe_load(config.read_text())
         # One scheduler per profile in tests unless asked: no Lease to wait for between runs.
@@ -196,6 +260,8 @@ class ControlPlane:
                 if extender_url.startswith("http://"):  # the tests' gpufrac: plain HTTP on loopback
                     ext.pop("enableHTTPS", None)
                     ext.pop("tlsConfig", None)
+                elif extender_tls is not None:
+                    ext.update({"enableHTTPS": True, "tlsConfig": extender_tls.scheduler_tls_config()})
                 for key in drop_verbs:
                     ext.pop(key, None)
         kc = kubeconfig_path or self.admin_kubeconfig
@@ -265,10 +331,10 @@ class ControlPlane:
         self.procs.clear()
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, verify: Any = True) -> bool:
     import httpx
 
-    return httpx.get(url, timeout=2).status_code == 200
+    return httpx.get(url, timeout=2, verify=verify).status_code == 200
 
 
 def _https_ok(url: str) -> bool:

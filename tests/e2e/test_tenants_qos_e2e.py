@@ -17,10 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client
 
-from harness.processes import LOOPBACK, ROOT, free_port, start, wait_until
+from harness.processes import LOOPBACK, free_port, start, wait_until
 from tests.e2e.conftest import Cluster, failed_scheduling_message, unique, wait_for_pods
 from tests.e2e.helpers import check_invariants, gpu_pod, make_nodes, new_namespace
 
@@ -231,8 +230,7 @@ def test_high_priority_guaranteed_pod_preempts_exactly_the_best_effort_pods_it_n
 
 def test_kube_scheduler_calls_gpufrac_over_https_with_a_client_certificate(
         cluster: Cluster, config_file: Path) -> None:
-    pki = cluster.cp.pki
-    sched_cert, sched_key = pki.client("gpufrac-scheduler-client")
+    tls = cluster.cp.extender_tls("gpufrac-scheduler-client")
     port = free_port()
     url = f"https://{LOOPBACK}:{port}"
     # The test CA's serving certificate names 127.0.0.1; gpufrac serves with it and accepts
@@ -240,29 +238,18 @@ def test_kube_scheduler_calls_gpufrac_over_https_with_a_client_certificate(
     proc = cluster.cp.track(start("gpufrac-tls", [
         sys.executable, "-m", "extender", "serve", "--mode", "cluster",
         "--kubeconfig", str(cluster.cp.admin_kubeconfig), "--host", LOOPBACK, "--port", str(port),
-        "--inventory-stale-after-s", "600", "--log-level", "info",
-        "--tls-cert-file", str(pki.serving_cert), "--tls-key-file", str(pki.serving_key),
-        "--tls-client-ca-file", str(pki.ca_cert)], cluster.cp.workdir,
+        "--inventory-stale-after-s", "600", "--log-level", "info", *tls.serve_args()], cluster.cp.workdir,
         env={"GPUFRAC_SCHEDULER_NAME": "gpufrac-tls", "PYTHONPATH": os.pathsep.join(sys.path)}))
-    trusted = ssl.create_default_context(cafile=str(pki.ca_cert))
-    trusted.load_cert_chain(str(sched_cert), str(sched_key))
-    with_cert = httpx.Client(verify=trusted, timeout=5)
+    with_cert = httpx.Client(verify=tls.client_context(), timeout=5)
     wait_until(lambda: with_cert.get(f"{url}/readyz").status_code == 200, 60, "gpufrac-tls /readyz", proc)
-    without_cert = httpx.Client(verify=ssl.create_default_context(cafile=str(pki.ca_cert)), timeout=5)
+    without_cert = httpx.Client(verify=ssl.create_default_context(cafile=str(tls.client_ca)), timeout=5)
     with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, ssl.SSLError)):
         without_cert.get(f"{url}/readyz")
     with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
         httpx.get(f"http://{LOOPBACK}:{port}/readyz", timeout=5)  # plain HTTP is not spoken
 
-    cfg: dict[str, Any] = yaml.safe_load((ROOT / "scheduler-config.yaml").read_text())
-    cfg["profiles"][0]["schedulerName"] = "gpufrac-tls"
-    (ext,) = cfg["extenders"]
-    ext.update({"urlPrefix": url, "enableHTTPS": True,
-                "tlsConfig": {"certFile": str(sched_cert), "keyFile": str(sched_key),
-                              "caFile": str(pki.ca_cert)}})
-    config = cluster.cp.workdir / "scheduler-config-tls.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    sched = cluster.cp.start_scheduler(url, name="kube-scheduler-tls", config=config)
+    # The project's config with the https URL, the CA and kube-scheduler's client certificate.
+    sched = cluster.cp.start_scheduler(url, name="kube-scheduler-tls", profile="gpufrac-tls", extender_tls=tls)
     try:
         group = unique("tls")
         make_nodes(cluster.api, group, count=1, gpus=1)
