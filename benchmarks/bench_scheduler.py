@@ -29,9 +29,10 @@ machine falls on all of them; the JSON is written after every setup.
 With ``--transports http,tls`` each setup also runs with kube-scheduler calling its extender
 over mutual TLS, as the chart deploys gpufrac (``harness.controlplane.ExtenderTls``), right
 after the same setup over plain HTTP, so both see the same spell of the machine; each new
-connection is then a handshake. Each row says its ``transport`` and counts the machine's accepted TCP connections per bound pod
-(``tcp_passive_opens_per_pod``): kube-scheduler keeps at most two idle connections to an
-extender, so a request sent while two are in flight opens a third.
+connection is then a handshake. Each row says its ``transport`` and counts the machine's
+accepted TCP connections per bound pod (``tcp_passive_opens_per_pod``): kube-scheduler keeps
+at most two idle connections to an extender, so a request sent while two are in flight opens
+a third.
 
 Run: ``python -m benchmarks bench scheduler [--nodes 50,500] [--pods 1000] [--rounds 1]
 [--transports http,tls]``

@@ -16,7 +16,6 @@ Run: ``python -m benchmarks noop-extender PORT [--bind KUBECONFIG] [--tls CERT K
 from __future__ import annotations
 
 import argparse
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from fastapi import FastAPI, Request, Response
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from extender.server import uvicorn_tls
 from podspec.kubeio import core_path, kube_api, write_json
 
 app = FastAPI(title="no-op extender")
@@ -87,10 +87,6 @@ def run(args: argparse.Namespace) -> int:
     """Serve on ``127.0.0.1:PORT`` until stopped."""
     if args.bind:
         add_bind(kube_api(Path(args.bind)))
-    tls: dict[str, Any] = {}
-    if args.tls:
-        cert, key, client_ca = args.tls
-        tls = {"ssl_certfile": str(cert), "ssl_keyfile": str(key), "ssl_ca_certs": str(client_ca),
-               "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    tls = uvicorn_tls(*args.tls) if args.tls else {}  # as gpufrac serves it
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, **tls)
     return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -173,13 +174,20 @@ def serve(app: Any, settings: Settings) -> None:
     asyncio.run(both())
 
 
+def uvicorn_tls(cert_file: Path | None, key_file: Path | None, client_ca_file: Path | None) -> dict[str, Any]:
+    """uvicorn's TLS arguments: HTTPS with ``cert_file`` and ``key_file`` (none without a
+    certificate), requiring client certificates ``client_ca_file`` signed when it is given."""
+    if cert_file is None:
+        return {}
+    tls: dict[str, Any] = {"ssl_certfile": str(cert_file), "ssl_keyfile": str(key_file)}
+    if client_ca_file is not None:
+        tls |= {"ssl_ca_certs": str(client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    return tls
+
+
 def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     """The uvicorn config for ``settings``: address, TLS, keep-alive and read deadlines."""
-    tls: dict[str, Any] = {}
-    if settings.tls_cert_file is not None:
-        tls = {"ssl_certfile": str(settings.tls_cert_file), "ssl_keyfile": str(settings.tls_key_file)}
-        if settings.tls_client_ca_file is not None:
-            tls |= {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    tls = uvicorn_tls(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                           access_log=False, timeout_keep_alive=settings.timeout_keep_alive_s,
                           http=protocol_class(settings.request_read_timeout_s), **tls)

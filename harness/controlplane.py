@@ -203,11 +203,8 @@ class ControlPlane:
             "--kubeconfig", str(kubeconfig_path or self.admin_kubeconfig),
             "--host", LOOPBACK, "--port", str(port), "--log-level", "info",
             *(tls.serve_args() if tls is not None else ()), *extra], self.workdir))
-        if tls is None:
-            wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{port}/readyz"), 60, "gpufrac /readyz", proc)
-        else:
-            ctx = tls.client_context()
-            wait_until(lambda: _http_ok(f"https://{LOOPBACK}:{port}/readyz", ctx), 60, "gpufrac /readyz", proc)
+        scheme, verify = ("http", True) if tls is None else ("https", tls.client_context())
+        wait_until(lambda: _http_ok(f"{scheme}://{LOOPBACK}:{port}/readyz", verify), 60, "gpufrac /readyz", proc)
         return proc
 
     def start_scheduler(self, extender_url: str | None, name: str = "kube-scheduler",
@@ -275,7 +272,7 @@ class ControlPlane:
             str(self.bins["kube-scheduler"]), f"--config={path}",
             f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--v=2"], self.workdir))
-        wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 60, f"{name} /healthz", proc)
+        wait_until(lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", False), 60, f"{name} /healthz", proc)
         return proc
 
     def start_controller_manager(self, only: Sequence[str] = ()) -> Proc:
@@ -301,7 +298,7 @@ class ControlPlane:
             f"--service-account-private-key-file={self.pki.sa_key}",
             "--controllers=" + (",".join(only) if only else "*," + ",".join(f"-{c}" for c in off)), "--v=1"],
             self.workdir))
-        wait_until(lambda: _https_ok(f"https://{LOOPBACK}:{port}/healthz"), 90, "kube-controller-manager /healthz",
+        wait_until(lambda: _http_ok(f"https://{LOOPBACK}:{port}/healthz", False), 90, "kube-controller-manager /healthz",
                    proc)
         return proc
 
@@ -332,15 +329,10 @@ class ControlPlane:
 
 
 def _http_ok(url: str, verify: Any = True) -> bool:
+    """200 from ``url`` (``verify``: httpx's; False for the self-signed health ports)."""
     import httpx
 
     return httpx.get(url, timeout=2, verify=verify).status_code == 200
-
-
-def _https_ok(url: str) -> bool:
-    import httpx
-
-    return httpx.get(url, timeout=2, verify=False).status_code == 200
 
 
 # -- fake nodes ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def test_noop_extender_passes_every_node_and_scores_them_zero() -> None:
 
 
 def test_noop_extender_over_mutual_tls_answers_only_clients_with_a_certificate(tmp_path: Path) -> None:
-    # `noop-extender PORT --tls CERT KEY CLIENT_CA`, as `bench scheduler --tls` runs it.
+    # `noop-extender PORT --tls CERT KEY CLIENT_CA`, as `bench scheduler --transports tls` runs it.
     tls = ExtenderTls.of(make_pki(tmp_path / "pki"))
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks", "noop-extender", str(port),
